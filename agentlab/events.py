@@ -1,0 +1,265 @@
+"""Pure data of a run: messages, tool calls, usage and the events a run emits.
+
+Nothing here does I/O. Every type round-trips through JSON (``to_dict`` / ``from_dict``) so
+events can be persisted by any session backend and replayed exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+#: Event ``object`` kinds. Only a few of them are ever persisted (see ``Event.qualifies``).
+OBJ_USER = "user.input"
+OBJ_COMPLETION = "chat.completion"
+OBJ_CHUNK = "chat.completion.chunk"
+OBJ_TOOL_RESPONSE = "tool.response"
+OBJ_STATE = "state.update"
+OBJ_COMPACTION = "context.compaction"
+OBJ_ERROR = "error"
+OBJ_RUN_DONE = "runner.completion"
+
+
+def new_id(prefix: str = "") -> str:
+    return f"{prefix}{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A model's request to run one tool; ``arguments`` is the raw JSON string the model wrote."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """Arguments as a dict; raises ``ValueError`` with a readable message if not JSON."""
+        try:
+            value = json.loads(self.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"tool {self.name!r} got arguments that are not JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise ValueError(f"tool {self.name!r} arguments must be a JSON object")
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(id=data["id"], name=data["name"], arguments=data.get("arguments") or "{}")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message. ``name`` carries the tool name on tool results."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @staticmethod
+    def system(text: str) -> Message:
+        return Message(role="system", content=text)
+
+    @staticmethod
+    def user(text: str) -> Message:
+        return Message(role="user", content=text)
+
+    @staticmethod
+    def assistant(text: str = "", tool_calls: tuple[ToolCall, ...] | list[ToolCall] = ()) -> Message:
+        return Message(role="assistant", content=text, tool_calls=tuple(tool_calls))
+
+    @staticmethod
+    def tool(tool_call_id: str, name: str, content: str) -> Message:
+        return Message(role="tool", content=content, tool_call_id=tool_call_id, name=name)
+
+    def with_content(self, content: str) -> Message:
+        return replace(self, content=content)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The chat-completions wire form of this message."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+            if not self.content:
+                out["content"] = None
+        if self.role == "tool":
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "content": self.content,
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        return cls(
+            role=data["role"],
+            content=data.get("content") or "",
+            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls") or ()),
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token usage as the provider reported it (the truth for cost)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage | None:
+        if data is None:
+            return None
+        return cls(**{k: int(data.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "cached_tokens")})
+
+
+@dataclass
+class Event:
+    """One record of a run. The session ledger is a list of these and is never rewritten.
+
+    ``choices`` holds the response messages (choice 0 is the one the run continues with);
+    a user input, a tool result and an assistant answer are all events with one choice.
+    ``token_count`` is computed once, when a session service appends the event.
+    """
+
+    author: str
+    choices: list[Message] = field(default_factory=list)
+    object: str = OBJ_COMPLETION
+    id: str = field(default_factory=lambda: new_id("ev-"))
+    invocation_id: str = ""
+    request_id: str = ""
+    timestamp: float = field(default_factory=time.time)
+    partial: bool = False
+    done: bool = True
+    state_delta: dict[str, Any] = field(default_factory=dict)
+    filter_key: str = ""
+    usage: Usage | None = None
+    error: str | None = None
+    error_code: str | None = None
+    token_count: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def message(self) -> Message | None:
+        return self.choices[0] if self.choices else None
+
+    @property
+    def role(self) -> str | None:
+        return self.message.role if self.message else None
+
+    @property
+    def text(self) -> str:
+        return self.message.content if self.message else ""
+
+    def is_tool_result(self) -> bool:
+        m = self.message
+        return m is not None and m.role == "tool" and bool(m.tool_call_id)
+
+    def is_tool_call(self) -> bool:
+        m = self.message
+        return m is not None and m.role == "assistant" and bool(m.tool_calls)
+
+    def is_final_response(self) -> bool:
+        """A complete assistant answer that ends a request (no tool calls, no error)."""
+        m = self.message
+        return (
+            m is not None
+            and m.role == "assistant"
+            and not m.tool_calls
+            and not self.partial
+            and self.done
+            and self.error is None
+        )
+
+    def has_valid_content(self) -> bool:
+        m = self.message
+        if m is None:
+            return False
+        return bool(m.content) or bool(m.tool_calls)
+
+    def qualifies(self) -> bool:
+        """Whether a runner persists this event: a state delta, or a complete valid response."""
+        if self.partial or self.object == OBJ_CHUNK:
+            return False
+        if self.state_delta:
+            return True
+        return self.error is None and self.done and self.has_valid_content()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "choices":
+                value = [m.to_dict() for m in value]
+            elif f.name == "usage":
+                value = value.to_dict() if value else None
+            out[f.name] = value
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Event:
+        kwargs = dict(data)
+        kwargs["choices"] = [Message.from_dict(m) for m in data.get("choices") or ()]
+        kwargs["usage"] = Usage.from_dict(data.get("usage"))
+        kwargs["state_delta"] = dict(data.get("state_delta") or {})
+        kwargs["metadata"] = dict(data.get("metadata") or {})
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in kwargs.items() if k in known})
+
+    @classmethod
+    def from_json(cls, text: str) -> Event:
+        return cls.from_dict(json.loads(text))
+
+    def copy_with(self, **changes: Any) -> Event:
+        """A shallow copy with fields replaced; the original is untouched (copy-on-write)."""
+        return replace(self, **changes)
+
+
+def user_event(text: str, *, author: str = "user", invocation_id: str = "", request_id: str = "",
+               filter_key: str = "", timestamp: float | None = None) -> Event:
+    return Event(
+        author=author,
+        choices=[Message.user(text)],
+        object=OBJ_USER,
+        invocation_id=invocation_id,
+        request_id=request_id,
+        filter_key=filter_key,
+        timestamp=time.time() if timestamp is None else timestamp,
+    )

@@ -1,0 +1,193 @@
+"""The Model seam: one request shape, one response shape, one error family.
+
+Every backend (OpenAI-compatible HTTP, the embedded llama.cpp server, the scripted test model)
+implements :class:`Model`. Every finished call is reported to the call observers active in the
+current context (see :func:`observe_calls`) so a harness can attribute calls and tokens to a case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from agentlab.events import Message, Usage
+
+Purpose = Literal["answer", "summary", "judge", "memory", "tool", "other"]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    context_window: int
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Generation parameters; they are part of the cache key."""
+
+    temperature: float | None = 0.0
+    max_tokens: int | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    #: ``"json"`` asks for a JSON object (structured output); ``None`` for free text.
+    response_format: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass
+class ModelRequest:
+    messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    config: GenerationConfig = field(default_factory=GenerationConfig)
+    #: What the call is for; recorded with the call (not part of the cache key).
+    purpose: Purpose = "answer"
+    #: Distinguishes repeated samples of one request in the call cache.
+    sample_index: int = 0
+
+    def cache_payload(self, model_name: str) -> dict[str, Any]:
+        """The normalised request: what identifies a call, without ids or transport settings."""
+        msgs = []
+        for m in self.messages:
+            d: dict[str, Any] = {"role": m.role, "content": m.content}
+            if m.tool_calls:
+                d["tool_calls"] = [{"name": c.name, "arguments": c.arguments} for c in m.tool_calls]
+            if m.role == "tool":
+                d["name"] = m.name
+            msgs.append(d)
+        return {
+            "model": model_name,
+            "messages": msgs,
+            "tools": self.tools,
+            "config": self.config.to_dict(),
+            "sample_index": self.sample_index,
+        }
+
+    def cache_key(self, model_name: str) -> str:
+        blob = json.dumps(self.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class ModelResponse:
+    message: Message
+    usage: Usage
+    model: str
+    finish_reason: str | None = None
+    cache_hit: bool = False
+    latency_ms: float = 0.0
+
+
+@dataclass
+class ModelChunk:
+    """A streamed piece of a response; the last chunk carries ``response``."""
+
+    delta: str = ""
+    response: ModelResponse | None = None
+
+
+@runtime_checkable
+class Model(Protocol):
+    info: ModelInfo
+
+    async def generate(self, request: ModelRequest) -> ModelResponse: ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
+
+
+# --------------------------------------------------------------------------------------- errors
+
+
+class ModelError(Exception):
+    """A model call failed in a way the caller should see as one clear sentence."""
+
+    code = "model_error"
+    retryable = False
+
+
+class ContextLengthError(ModelError):
+    code = "context_length"
+
+
+class RateLimitError(ModelError):
+    code = "rate_limit"
+    retryable = True
+
+
+class ServerError(ModelError):
+    code = "server_error"
+    retryable = True
+
+
+class ModelTimeout(ModelError):
+    code = "timeout"
+    retryable = True
+
+
+class MalformedResponse(ModelError):
+    code = "malformed_response"
+
+
+class ModelUnavailable(ModelError):
+    code = "unavailable"
+
+
+# ------------------------------------------------------------------------------- call observers
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One finished (or failed) model call, as reported to observers."""
+
+    model: str
+    purpose: str
+    usage: Usage
+    latency_ms: float
+    cache_hit: bool
+    cache_key: str = ""
+    error: str | None = None
+
+
+CallObserver = Callable[[CallRecord], None]
+_observers: contextvars.ContextVar[tuple[CallObserver, ...]] = contextvars.ContextVar(
+    "agentlab_call_observers", default=()
+)
+
+
+@contextlib.contextmanager
+def observe_calls(observer: CallObserver) -> Iterator[None]:
+    """Report every model call made in this context (and tasks it spawns) to ``observer``."""
+    token = _observers.set(_observers.get() + (observer,))
+    try:
+        yield
+    finally:
+        _observers.reset(token)
+
+
+def report_call(record: CallRecord) -> None:
+    for observer in _observers.get():
+        observer(record)
+
+
+async def collect_text(model: Model, request: ModelRequest) -> ModelResponse:
+    """Generate and return the response; a convenience for callers that do not stream."""
+    return await model.generate(request)
+
+
+@contextlib.contextmanager
+def suppress_reports() -> Iterator[None]:
+    """Silence call reports inside; a wrapper (such as the call cache) reports the call itself."""
+    token = _observers.set(())
+    try:
+        yield
+    finally:
+        _observers.reset(token)

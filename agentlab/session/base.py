@@ -1,0 +1,158 @@
+"""Session, Summary, SummaryBoundary and the SessionService protocol.
+
+History is the ledger of events and is never rewritten. A Summary is durable rolling state per
+filter key, anchored to the last event it covers by a SummaryBoundary. Both backends
+(``inmemory`` and ``duckdb``) pass the same contract tests in ``tests/session``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from agentlab.events import Event
+
+#: The full-session summary key.
+FULL_SESSION_KEY = ""
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    app_name: str
+    user_id: str
+    session_id: str
+
+
+@dataclass(frozen=True)
+class SummaryBoundary:
+    """Where a summary's coverage ends: the last covered event (and its time, for legacy/ties)."""
+
+    filter_key: str = FULL_SESSION_KEY
+    cutoff_at: float = 0.0
+    last_event_id: str = ""
+    version: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "filter_key": self.filter_key,
+            "cutoff_at": self.cutoff_at,
+            "last_event_id": self.last_event_id,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SummaryBoundary | None:
+        if not data:
+            return None
+        return cls(
+            filter_key=data.get("filter_key", ""),
+            cutoff_at=float(data.get("cutoff_at") or 0.0),
+            last_event_id=data.get("last_event_id") or "",
+            version=int(data.get("version") or 1),
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    text: str
+    updated_at: float = 0.0
+    boundary: SummaryBoundary | None = None
+    topics: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "updated_at": self.updated_at,
+            "boundary": self.boundary.to_dict() if self.boundary else None,
+            "topics": list(self.topics),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Summary:
+        return cls(
+            text=data.get("text") or "",
+            updated_at=float(data.get("updated_at") or 0.0),
+            boundary=SummaryBoundary.from_dict(data.get("boundary")),
+            topics=tuple(data.get("topics") or ()),
+        )
+
+
+@dataclass
+class Session:
+    app_name: str
+    user_id: str
+    id: str
+    events: list[Event] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    summaries: dict[str, Summary] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    @property
+    def key(self) -> SessionKey:
+        return SessionKey(self.app_name, self.user_id, self.id)
+
+    def event_index(self, event_id: str) -> int:
+        """Position of an event in the ledger, or -1."""
+        for i in range(len(self.events) - 1, -1, -1):
+            if self.events[i].id == event_id:
+                return i
+        return -1
+
+    def events_after_boundary(self, boundary: SummaryBoundary | None) -> list[Event]:
+        """The events a summary with this boundary does not cover (all of them without one)."""
+        if boundary is None:
+            return list(self.events)
+        if boundary.last_event_id:
+            i = self.event_index(boundary.last_event_id)
+            if i >= 0:
+                return self.events[i + 1:]
+        # Legacy time boundary: keep same-timestamp events so nothing uncovered is dropped.
+        return [e for e in self.events if e.timestamp >= boundary.cutoff_at]
+
+
+#: Counts the tokens of an event when it is appended (stored in ``Event.token_count``).
+EventTokenCounter = Callable[[Event], int]
+
+
+@runtime_checkable
+class SessionService(Protocol):
+    """Storage of sessions, their event ledgers, state and summaries.
+
+    Methods that take a ``Session`` also update that in-memory object, so a runner that holds
+    the session sees what it appended without a re-read.
+    """
+
+    async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
+                             state: dict[str, Any] | None = None) -> Session: ...
+
+    async def get_session(self, app_name: str, user_id: str, session_id: str) -> Session | None: ...
+
+    async def list_sessions(self, app_name: str, user_id: str) -> list[Session]:
+        """Every session of the user, with events (recall searches across them)."""
+        ...
+
+    async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None: ...
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """Persist one event (token count computed here, once) and append it to ``session``."""
+        ...
+
+    async def update_state(self, session: Session, delta: dict[str, Any]) -> None: ...
+
+    async def get_summary(self, session: Session, filter_key: str = FULL_SESSION_KEY) -> Summary | None: ...
+
+    async def write_summary(self, session: Session, filter_key: str, summary: Summary) -> None:
+        """Write text and boundary together, in one step."""
+        ...
+
+    async def get_event_window(self, app_name: str, user_id: str, session_id: str, event_id: str,
+                               before: int = 1, after: int = 1,
+                               roles: Sequence[str] | None = None) -> list[Event]:
+        """Events around ``event_id`` (only those whose role is in ``roles`` are counted and
+        returned when given). Raises ``KeyError`` if the session or anchor does not exist."""
+        ...
+
+    async def close(self) -> None: ...
