@@ -1,0 +1,235 @@
+"""Agents accept an Invocation and stream Events. ``LLMAgent`` is the model <-> tool loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from agentlab.events import (
+    OBJ_CHUNK,
+    OBJ_COMPACTION,
+    OBJ_ERROR,
+    OBJ_TOOL_RESPONSE,
+    Event,
+    Message,
+    ToolCall,
+)
+from agentlab.model.base import GenerationConfig, Model, ModelError, ModelRequest, ModelResponse
+from agentlab.runtime.context import (
+    CurrentInputProcessor,
+    HistoryProcessor,
+    InstructionProcessor,
+    RequestDraft,
+    RequestProcessor,
+    run_processors,
+)
+from agentlab.runtime.invocation import Invocation
+from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
+
+if TYPE_CHECKING:
+    from agentlab.compaction import CompactionPolicy
+    from agentlab.memory import MemoryPolicy
+    from agentlab.recall import RecallPolicy
+    from agentlab.summary import SummaryPolicy
+
+TOOL_BUDGET_NOTE = (
+    "The tool-call budget for this request is used up. Answer now from what you already have; "
+    "do not call tools."
+)
+
+
+@runtime_checkable
+class Agent(Protocol):
+    name: str
+
+    def run(self, inv: Invocation) -> AsyncIterator[Event]: ...
+
+
+class LLMAgent:
+    """Alternates model calls and tool calls until the model answers without calling a tool.
+
+    Every context-governance mechanism is a policy: ``summary`` (rolling summary injected with
+    its boundary), ``compaction`` (request-side tool-result compaction and the pre-model
+    pressure path), ``recall`` (session_search / session_load tools, preload recall) and
+    ``memory`` (memory_search tool, memory preload). ``None`` switches a mechanism off.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model: Model,
+        *,
+        instruction: str = "",
+        tools: list[Tool] | None = None,
+        summary: SummaryPolicy | None = None,
+        summary_model: Model | None = None,
+        compaction: CompactionPolicy | None = None,
+        recall: RecallPolicy | None = None,
+        memory: MemoryPolicy | None = None,
+        generation: GenerationConfig | None = None,
+        max_tool_iterations: int = 10,
+        stream: bool = False,
+        processors: list[RequestProcessor] | None = None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.instruction = instruction
+        self.tools = list(tools or [])
+        self.summary = summary
+        self.summary_model = summary_model or model
+        self.compaction = compaction
+        self.recall = recall
+        self.memory = memory
+        self.generation = generation or GenerationConfig()
+        self.max_tool_iterations = max_tool_iterations
+        self.stream = stream
+        self.processors = processors if processors is not None else self.default_processors()
+
+    # ---------------------------------------------------------------------------- projection
+
+    def default_processors(self) -> list[RequestProcessor]:
+        """The request chain implied by the policies (imports only what is switched on)."""
+        chain: list[RequestProcessor] = [InstructionProcessor()]
+        if self.memory is not None and getattr(self.memory, "preload_limit", 0):
+            from agentlab.memory.preload import MemoryPreloadProcessor
+
+            chain.append(MemoryPreloadProcessor(self.memory))
+        chain.append(HistoryProcessor())
+        if self.summary is not None:
+            from agentlab.summary import SummaryInjectionProcessor
+
+            chain.append(SummaryInjectionProcessor(self.summary))
+        if self.recall is not None:
+            if getattr(self.recall, "preload_limit", 0):
+                from agentlab.recall.preload import PreloadRecallProcessor
+
+                chain.append(PreloadRecallProcessor(self.recall))
+            if getattr(self.recall, "tools_enabled", False):
+                from agentlab.recall.tools import RecallOverviewProcessor
+
+                chain.append(RecallOverviewProcessor(self.recall))
+        chain.append(CurrentInputProcessor())
+        if self.compaction is not None and getattr(self.compaction, "enabled", False):
+            from agentlab.compaction import CompactionProcessor
+
+            chain.append(CompactionProcessor(self.compaction))
+        return chain
+
+    def resolve_tools(self, inv: Invocation) -> list[Tool]:
+        tools = list(self.tools)
+        if self.recall is not None and getattr(self.recall, "tools_enabled", False):
+            from agentlab.recall.tools import recall_tools
+
+            tools.extend(recall_tools(self.recall))
+        if self.memory is not None and getattr(self.memory, "search_tool", False) and inv.memory_service:
+            from agentlab.memory.tools import memory_tools
+
+            tools.extend(memory_tools(self.memory))
+        return tools
+
+    def generation_for(self, inv: Invocation) -> GenerationConfig:
+        return inv.options.generation or self.generation
+
+    async def build_draft(self, inv: Invocation, *, allow_tools: bool = True) -> RequestDraft:
+        draft = RequestDraft(
+            tools=self.resolve_tools(inv) if allow_tools else [],
+            config=self.generation_for(inv),
+        )
+        await run_processors(inv, self.processors, draft)
+        if not allow_tools:
+            draft.trailing_system.append(TOOL_BUDGET_NOTE)
+        return draft
+
+    async def build_request(self, inv: Invocation, *, allow_tools: bool = True) -> tuple[ModelRequest, RequestDraft]:
+        """Project the session into the request for the next model call."""
+        draft = await self.build_draft(inv, allow_tools=allow_tools)
+        request = draft.to_model_request()
+        if self.compaction is not None and getattr(self.compaction, "enabled", False):
+            from agentlab.compaction import relieve_context_pressure
+
+            request, draft = await relieve_context_pressure(self, inv, request, draft, allow_tools=allow_tools)
+        return request, draft
+
+    # ---------------------------------------------------------------------------- the loop
+
+    async def run(self, inv: Invocation) -> AsyncIterator[Event]:
+        limit = inv.options.max_tool_iterations or self.max_tool_iterations
+        stream = self.stream if inv.options.stream is None else inv.options.stream
+        rounds = 0
+        while not inv.cancelled.is_set():
+            request, draft = await self.build_request(inv, allow_tools=rounds < limit)
+            for stat in draft.stats:
+                yield self._event(inv, [], object=OBJ_COMPACTION, metadata={"compaction": stat},
+                                  state_delta={"compaction:last": stat})
+            response: ModelResponse | None = None
+            try:
+                if stream:
+                    async for chunk in self.model.stream(request):
+                        if chunk.response is not None:
+                            response = chunk.response
+                        elif chunk.delta:
+                            yield self._event(inv, [Message.assistant(chunk.delta)], object=OBJ_CHUNK,
+                                              partial=True, done=False)
+                else:
+                    response = await self.model.generate(request)
+            except ModelError as exc:
+                yield self._error(inv, str(exc), exc.code)
+                return
+            if response is None:
+                yield self._error(inv, "the model stream ended without a final response", "malformed_response")
+                return
+            yield self._event(
+                inv,
+                [response.message],
+                usage=response.usage,
+                metadata={
+                    "latency_ms": round(response.latency_ms, 3),
+                    "cache_hit": response.cache_hit,
+                    "finish_reason": response.finish_reason,
+                    "prompt_messages": len(request.messages),
+                },
+            )
+            calls = response.message.tool_calls
+            if not calls:
+                return
+            rounds += 1
+            tools = {t.name: t for t in draft.tools}
+            for call in calls:
+                if inv.cancelled.is_set():
+                    return
+                yield await self._run_tool(inv, tools, call)
+
+    async def _run_tool(self, inv: Invocation, tools: dict[str, Tool], call: ToolCall) -> Event:
+        started = time.perf_counter()
+        error: str | None = None
+        tool = tools.get(call.name)
+        if tool is None:
+            content = f"error: no tool named {call.name!r} is available"
+            error = "unknown_tool"
+        else:
+            try:
+                args = call.parsed_arguments()
+                content = render_tool_result(await tool.call(args, ToolContext(inv, call.id, call.name)))
+            except Exception as exc:  # a failing tool is a result the model can read, not a crash
+                content = f"error: {type(exc).__name__}: {exc}"
+                error = type(exc).__name__
+        return self._event(
+            inv,
+            [Message.tool(call.id, call.name, content)],
+            object=OBJ_TOOL_RESPONSE,
+            metadata={"tool_error": error, "latency_ms": round((time.perf_counter() - started) * 1000, 3)},
+        )
+
+    def _event(self, inv: Invocation, choices: list[Message], **kwargs: Any) -> Event:
+        return Event(
+            author=self.name,
+            choices=choices,
+            invocation_id=inv.id,
+            request_id=inv.request_id,
+            filter_key=inv.filter_key,
+            **kwargs,
+        )
+
+    def _error(self, inv: Invocation, message: str, code: str) -> Event:
+        return self._event(inv, [], object=OBJ_ERROR, error=message, error_code=code)
