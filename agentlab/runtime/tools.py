@@ -109,7 +109,7 @@ class FunctionTool:
         required: list[str] = []
         for pname, param in inspect.signature(fn).parameters.items():
             annotation = hints.get(pname, param.annotation)
-            if annotation is ToolContext:
+            if annotation is ToolContext or ToolContext in get_args(annotation):
                 self._context_param = pname
                 continue
             schema = _schema_for(annotation)
