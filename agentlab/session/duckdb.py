@@ -1,0 +1,430 @@
+"""The DuckDB session backend: one file holds sessions, the event ledger and summaries.
+
+Tables (created on first use)::
+
+    sessions  (app_name, user_id, session_id) PK, state JSON, event_count, created_at, updated_at
+    events    (app_name, user_id, session_id, seq) PK, event_id, invocation_id, author, object,
+              role, filter_key, timestamp, token_count, event_json (the whole Event as JSON text)
+    summaries (app_name, user_id, session_id, filter_key) PK, text, updated_at, boundary JSON,
+              topics JSON
+
+``seq`` numbers a session's events 0, 1, 2 ... in append order. It is handed out by the same
+transaction that inserts the event (``sessions.event_count`` is bumped with ``RETURNING``), so
+it stays gap-free and unique even if two service objects share one file.
+
+Connection lifetime: DuckDB lets only one process open a file for writing. The service opens
+the file on its first call and keeps one connection until :meth:`DuckDBSessionService.close`
+(or the end of an ``async with`` block); a closed service reopens the file on its next call.
+Close the service before another process needs the file.
+
+Concurrency: every DuckDB call runs in a worker thread (``asyncio.to_thread``) on that one
+connection, guarded by a threading lock. Writes are also serialised by an asyncio lock held
+across the database write *and* the update of the caller's ``Session`` object, so the order of
+``session.events`` always matches ``seq`` even with many concurrent appending tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import duckdb
+
+from agentlab.events import Event
+from agentlab.session.base import (
+    FULL_SESSION_KEY,
+    EventTokenCounter,
+    Session,
+    SessionKey,
+    Summary,
+    SummaryBoundary,
+)
+from agentlab.session.inmemory import (
+    check_window_sizes,
+    default_token_counter,
+    describe,
+    ensure_token_count,
+    merge_state,
+    new_session_id,
+)
+
+_T = TypeVar("_T")
+_Connection = duckdb.DuckDBPyConnection
+
+_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS sessions (
+        app_name    VARCHAR NOT NULL,
+        user_id     VARCHAR NOT NULL,
+        session_id  VARCHAR NOT NULL,
+        state       JSON    NOT NULL,
+        event_count BIGINT  NOT NULL DEFAULT 0,
+        created_at  DOUBLE  NOT NULL,
+        updated_at  DOUBLE  NOT NULL,
+        PRIMARY KEY (app_name, user_id, session_id)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS events (
+        app_name      VARCHAR NOT NULL,
+        user_id       VARCHAR NOT NULL,
+        session_id    VARCHAR NOT NULL,
+        seq           BIGINT  NOT NULL,
+        event_id      VARCHAR NOT NULL,
+        invocation_id VARCHAR,
+        author        VARCHAR,
+        object        VARCHAR,
+        role          VARCHAR,
+        filter_key    VARCHAR,
+        timestamp     DOUBLE,
+        token_count   INTEGER,
+        event_json    VARCHAR NOT NULL,
+        PRIMARY KEY (app_name, user_id, session_id, seq)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS summaries (
+        app_name   VARCHAR NOT NULL,
+        user_id    VARCHAR NOT NULL,
+        session_id VARCHAR NOT NULL,
+        filter_key VARCHAR NOT NULL,
+        text       VARCHAR NOT NULL,
+        updated_at DOUBLE  NOT NULL,
+        boundary   JSON,
+        topics     JSON,
+        PRIMARY KEY (app_name, user_id, session_id, filter_key)
+    )
+    """,
+)
+
+_KEY_MATCH = "app_name = ? AND user_id = ? AND session_id = ?"
+
+
+def _key_params(key: SessionKey) -> list[str]:
+    return [key.app_name, key.user_id, key.session_id]
+
+
+def _summary_from_row(text: str, updated_at: float, boundary: str | None, topics: str | None) -> Summary:
+    return Summary(
+        text=text,
+        updated_at=float(updated_at),
+        boundary=SummaryBoundary.from_dict(json.loads(boundary) if boundary else None),
+        topics=tuple(json.loads(topics) if topics else ()),
+    )
+
+
+class DuckDBSessionService:
+    """A ``SessionService`` persisted in one DuckDB file (``":memory:"`` also works).
+
+    Use ``async with DuckDBSessionService(path) as sessions: ...`` or call :meth:`close` when
+    done, so the file lock is released for other processes.
+    """
+
+    def __init__(self, path: str | Path, token_counter: EventTokenCounter | None = None) -> None:
+        self.path = path if str(path) == ":memory:" else Path(path)
+        self._count_tokens: EventTokenCounter = token_counter or default_token_counter
+        self._connection: _Connection | None = None
+        self._db_lock = threading.Lock()
+        # asyncio.Lock binds to the loop that first waits on it; one lock per loop keeps the
+        # service usable from several asyncio.run() calls (scripts, notebooks).
+        self._write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> DuckDBSessionService:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection and release the file; the next call reopens it."""
+        await asyncio.to_thread(self.close_sync)
+
+    def close_sync(self) -> None:
+        """:meth:`close` for code without an event loop (``atexit`` handlers, notebooks)."""
+        with self._db_lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
+                             state: dict[str, Any] | None = None) -> Session:
+        key = SessionKey(app_name, user_id, session_id or new_session_id())
+        initial_state = dict(state or {})
+        state_json = json.dumps(initial_state)
+        now = time.time()
+
+        def insert(con: _Connection) -> None:
+            try:
+                con.execute(
+                    "INSERT INTO sessions (app_name, user_id, session_id, state, event_count, created_at,"
+                    " updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
+                    [*_key_params(key), state_json, now, now],
+                )
+            except duckdb.ConstraintException:
+                raise ValueError(f"session already exists: {describe(key)}") from None
+
+        async with self._write_lock():
+            await self._run(insert)
+        return Session(app_name=app_name, user_id=user_id, id=key.session_id, state=initial_state,
+                       created_at=now, updated_at=now)
+
+    async def get_session(self, app_name: str, user_id: str, session_id: str) -> Session | None:
+        key = SessionKey(app_name, user_id, session_id)
+
+        def read(con: _Connection) -> Session | None:
+            row = con.execute(
+                f"SELECT state, created_at, updated_at FROM sessions WHERE {_KEY_MATCH}", _key_params(key)
+            ).fetchone()
+            if row is None:
+                return None
+            events = con.execute(
+                f"SELECT event_json FROM events WHERE {_KEY_MATCH} ORDER BY seq", _key_params(key)
+            ).fetchall()
+            summaries = con.execute(
+                f"SELECT filter_key, text, updated_at, boundary, topics FROM summaries WHERE {_KEY_MATCH}",
+                _key_params(key),
+            ).fetchall()
+            return Session(
+                app_name=app_name,
+                user_id=user_id,
+                id=session_id,
+                events=[Event.from_json(text) for (text,) in events],
+                state=json.loads(row[0]),
+                summaries={fk: _summary_from_row(*rest) for fk, *rest in summaries},
+                created_at=float(row[1]),
+                updated_at=float(row[2]),
+            )
+
+        return await self._run(read)
+
+    async def list_sessions(self, app_name: str, user_id: str) -> list[Session]:
+        # Three queries in total, whatever the number of sessions (no per-session round trip).
+        def read(con: _Connection) -> list[Session]:
+            params = [app_name, user_id]
+            rows = con.execute(
+                "SELECT session_id, state, created_at, updated_at FROM sessions"
+                " WHERE app_name = ? AND user_id = ? ORDER BY created_at, session_id",
+                params,
+            ).fetchall()
+            sessions = {
+                sid: Session(app_name=app_name, user_id=user_id, id=sid, state=json.loads(state),
+                             created_at=float(created), updated_at=float(updated))
+                for sid, state, created, updated in rows
+            }
+            for sid, text in con.execute(
+                "SELECT session_id, event_json FROM events WHERE app_name = ? AND user_id = ?"
+                " ORDER BY session_id, seq",
+                params,
+            ).fetchall():
+                if sid in sessions:
+                    sessions[sid].events.append(Event.from_json(text))
+            for sid, fk, *rest in con.execute(
+                "SELECT session_id, filter_key, text, updated_at, boundary, topics FROM summaries"
+                " WHERE app_name = ? AND user_id = ?",
+                params,
+            ).fetchall():
+                if sid in sessions:
+                    sessions[sid].summaries[fk] = _summary_from_row(*rest)
+            return list(sessions.values())
+
+        return await self._run(read)
+
+    async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
+        params = [app_name, user_id, session_id]
+
+        def delete(con: _Connection) -> None:
+            with _transaction(con):
+                for table in ("events", "summaries", "sessions"):
+                    con.execute(f"DELETE FROM {table} WHERE {_KEY_MATCH}", params)
+
+        async with self._write_lock():
+            await self._run(delete)
+
+    # -- ledger and state ----------------------------------------------------------------------
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        key = session.key
+        ensure_token_count(event, self._count_tokens)
+        event_json = event.to_json()
+        delta = event.state_delta
+        delta_copy = json.loads(json.dumps(delta)) if delta else None
+        message_role = event.role
+
+        def insert(con: _Connection) -> None:
+            now = time.time()
+            with _transaction(con):
+                row = con.execute(
+                    f"UPDATE sessions SET event_count = event_count + 1, updated_at = ? WHERE {_KEY_MATCH}"
+                    " RETURNING event_count - 1, state",
+                    [now, *_key_params(key)],
+                ).fetchone()
+                if row is None:
+                    raise KeyError(f"no such session: {describe(key)} (create it before appending)")
+                seq, state_json = row
+                con.execute(
+                    "INSERT INTO events (app_name, user_id, session_id, seq, event_id, invocation_id,"
+                    " author, object, role, filter_key, timestamp, token_count, event_json)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [*_key_params(key), seq, event.id, event.invocation_id, event.author, event.object,
+                     message_role, event.filter_key, event.timestamp, event.token_count, event_json],
+                )
+                if delta_copy:
+                    stored_state = json.loads(state_json)
+                    merge_state(stored_state, delta_copy)
+                    con.execute(f"UPDATE sessions SET state = ? WHERE {_KEY_MATCH}",
+                                [json.dumps(stored_state), *_key_params(key)])
+
+        async with self._write_lock():
+            await self._run(insert)
+            # Still under the write lock: the object's order matches the committed seq order.
+            if delta:
+                merge_state(session.state, delta)
+            session.events.append(event)
+            session.updated_at = time.time()
+        return event
+
+    async def update_state(self, session: Session, delta: dict[str, Any]) -> None:
+        key = session.key
+        delta_copy = json.loads(json.dumps(delta))
+
+        def update(con: _Connection) -> None:
+            with _transaction(con):
+                row = con.execute(f"SELECT state FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
+                if row is None:
+                    raise KeyError(f"no such session: {describe(key)}")
+                stored_state = json.loads(row[0])
+                merge_state(stored_state, delta_copy)
+                con.execute(f"UPDATE sessions SET state = ?, updated_at = ? WHERE {_KEY_MATCH}",
+                            [json.dumps(stored_state), time.time(), *_key_params(key)])
+
+        async with self._write_lock():
+            await self._run(update)
+            merge_state(session.state, delta)
+            session.updated_at = time.time()
+
+    async def get_event_window(self, app_name: str, user_id: str, session_id: str, event_id: str,
+                               before: int = 1, after: int = 1,
+                               roles: Sequence[str] | None = None) -> list[Event]:
+        check_window_sizes(before, after)
+        key = SessionKey(app_name, user_id, session_id)
+        role_filter = "" if roles is None else " AND list_contains(?, role)"
+        role_params: list[Any] = [] if roles is None else [list(roles)]
+
+        def read(con: _Connection) -> list[Event]:
+            anchor = con.execute(
+                f"SELECT seq, event_json FROM events WHERE {_KEY_MATCH} AND event_id = ?"
+                " ORDER BY seq DESC LIMIT 1",
+                [*_key_params(key), event_id],
+            ).fetchone()
+            if anchor is None:
+                exists = con.execute(f"SELECT 1 FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
+                if exists is None:
+                    raise KeyError(f"no such session: {describe(key)}")
+                raise KeyError(f"no event {event_id!r} in session {describe(key)}")
+            anchor_seq, anchor_json = anchor
+            earlier = con.execute(
+                f"SELECT event_json FROM events WHERE {_KEY_MATCH} AND seq < ?{role_filter}"
+                " ORDER BY seq DESC LIMIT ?",
+                [*_key_params(key), anchor_seq, *role_params, before],
+            ).fetchall()
+            later = con.execute(
+                f"SELECT event_json FROM events WHERE {_KEY_MATCH} AND seq > ?{role_filter}"
+                " ORDER BY seq LIMIT ?",
+                [*_key_params(key), anchor_seq, *role_params, after],
+            ).fetchall()
+            texts = [t for (t,) in reversed(earlier)] + [anchor_json] + [t for (t,) in later]
+            return [Event.from_json(text) for text in texts]
+
+        return await self._run(read)
+
+    # -- summaries -----------------------------------------------------------------------------
+
+    async def get_summary(self, session: Session, filter_key: str = FULL_SESSION_KEY) -> Summary | None:
+        params = [*_key_params(session.key), filter_key]
+
+        def read(con: _Connection) -> Summary | None:
+            row = con.execute(
+                f"SELECT text, updated_at, boundary, topics FROM summaries WHERE {_KEY_MATCH} AND filter_key = ?",
+                params,
+            ).fetchone()
+            return None if row is None else _summary_from_row(*row)
+
+        return await self._run(read)
+
+    async def write_summary(self, session: Session, filter_key: str, summary: Summary) -> None:
+        key = session.key
+        boundary_json = json.dumps(summary.boundary.to_dict()) if summary.boundary else None
+        topics_json = json.dumps(list(summary.topics))
+
+        def write(con: _Connection) -> None:
+            with _transaction(con):
+                exists = con.execute(f"SELECT 1 FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
+                if exists is None:
+                    raise KeyError(f"no such session: {describe(key)}")
+                # One row holds text and boundary, so a single upsert moves them together.
+                con.execute(
+                    "INSERT OR REPLACE INTO summaries (app_name, user_id, session_id, filter_key, text,"
+                    " updated_at, boundary, topics) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [*_key_params(key), filter_key, summary.text, summary.updated_at, boundary_json,
+                     topics_json],
+                )
+
+        async with self._write_lock():
+            await self._run(write)
+            session.summaries[filter_key] = summary
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _write_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        lock = self._write_locks.get(loop)
+        if lock is None:
+            lock = self._write_locks[loop] = asyncio.Lock()
+        return lock
+
+    def _open(self) -> _Connection:
+        if self._connection is None:
+            if isinstance(self.path, Path):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                con = duckdb.connect(str(self.path))
+            except duckdb.IOException as exc:
+                raise RuntimeError(f"cannot open session store {self.path}: {exc}") from None
+            for statement in _SCHEMA:
+                con.execute(statement)
+            self._connection = con
+        return self._connection
+
+    def _locked(self, work: Callable[[_Connection], _T]) -> _T:
+        with self._db_lock:
+            return work(self._open())
+
+    async def _run(self, work: Callable[[_Connection], _T]) -> _T:
+        return await asyncio.to_thread(self._locked, work)
+
+
+@contextlib.contextmanager
+def _transaction(con: _Connection) -> Iterator[_Connection]:
+    """BEGIN ... COMMIT, or ROLLBACK when the block raises."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
