@@ -1,0 +1,503 @@
+"""Any OpenAI-compatible chat-completions server, reached with ``openai.AsyncOpenAI``.
+
+This is the one client path of agentlab: OpenAI itself, vLLM, Ollama, llama.cpp, DeepSeek and the
+embedded SmolLM2 server all go through :class:`OpenAICompatModel`.
+
+Retries are ours, not the library's (it is built with ``max_retries=0``) so that the policy is
+visible and testable: exponential backoff with full jitter on 429, 5xx, timeouts and connection
+errors, for at most ``max_attempts`` attempts. Everything else fails at once with one clear
+sentence from the :class:`~agentlab.model.base.ModelError` family.
+
+Responses are parsed from the raw JSON body rather than the library's lazily built objects, so a
+malformed body becomes a :class:`~agentlab.model.base.MalformedResponse` naming what is missing
+instead of an ``AttributeError`` deep inside a caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import time
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+
+from agentlab.events import Message, ToolCall, Usage, new_id
+from agentlab.model import tokens
+from agentlab.model.base import (
+    CallRecord,
+    ContextLengthError,
+    MalformedResponse,
+    ModelChunk,
+    ModelError,
+    ModelInfo,
+    ModelRequest,
+    ModelResponse,
+    ModelTimeout,
+    ModelUnavailable,
+    RateLimitError,
+    ServerError,
+    report_call,
+)
+
+#: Context windows of well-known hosted models, matched by longest name prefix.
+KNOWN_CONTEXT_WINDOWS: dict[str, int] = {
+    "gpt-4o-mini": 128_000,
+    "gpt-4o": 128_000,
+    "gpt-4-turbo": 128_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4.1-mini": 1_047_576,
+    "gpt-4.1-nano": 1_047_576,
+    "gpt-4-32k": 32_768,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo": 16_385,
+    "gpt-5": 400_000,
+    "o1": 200_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+}
+
+#: Window assumed for a model we know nothing about (the reference fallback window).
+FALLBACK_CONTEXT_WINDOW = 8_192
+
+# Wording servers use when a prompt does not fit: OpenAI/vLLM ("maximum context length"),
+# llama.cpp ("exceed_context_size_error", "n_ctx"), and assorted proxies.
+_CONTEXT_LENGTH_PATTERN = re.compile(
+    r"context[ _]length|maximum context|too many tokens|exceeds|exceed_context_size|n_ctx|context size",
+    re.IGNORECASE,
+)
+
+_NUMBER_WORDS = {1: "once", 2: "twice", 3: "three times", 4: "four times", 5: "five times",
+                 6: "six times", 7: "seven times", 8: "eight times", 9: "nine times", 10: "ten times"}
+
+
+def context_window_for(model: str, context_window: int | None = None) -> int:
+    """The explicit window, else the known window of ``model``, else the fallback window."""
+    if context_window:
+        return int(context_window)
+    name = model.rsplit("/", 1)[-1].lower()
+    best = ""
+    for prefix in KNOWN_CONTEXT_WINDOWS:
+        if name.startswith(prefix) and len(prefix) > len(best):
+            best = prefix
+    return KNOWN_CONTEXT_WINDOWS[best] if best else FALLBACK_CONTEXT_WINDOW
+
+
+def _short(text: Any, limit: int = 200) -> str:
+    """One readable line of at most ``limit`` characters from a body or error payload."""
+    if not isinstance(text, str):
+        try:
+            text = json.dumps(text, ensure_ascii=False)
+        except (TypeError, ValueError):
+            text = str(text)
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _times(n: int) -> str:
+    return _NUMBER_WORDS.get(n, f"{n} times")
+
+
+class _Attempt(Exception):
+    """One failed attempt, classified; turned into a ModelError once retries are over."""
+
+    def __init__(self, error_class: type[ModelError], detail: str, status: int | None,
+                 retryable: bool, retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.error_class = error_class
+        self.detail = detail
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+def _error_text(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        # The library strips the outer {"error": ...}; some servers send a bare {"message": ...}.
+        inner = body.get("error", body)
+        if isinstance(inner, dict):
+            parts = [str(inner.get(k)) for k in ("message", "type", "code") if inner.get(k)]
+            extra = {k: v for k, v in inner.items() if k in ("n_ctx", "n_prompt_tokens")}
+            if extra:
+                parts.append(json.dumps(extra))
+            if parts:
+                return " | ".join(parts)
+        return _short(body)
+    try:
+        text = exc.response.text
+    except Exception:  # the body may be unreadable (already closed stream)
+        text = exc.message
+    return _short(text) or "(empty body)"
+
+
+def _retry_after_seconds(exc: openai.APIStatusError) -> float | None:
+    try:
+        value = exc.response.headers.get("retry-after")
+        return float(value) if value is not None else None
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _classify(exc: BaseException) -> _Attempt:
+    """Map a library exception onto our error family and say whether it is worth retrying."""
+    if isinstance(exc, openai.APITimeoutError):
+        return _Attempt(ModelTimeout, "timed out", None, retryable=True)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return _Attempt(ModelUnavailable, f"could not be reached ({_short(str(cause) or type(cause).__name__)})",
+                        None, retryable=True)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        detail = _error_text(exc)
+        if status == 429:
+            return _Attempt(RateLimitError, detail, status, retryable=True,
+                            retry_after=_retry_after_seconds(exc))
+        if status >= 500:
+            return _Attempt(ServerError, detail, status, retryable=True)
+        if status == 408:
+            return _Attempt(ModelTimeout, detail, status, retryable=True)
+        if status in (400, 413, 422) and _CONTEXT_LENGTH_PATTERN.search(detail):
+            return _Attempt(ContextLengthError, detail, status, retryable=False)
+        if status in (401, 403, 404):
+            return _Attempt(ModelUnavailable, detail, status, retryable=False)
+        return _Attempt(ModelError, detail, status, retryable=False)
+    if isinstance(exc, openai.APIError):
+        # An error object inside a 200 stream (the library raises a bare APIError for it).
+        detail = _short(getattr(exc, "message", str(exc)))
+        if _CONTEXT_LENGTH_PATTERN.search(detail):
+            return _Attempt(ContextLengthError, detail, None, retryable=False)
+        return _Attempt(ModelError, detail, None, retryable=False)
+    if isinstance(exc, asyncio.TimeoutError):
+        return _Attempt(ModelTimeout, "timed out", None, retryable=True)
+    raise exc
+
+
+# ---------------------------------------------------------------------------------- parsing
+
+
+def _parse_tool_calls(raw: Any) -> tuple[ToolCall, ...]:
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise MalformedResponse(f"tool_calls is a {type(raw).__name__}, expected a list")
+    calls = []
+    for item in raw:
+        function = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(function, dict) or not function.get("name"):
+            raise MalformedResponse(f"tool call without a function name: {_short(item, 120)}")
+        arguments = function.get("arguments")
+        if arguments is None:
+            arguments = "{}"
+        elif not isinstance(arguments, str):
+            # Some servers (Ollama) send the arguments as an object instead of a JSON string.
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        calls.append(ToolCall(id=str(item.get("id") or new_id("call_")), name=str(function["name"]),
+                              arguments=arguments))
+    return tuple(calls)
+
+
+def _parse_usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    try:
+        return Usage(
+            prompt_tokens=int(raw.get("prompt_tokens") or 0),
+            completion_tokens=int(raw.get("completion_tokens") or 0),
+            cached_tokens=int(cached or 0),
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+def _estimated_usage(request: ModelRequest, message: Message) -> Usage:
+    completion = tokens.count_text(message.content) + sum(
+        tokens.count_text(c.name) + tokens.count_text(c.arguments) for c in message.tool_calls
+    )
+    return Usage(tokens.count_messages(request.messages, request.tools or None), completion)
+
+
+def parse_completion(body: str, where: str = "model server") -> tuple[Message, Usage | None, str | None]:
+    """Message, usage and finish reason of a chat-completions JSON body; MalformedResponse if not one.
+
+    ``where`` names the server in error messages.
+    """
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, TypeError):
+        raise MalformedResponse(f"{where} sent a body that is not JSON: {_short(body, 120)!r}") from None
+    if not isinstance(data, dict):
+        raise MalformedResponse(f"{where} sent a JSON {type(data).__name__}, expected an object")
+    if "error" in data and not data.get("choices"):
+        detail = _short(data["error"])
+        if _CONTEXT_LENGTH_PATTERN.search(detail):
+            raise ContextLengthError(detail)
+        raise ModelError(f"{where} returned an error: {detail}")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponse(f"{where} sent a response with no choices: {_short(body, 120)!r}")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise MalformedResponse(f"{where} sent a choice without a message: {_short(choice, 120)!r}")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise MalformedResponse(f"{where} sent message content as {type(content).__name__}, expected text")
+    parsed = Message.assistant(content or "", _parse_tool_calls(message.get("tool_calls")))
+    finish = choice.get("finish_reason")
+    return parsed, _parse_usage(data.get("usage")), str(finish) if finish is not None else None
+
+
+# ------------------------------------------------------------------------------------ model
+
+
+class OpenAICompatModel:
+    """A chat model behind an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        context_window: int | None = None,
+        timeout: float = 60.0,
+        max_attempts: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.model = model
+        self.base_url = base_url
+        if api_key is None:
+            api_key = os.environ.get("OPENAI_API_KEY")
+        if api_key is None and base_url is None:
+            raise ModelUnavailable(
+                f"model {model!r} needs OPENAI_API_KEY (or give a base_url of an OpenAI-compatible server)"
+            )
+        # Local servers ignore the key but the client insists on having one.
+        self.api_key = api_key or "not-needed"
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.info = ModelInfo(name=model, context_window=context_window_for(model, context_window))
+        #: Flipped off when a server rejects ``stream_options``; usage is then counted locally.
+        self.stream_usage_supported = True
+        # One client per event loop: an httpx pool must not outlive or cross its loop.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatModel({self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def server_label(self) -> str:
+        return self.base_url or "https://api.openai.com/v1"
+
+    def _client(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = openai.AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, max_retries=0,
+                                        timeout=self.timeout)
+            self._clients[loop] = client
+        return client
+
+    async def aclose(self) -> None:
+        """Close this loop's HTTP client (optional; clients are also dropped with their loop)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.close()
+
+    # -------------------------------------------------------------------------- request
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        config = request.config
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.to_openai() for m in request.messages],
+        }
+        if request.tools:
+            params["tools"] = request.tools
+        if config.temperature is not None:
+            params["temperature"] = config.temperature
+        if config.max_tokens is not None:
+            params["max_tokens"] = config.max_tokens
+        if config.top_p is not None:
+            params["top_p"] = config.top_p
+        if config.stop:
+            params["stop"] = list(config.stop)
+        if config.seed is not None:
+            params["seed"] = config.seed
+        if config.response_format == "json":
+            params["response_format"] = {"type": "json_object"}
+        elif config.response_format is not None:
+            raise ValueError(f"unknown response_format {config.response_format!r} (use 'json' or None)")
+        return params
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        # Full jitter: uniform in [0, capped exponential]; a server's Retry-After is a floor.
+        delay = random.uniform(0.0, min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)))
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.backoff_max))
+        return delay
+
+    def _final_error(self, failures: list[_Attempt]) -> ModelError:
+        last = failures[-1]
+        where = f"model server at {self.server_label}"
+        if not last.retryable or len(failures) == 1:
+            if last.status is not None:
+                return last.error_class(f"{where} answered {last.status}: {last.detail}")
+            return last.error_class(f"{where} {last.detail}")
+        statuses = [f.status for f in failures]
+        if last.status is not None and all(s == last.status for s in statuses):
+            return last.error_class(f"{where} answered {last.status} {_times(len(failures))}: {last.detail}")
+        if all(s is None for s in statuses) and all(f.detail == last.detail for f in failures):
+            return last.error_class(f"{where} {last.detail} {_times(len(failures))}")
+        seen = ", ".join(str(f.status) if f.status is not None else f.detail.split(" (")[0] for f in failures)
+        return last.error_class(f"{where} failed {_times(len(failures))} ({seen}); last: {last.detail}")
+
+    async def _with_retries(self, call: Any) -> Any:
+        """Run ``call()`` (a coroutine factory) with our retry policy; raise a ModelError when done."""
+        failures: list[_Attempt] = []
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return await asyncio.wait_for(call(), timeout=self.timeout)
+            except (openai.APIError, asyncio.TimeoutError) as exc:
+                failure = _classify(exc)
+            failures.append(failure)
+            if not failure.retryable or attempt == self.max_attempts:
+                break
+            await asyncio.sleep(self._backoff(attempt, failure.retry_after))
+        raise self._final_error(failures)
+
+    def _report(self, request: ModelRequest, usage: Usage, started: float, error: BaseException | None) -> None:
+        report_call(
+            CallRecord(
+                model=self.model,
+                purpose=request.purpose,
+                usage=usage,
+                latency_ms=(time.perf_counter() - started) * 1000,
+                cache_hit=False,
+                cache_key=request.cache_key(self.model),
+                error=None if error is None else f"{type(error).__name__}: {error}",
+            )
+        )
+
+    # ------------------------------------------------------------------------- generate
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        try:
+            params = self._params(request)
+
+            async def one_attempt() -> str:
+                raw = await self._client().chat.completions.with_raw_response.create(**params)
+                return raw.text
+
+            body = await self._with_retries(one_attempt)
+            message, usage, finish = parse_completion(body, f"model server at {self.server_label}")
+            if usage is None:
+                usage = _estimated_usage(request, message)
+        except ModelError as exc:
+            self._report(request, Usage(), started, exc)
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            # Anything the library or pydantic trips over deep inside is a malformed answer.
+            error = MalformedResponse(f"model server at {self.server_label} sent an unreadable response: "
+                                      f"{type(exc).__name__}: {_short(str(exc), 160)}")
+            self._report(request, Usage(), started, error)
+            raise error from exc
+        response = ModelResponse(message=message, usage=usage, model=self.model, finish_reason=finish,
+                                 latency_ms=(time.perf_counter() - started) * 1000)
+        self._report(request, usage, started, None)
+        return response
+
+    # --------------------------------------------------------------------------- stream
+
+    async def _open_stream(self, params: dict[str, Any]) -> Any:
+        async def one_attempt() -> Any:
+            extra = {"stream_options": {"include_usage": True}} if self.stream_usage_supported else {}
+            return await self._client().chat.completions.create(stream=True, **params, **extra)
+
+        try:
+            return await self._with_retries(one_attempt)
+        except ModelError as exc:
+            # Older servers reject stream_options; retry once without it and remember.
+            if self.stream_usage_supported and "stream_options" in str(exc) and not exc.retryable:
+                self.stream_usage_supported = False
+                return await self._with_retries(one_attempt)
+            raise
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        started = time.perf_counter()
+        content: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        usage: Usage | None = None
+        finish: str | None = None
+        saw_choice = False
+        try:
+            params = self._params(request)
+            stream = await self._open_stream(params)
+            try:
+                async for chunk in stream:
+                    data = chunk.model_dump(warnings=False) if hasattr(chunk, "model_dump") else chunk
+                    if not isinstance(data, dict):
+                        raise MalformedResponse(f"stream chunk is not an object: {_short(data, 120)!r}")
+                    usage = _parse_usage(data.get("usage")) or usage
+                    for choice in data.get("choices") or ():
+                        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                            continue
+                        saw_choice = True
+                        finish = choice.get("finish_reason") or finish
+                        delta = choice.get("delta") or {}
+                        text = delta.get("content")
+                        if text:
+                            content.append(text)
+                            yield ModelChunk(delta=text)
+                        for piece in delta.get("tool_calls") or ():
+                            slot = calls.setdefault(int(piece.get("index") or 0),
+                                                    {"id": "", "name": "", "arguments": ""})
+                            slot["id"] = piece.get("id") or slot["id"]
+                            function = piece.get("function") or {}
+                            slot["name"] += function.get("name") or ""
+                            slot["arguments"] += function.get("arguments") or ""
+            finally:
+                await stream.close()
+        except (openai.APIError, asyncio.TimeoutError) as exc:
+            error = self._final_error([_classify(exc)])
+            self._report(request, Usage(), started, error)
+            raise error from exc
+        except ModelError as exc:
+            self._report(request, Usage(), started, exc)
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            error = MalformedResponse(f"model server at {self.server_label} sent an unreadable stream: "
+                                      f"{type(exc).__name__}: {_short(str(exc), 160)}")
+            self._report(request, Usage(), started, error)
+            raise error from exc
+        if not saw_choice:
+            error = MalformedResponse(f"model server at {self.server_label} streamed no choices")
+            self._report(request, Usage(), started, error)
+            raise error
+        tool_calls = tuple(
+            ToolCall(id=slot["id"] or new_id("call_"), name=slot["name"], arguments=slot["arguments"] or "{}")
+            for _, slot in sorted(calls.items())
+        )
+        message = Message.assistant("".join(content), tool_calls)
+        if usage is None:
+            usage = _estimated_usage(request, message)
+        response = ModelResponse(message=message, usage=usage, model=self.model, finish_reason=finish,
+                                 latency_ms=(time.perf_counter() - started) * 1000)
+        self._report(request, usage, started, None)
+        yield ModelChunk(response=response)

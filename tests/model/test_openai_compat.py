@@ -1,0 +1,201 @@
+import json
+
+import pytest
+from fake_openai_server import Answer, FakeOpenAIServer, completion, error_body, stream_chunks
+
+from agentlab.events import Message
+from agentlab.model import (
+    CallRecord,
+    ContextLengthError,
+    GenerationConfig,
+    MalformedResponse,
+    ModelRequest,
+    ModelUnavailable,
+    RateLimitError,
+    ServerError,
+    observe_calls,
+)
+from agentlab.model.openai_compat import OpenAICompatModel, context_window_for
+
+USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14,
+         "prompt_tokens_details": {"cached_tokens": 4}}
+
+
+def _model(server: FakeOpenAIServer, **kwargs: object) -> OpenAICompatModel:
+    options = {"max_attempts": 4, "backoff_base": 0.001, "backoff_max": 0.005, "timeout": 5.0}
+    options.update(kwargs)
+    return OpenAICompatModel("fake-model", base_url=server.base_url, api_key="k", **options)  # type: ignore[arg-type]
+
+
+def _request(**kwargs: object) -> ModelRequest:
+    return ModelRequest(messages=[Message.system("be brief"), Message.user("hi")], **kwargs)  # type: ignore[arg-type]
+
+
+async def test_success_parses_text_usage_and_sends_params() -> None:
+    with FakeOpenAIServer([Answer(body=completion("hello", usage=USAGE))]) as server:
+        model = _model(server)
+        config = GenerationConfig(temperature=0.2, max_tokens=7, stop=("END",), seed=3, response_format="json")
+        response = await model.generate(_request(config=config))
+    assert response.message == Message.assistant("hello")
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens, response.usage.cached_tokens) == (11, 3, 4)
+    assert response.finish_reason == "stop" and response.latency_ms > 0
+    sent = server.requests[0]
+    assert sent["model"] == "fake-model"
+    assert sent["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    assert (sent["temperature"], sent["max_tokens"], sent["stop"], sent["seed"]) == (0.2, 7, ["END"], 3)
+    assert sent["response_format"] == {"type": "json_object"}
+
+
+async def test_missing_usage_falls_back_to_token_counting() -> None:
+    with FakeOpenAIServer([Answer(body=completion("hello world"))]) as server:
+        response = await _model(server).generate(_request())
+    assert response.usage.prompt_tokens > 0 and response.usage.completion_tokens == 2
+
+
+async def test_retries_429_twice_then_succeeds_on_third_attempt() -> None:
+    answers = [Answer(429, error_body("slow down", type_="rate_limit")),
+               Answer(429, error_body("slow down", type_="rate_limit")),
+               Answer(body=completion("finally", usage=USAGE))]
+    records: list[CallRecord] = []
+    with FakeOpenAIServer(answers) as server, observe_calls(records.append):
+        response = await _model(server).generate(_request())
+    assert response.message.content == "finally"
+    assert len(server.requests) == 3
+    assert len(records) == 1 and records[0].error is None and records[0].usage.prompt_tokens == 11
+
+
+async def test_always_500_gives_server_error_after_max_attempts() -> None:
+    records: list[CallRecord] = []
+    with FakeOpenAIServer([Answer(500, error_body("kaboom", type_="server_error"))]) as server:
+        with observe_calls(records.append), pytest.raises(ServerError) as info:
+            await _model(server, max_attempts=3).generate(_request())
+    assert len(server.requests) == 3
+    message = str(info.value)
+    assert server.base_url in message and "answered 500 three times" in message and "kaboom" in message
+    assert len(records) == 1 and "ServerError" in (records[0].error or "")
+
+
+async def test_rate_limit_exhausted_is_rate_limit_error() -> None:
+    with FakeOpenAIServer([Answer(429, error_body("slow down"))]) as server:
+        with pytest.raises(RateLimitError, match="answered 429 twice"):
+            await _model(server, max_attempts=2).generate(_request())
+
+
+async def test_other_4xx_is_not_retried() -> None:
+    with FakeOpenAIServer([Answer(401, error_body("bad key"))]) as server:
+        with pytest.raises(ModelUnavailable, match="401.*bad key"):
+            await _model(server).generate(_request())
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "this is not json",
+        json.dumps({"id": "x", "object": "chat.completion"}),
+        json.dumps({"choices": []}),
+        json.dumps({"choices": [{"index": 0, "finish_reason": "stop"}]}),
+        json.dumps([1, 2, 3]),
+        json.dumps({"choices": [{"message": {"role": "assistant", "tool_calls": [{"id": "c"}]}}]}),
+    ],
+)
+async def test_malformed_body_is_malformed_response_with_readable_message(body: str) -> None:
+    records: list[CallRecord] = []
+    with FakeOpenAIServer([Answer(body=body)]) as server, observe_calls(records.append):
+        with pytest.raises(MalformedResponse) as info:
+            await _model(server).generate(_request())
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 300
+    assert len(server.requests) == 1
+    assert records and records[0].error is not None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        error_body("This model's maximum context length is 8192 tokens. However, your messages resulted "
+                   "in 9000 tokens.", code="context_length_exceeded"),
+        error_body("the request exceeds the available context size, try increasing it",
+                   type_="exceed_context_size_error", n_prompt_tokens=9000, n_ctx=8192),
+    ],
+)
+async def test_context_length_400_is_context_length_error(body: dict) -> None:
+    with FakeOpenAIServer([Answer(400, body)]) as server:
+        with pytest.raises(ContextLengthError):
+            await _model(server).generate(_request())
+    assert len(server.requests) == 1
+
+
+async def test_tool_call_response_is_parsed() -> None:
+    tool_calls = [{"id": "call_9", "type": "function",
+                   "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    with FakeOpenAIServer([Answer(body=completion(None, tool_calls=tool_calls, finish_reason="tool_calls"))]) as server:
+        response = await _model(server).generate(_request(tools=tools))
+    (call,) = response.message.tool_calls
+    assert (call.id, call.name, call.parsed_arguments()) == ("call_9", "get_weather", {"city": "Paris"})
+    assert response.message.content == "" and response.finish_reason == "tool_calls"
+    assert server.requests[0]["tools"] == tools
+
+
+async def test_tool_result_messages_go_out_in_wire_form() -> None:
+    from agentlab.model import ScriptedModel
+
+    call_message = ScriptedModel.tool_call("lookup", {"q": 1}, id="call_1")
+    messages = [Message.user("q"), call_message, Message.tool("call_1", "lookup", "42")]
+    with FakeOpenAIServer([Answer(body=completion("done"))]) as server:
+        await _model(server).generate(ModelRequest(messages=messages))
+    sent = server.requests[0]["messages"]
+    assert sent[1]["tool_calls"][0]["function"] == {"name": "lookup", "arguments": '{"q": 1}'}
+    assert sent[2] == {"role": "tool", "content": "42", "tool_call_id": "call_1"}
+
+
+async def test_stream_yields_deltas_and_final_response_with_usage() -> None:
+    usage = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+    records: list[CallRecord] = []
+    with FakeOpenAIServer([Answer(stream_chunks=stream_chunks(["Hel", "lo", "!"], usage))]) as server:
+        with observe_calls(records.append):
+            chunks = [c async for c in _model(server).stream(_request())]
+    assert [c.delta for c in chunks[:-1]] == ["Hel", "lo", "!"]
+    final = chunks[-1].response
+    assert final is not None and final.message.content == "Hello!" and final.finish_reason == "stop"
+    assert (final.usage.prompt_tokens, final.usage.completion_tokens) == (9, 3)
+    assert server.requests[0]["stream"] is True
+    assert server.requests[0]["stream_options"] == {"include_usage": True}
+    assert len(records) == 1 and records[0].error is None
+
+
+async def test_stream_without_usage_counts_tokens_and_retries_before_first_chunk() -> None:
+    answers = [Answer(503, error_body("warming up")), Answer(stream_chunks=stream_chunks(["hello", " world"]))]
+    with FakeOpenAIServer(answers) as server:
+        chunks = [c async for c in _model(server).stream(_request())]
+    final = chunks[-1].response
+    assert final is not None and final.message.content == "hello world"
+    assert final.usage.completion_tokens == 2 and final.usage.prompt_tokens > 0
+    assert len(server.requests) == 2
+
+
+async def test_unreachable_server_is_unavailable_after_retries() -> None:
+    import socket
+
+    with socket.socket() as sock:  # find a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    model = OpenAICompatModel("m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
+                              max_attempts=2, backoff_base=0.001, backoff_max=0.002)
+    with pytest.raises(ModelUnavailable, match="could not be reached"):
+        await model.generate(_request())
+
+
+def test_context_window_resolution() -> None:
+    assert context_window_for("gpt-4o-mini") == 128_000
+    assert context_window_for("gpt-4o-mini-2024-07-18") == 128_000
+    assert context_window_for("gpt-4") == 8_192
+    assert context_window_for("some-local-model") == 8_192
+    assert context_window_for("gpt-4o-mini", 4096) == 4096
+
+
+def test_missing_api_key_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ModelUnavailable, match="OPENAI_API_KEY"):
+        OpenAICompatModel("gpt-4o-mini")
