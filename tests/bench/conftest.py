@@ -2,19 +2,11 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-#: The shared genuine datasets (CI sets AGENTLAB_DATA_DIR); tests on real data skip without them.
-REAL_DATA_DIR = os.environ.get("AGENTLAB_DATA_DIR")
-
-
-def real_data(name: str) -> bool:
-    return bool(REAL_DATA_DIR) and (Path(REAL_DATA_DIR) / name).is_dir()
 
 
 @pytest.fixture
