@@ -26,10 +26,22 @@ from agentlab.model.base import (
     report_call,
     suppress_reports,
 )
+from agentlab.model.cache import CachedModel, CallCache, default_cache_path
+from agentlab.model.embedded import EmbeddedModel, EmbeddedServer
+from agentlab.model.openai_compat import OpenAICompatModel
+from agentlab.model.registry import default_spec, get_model
 from agentlab.model.scripted import ScriptedModel
 from agentlab.model.tokens import count_event, count_message, count_messages, count_text
 
 __all__ = [
+    "CachedModel",
+    "CallCache",
+    "EmbeddedModel",
+    "EmbeddedServer",
+    "OpenAICompatModel",
+    "default_cache_path",
+    "default_spec",
+    "get_model",
     "CallObserver",
     "CallRecord",
     "ContextLengthError",

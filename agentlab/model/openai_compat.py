@@ -122,7 +122,10 @@ def _error_text(exc: openai.APIStatusError) -> str:
         # The library strips the outer {"error": ...}; some servers send a bare {"message": ...}.
         inner = body.get("error", body)
         if isinstance(inner, dict):
-            parts = [str(inner.get(k)) for k in ("message", "type", "code") if inner.get(k)]
+            # A numeric code only repeats the HTTP status; a textual one (context_length_exceeded) helps.
+            parts = [str(inner[k]) for k in ("message", "type") if inner.get(k)]
+            if isinstance(inner.get("code"), str):
+                parts.append(inner["code"])
             extra = {k: v for k, v in inner.items() if k in ("n_ctx", "n_prompt_tokens")}
             if extra:
                 parts.append(json.dumps(extra))

@@ -1,0 +1,257 @@
+"""Record and replay of model calls in DuckDB, so reruns cost nothing and notebooks/CI are deterministic.
+
+A call is identified by :meth:`ModelRequest.cache_key` with the model's name: a sha256 of the
+normalised request (model, messages without ids, tools, generation parameters, sample index).
+Transport settings (base URL, timeout, retries) and the call's purpose are not part of it.
+
+:class:`CachedModel` wraps any :class:`~agentlab.model.base.Model`. A hit returns the stored
+response with ``cache_hit=True`` and the *original* usage (so token accounting of a replayed run
+matches the recorded one); a miss calls the inner model, stores the answer and returns it. Errors
+are never stored. Either way exactly one :class:`~agentlab.model.base.CallRecord` is reported.
+
+The default database is ``$AGENTLAB_CACHE_DB`` or ``results/cache.duckdb``; ``CallCache(None)``
+keeps the cache in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from agentlab.events import Message, Usage
+from agentlab.model.base import (
+    CallRecord,
+    Model,
+    ModelChunk,
+    ModelInfo,
+    ModelRequest,
+    ModelResponse,
+    report_call,
+    suppress_reports,
+)
+
+DEFAULT_CACHE_PATH = Path("results") / "cache.duckdb"
+CACHE_PATH_ENV = "AGENTLAB_CACHE_DB"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS call_cache (
+    cache_key VARCHAR PRIMARY KEY,
+    model VARCHAR NOT NULL,
+    purpose VARCHAR,
+    sample_index INTEGER,
+    request_json VARCHAR,
+    message_json VARCHAR NOT NULL,
+    prompt_tokens BIGINT,
+    completion_tokens BIGINT,
+    cached_tokens BIGINT,
+    finish_reason VARCHAR,
+    latency_ms DOUBLE,
+    created DOUBLE
+)
+"""
+
+
+def default_cache_path() -> Path:
+    """``$AGENTLAB_CACHE_DB`` if set, else ``results/cache.duckdb`` (relative to the working dir)."""
+    return Path(os.environ.get(CACHE_PATH_ENV) or DEFAULT_CACHE_PATH)
+
+
+@dataclass(frozen=True)
+class CachedCall:
+    """One stored answer."""
+
+    message: Message
+    usage: Usage
+    model: str
+    finish_reason: str | None
+    latency_ms: float
+    created: float
+
+
+class CallCache:
+    """A DuckDB table of finished calls keyed by request hash; safe to share across asyncio tasks.
+
+    One connection guarded by a thread lock: DuckDB statements here are sub-millisecond, so
+    holding the lock briefly on the event loop is cheaper than a thread hop per lookup.
+    """
+
+    _shared: dict[str, CallCache] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = duckdb.connect(str(self.path) if self.path is not None else ":memory:")
+        except duckdb.Error as exc:
+            raise RuntimeError(f"cannot open call cache {self.path}: {exc}") from exc
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute(_SCHEMA)
+
+    @classmethod
+    def default(cls) -> CallCache:
+        """The process-wide cache at :func:`default_cache_path` (one connection per file)."""
+        path = default_cache_path().resolve()
+        with cls._shared_lock:
+            cache = cls._shared.get(str(path))
+            if cache is None or cache._conn is None:
+                cache = cls(path)
+                cls._shared[str(path)] = cache
+            return cache
+
+    def __repr__(self) -> str:
+        return f"CallCache({str(self.path) if self.path else None!r})"
+
+    def get(self, key: str) -> CachedCall | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT message_json, prompt_tokens, completion_tokens, cached_tokens, model, "
+                "finish_reason, latency_ms, created FROM call_cache WHERE cache_key = ?",
+                [key],
+            ).fetchone()
+        if row is None:
+            return None
+        message_json, prompt, completion, cached, model, finish, latency, created = row
+        return CachedCall(
+            message=Message.from_dict(json.loads(message_json)),
+            usage=Usage(int(prompt or 0), int(completion or 0), int(cached or 0)),
+            model=model,
+            finish_reason=finish,
+            latency_ms=float(latency or 0.0),
+            created=float(created or 0.0),
+        )
+
+    def put(self, key: str, response: ModelResponse, request: ModelRequest, model_name: str) -> None:
+        """Store (or replace) the answer for ``key``."""
+        payload = json.dumps(request.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO call_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    key,
+                    model_name,
+                    request.purpose,
+                    request.sample_index,
+                    payload,
+                    json.dumps(response.message.to_dict(), ensure_ascii=False),
+                    response.usage.prompt_tokens,
+                    response.usage.completion_tokens,
+                    response.usage.cached_tokens,
+                    response.finish_reason,
+                    response.latency_ms,
+                    time.time(),
+                ],
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            row = self._conn.execute("SELECT count(*) FROM call_cache").fetchone()
+        return int(row[0]) if row else 0
+
+    def clear(self) -> None:
+        with self._lock:
+            self._conn.execute("DELETE FROM call_cache")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None  # type: ignore[assignment]
+        with CallCache._shared_lock:
+            for path, cache in list(CallCache._shared.items()):
+                if cache is self:
+                    del CallCache._shared[path]
+
+
+class CachedModel:
+    """A :class:`Model` that answers from a :class:`CallCache` when it can and records misses."""
+
+    def __init__(self, inner: Model, cache: CallCache) -> None:
+        self.inner = inner
+        self.cache = cache
+
+    def __repr__(self) -> str:
+        return f"CachedModel({self.inner!r}, {self.cache!r})"
+
+    @property
+    def info(self) -> ModelInfo:
+        # Read through: a backend may learn its real window on first use (the embedded server).
+        return self.inner.info
+
+    def _key(self, request: ModelRequest) -> str:
+        return request.cache_key(self.inner.info.name)
+
+    def _hit(self, request: ModelRequest, key: str, started: float) -> ModelResponse | None:
+        stored = self.cache.get(key)
+        if stored is None:
+            return None
+        latency = (time.perf_counter() - started) * 1000
+        report_call(CallRecord(model=self.inner.info.name, purpose=request.purpose, usage=stored.usage,
+                               latency_ms=latency, cache_hit=True, cache_key=key))
+        return ModelResponse(message=stored.message, usage=stored.usage, model=stored.model,
+                             finish_reason=stored.finish_reason, cache_hit=True, latency_ms=latency)
+
+    def _record(self, request: ModelRequest, key: str, response: ModelResponse) -> None:
+        self.cache.put(key, response, request, self.inner.info.name)
+        report_call(CallRecord(model=self.inner.info.name, purpose=request.purpose, usage=response.usage,
+                               latency_ms=response.latency_ms, cache_hit=False, cache_key=key))
+
+    def _report_error(self, request: ModelRequest, key: str, started: float, exc: BaseException) -> None:
+        report_call(CallRecord(model=self.inner.info.name, purpose=request.purpose, usage=Usage(),
+                               latency_ms=(time.perf_counter() - started) * 1000, cache_hit=False,
+                               cache_key=key, error=f"{type(exc).__name__}: {exc}"))
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        key = self._key(request)
+        hit = self._hit(request, key, started)
+        if hit is not None:
+            return hit
+        try:
+            with suppress_reports():
+                response = await self.inner.generate(request)
+        except Exception as exc:
+            self._report_error(request, key, started, exc)
+            raise
+        self._record(request, key, response)
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        started = time.perf_counter()
+        key = self._key(request)
+        hit = self._hit(request, key, started)
+        if hit is not None:
+            # A replay has nothing to wait for: the whole text and the response in one chunk.
+            yield ModelChunk(delta=hit.message.content, response=hit)
+            return
+        chunks = self.inner.stream(request)
+        response: ModelResponse | None = None
+        try:
+            while True:
+                # Suppress only while the inner stream runs, never across our own yields, so the
+                # consumer's other model calls between chunks are still reported.
+                try:
+                    with suppress_reports():
+                        chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    self._report_error(request, key, started, exc)
+                    raise
+                if chunk.response is not None:
+                    response = chunk.response
+                    self._record(request, key, response)
+                yield chunk
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()

@@ -1,0 +1,121 @@
+from pathlib import Path
+
+import pytest
+
+from agentlab.events import Message, Usage
+from agentlab.model import (
+    CachedModel,
+    CallCache,
+    CallRecord,
+    GenerationConfig,
+    ModelError,
+    ModelRequest,
+    ScriptedModel,
+    observe_calls,
+)
+
+
+def _request(text: str = "hi", **kwargs: object) -> ModelRequest:
+    return ModelRequest(messages=[Message.system("be brief"), Message.user(text)], **kwargs)  # type: ignore[arg-type]
+
+
+async def test_same_request_twice_reaches_model_once() -> None:
+    inner = ScriptedModel(["answer one", "answer two"], usage_fn=lambda r, m: Usage(40, 5, 10))
+    model = CachedModel(inner, CallCache(None))
+    records: list[CallRecord] = []
+    with observe_calls(records.append):
+        first = await model.generate(_request())
+        second = await model.generate(_request())
+    assert len(inner.requests) == 1
+    assert first.message.content == second.message.content == "answer one"
+    assert (first.cache_hit, second.cache_hit) == (False, True)
+    assert second.usage == Usage(40, 5, 10)  # the original usage, so replays account the same tokens
+    assert [r.cache_hit for r in records] == [False, True]  # inner's own report is suppressed
+    assert records[0].cache_key == records[1].cache_key != ""
+    assert all(r.usage == Usage(40, 5, 10) for r in records)
+
+
+async def test_ids_and_purpose_do_not_change_the_key_but_content_and_params_do() -> None:
+    inner = ScriptedModel([], default_reply="ok")
+    model = CachedModel(inner, CallCache(None))
+    call_a = ScriptedModel.tool_call("lookup", {"q": 1}, id="call_a")
+    call_b = ScriptedModel.tool_call("lookup", {"q": 1}, id="call_b")
+    await model.generate(ModelRequest([Message.user("x"), call_a, Message.tool("call_a", "lookup", "1")]))
+    await model.generate(ModelRequest([Message.user("x"), call_b, Message.tool("call_b", "lookup", "1")],
+                                      purpose="judge"))
+    assert len(inner.requests) == 1
+    await model.generate(_request(sample_index=1))
+    await model.generate(_request())
+    await model.generate(_request(config=GenerationConfig(temperature=0.7)))
+    await model.generate(_request("different"))
+    assert len(inner.requests) == 5
+
+
+async def test_different_sample_index_misses() -> None:
+    inner = ScriptedModel(["s0", "s1"])
+    model = CachedModel(inner, CallCache(None))
+    r0 = await model.generate(_request(sample_index=0))
+    r1 = await model.generate(_request(sample_index=1))
+    assert (r0.message.content, r1.message.content) == ("s0", "s1")
+    assert not r1.cache_hit and len(inner.requests) == 2
+
+
+async def test_errors_are_not_cached_and_are_reported_once() -> None:
+    inner = ScriptedModel([ModelError("flaky"), "recovered"])
+    model = CachedModel(inner, CallCache(None))
+    records: list[CallRecord] = []
+    with observe_calls(records.append):
+        with pytest.raises(ModelError, match="flaky"):
+            await model.generate(_request())
+        response = await model.generate(_request())
+    assert response.message.content == "recovered" and not response.cache_hit
+    assert [(r.cache_hit, r.error is not None) for r in records] == [(False, True), (False, False)]
+    assert len(model.cache) == 1
+
+
+async def test_cache_survives_reopening_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "cache.duckdb"
+    tool_message = ScriptedModel.tool_call("lookup", {"q": "Paris"}, id="call_7")
+    first_cache = CallCache(db)
+    await CachedModel(ScriptedModel(["plain", tool_message]), first_cache).generate(_request("a"))
+    await CachedModel(ScriptedModel([tool_message]), first_cache).generate(_request("b"))
+    first_cache.close()
+
+    reopened = CallCache(db)
+    inner = ScriptedModel([])  # any call reaching it would raise "script exhausted"
+    model = CachedModel(inner, reopened)
+    plain = await model.generate(_request("a"))
+    tool = await model.generate(_request("b"))
+    assert plain.cache_hit and plain.message == Message.assistant("plain") and plain.finish_reason == "stop"
+    assert tool.message == tool_message and tool.finish_reason == "tool_calls"
+    assert inner.requests == [] and len(reopened) == 2
+    reopened.close()
+
+
+async def test_stream_miss_passes_chunks_and_hit_replays_as_one_chunk() -> None:
+    inner = ScriptedModel(["streamed words here"])
+    model = CachedModel(inner, CallCache(None))
+    records: list[CallRecord] = []
+    with observe_calls(records.append):
+        miss = [c async for c in model.stream(_request())]
+        hit = [c async for c in model.stream(_request())]
+    assert len(miss) > 1 and miss[-1].response is not None and not miss[-1].response.cache_hit
+    assert len(hit) == 1 and hit[0].delta == "streamed words here"
+    assert hit[0].response is not None and hit[0].response.cache_hit
+    assert [r.cache_hit for r in records] == [False, True]
+    assert len(inner.requests) == 1
+
+
+async def test_many_concurrent_tasks_share_one_cache() -> None:
+    import asyncio
+
+    inner = ScriptedModel([], default_reply="same")
+    model = CachedModel(inner, CallCache(None))
+    await asyncio.gather(*(model.generate(_request(f"q{i}")) for i in range(50)))
+    responses = await asyncio.gather(*(model.generate(_request(f"q{i}")) for i in range(50)))
+    assert len(inner.requests) == 50 and all(r.cache_hit for r in responses)
+
+
+def test_info_reads_through() -> None:
+    inner = ScriptedModel([])
+    assert CachedModel(inner, CallCache(None)).info is inner.info

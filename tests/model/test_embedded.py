@@ -1,0 +1,34 @@
+import time
+
+import pytest
+
+from agentlab.events import Message
+from agentlab.model import CallRecord, GenerationConfig, ModelRequest, observe_calls
+from agentlab.model.embedded import EmbeddedModel, find_gguf
+
+
+def test_gguf_is_located_without_importing_the_package() -> None:
+    path = find_gguf()
+    assert path.suffix == ".gguf" and path.stat().st_size > 10_000_000
+
+
+@pytest.mark.slow
+async def test_embedded_model_answers_through_the_openai_path() -> None:
+    model = EmbeddedModel()
+    request = ModelRequest(
+        messages=[Message.user("What is the capital of France? Answer in one sentence.")],
+        config=GenerationConfig(max_tokens=32),
+    )
+    records: list[CallRecord] = []
+    started = time.perf_counter()
+    with observe_calls(records.append):
+        response = await model.generate(request)
+    elapsed = time.perf_counter() - started
+    print(f"\nembedded: startup {model.server.startup_seconds:.2f}s, first answer {elapsed:.2f}s "
+          f"(incl. startup), usage {response.usage}, window {model.info.context_window}: "
+          f"{response.message.content!r}")
+    assert response.message.content.strip()
+    assert response.usage.prompt_tokens > 0 and response.usage.completion_tokens > 0
+    assert model.info.context_window == 8192
+    assert model.base_url is not None and model.base_url.startswith("http://127.0.0.1:")
+    assert len(records) == 1 and records[0].error is None
