@@ -1,0 +1,229 @@
+"""Benchmark settings: published values in ``benchmarks/<name>.toml``, overridden by flags.
+
+A settings file has named sections of scalar (or list) fields, e.g. ``[answer] max_tokens = 384``.
+The task's own defaults come first, the TOML file overrides them, and ``--set section.field=value``
+overrides both; ``--set`` may only name a section and field that already exist, and its value is
+parsed as int / float / bool / str (or a comma-separated list) and checked against the existing type.
+A ``[published]`` section, if present, holds the published numbers to compare with; it is kept
+apart from the settings (not settable, not part of the run identity).
+
+Mode roles: every benchmark names its baseline mode (full context), its lossy mode (summary) and
+its recovered mode (summary + recall). The derived report tables read these roles from a table
+(:data:`MODE_ROLES`, written into DuckDB by ``report``) instead of hard-coding mode names in SQL.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS_DIR = REPO_ROOT / "benchmarks"
+PUBLISHED_SECTION = "published"
+
+
+class SettingsError(ValueError):
+    """A settings file or ``--set`` override is wrong; the message says which and why."""
+
+
+# ------------------------------------------------------------------------------------ roles
+
+
+@dataclass(frozen=True)
+class ModeRoles:
+    """Which mode plays which part in the quality-loss and recovery tables."""
+
+    #: Full-context mode every other mode is compared with (quality loss, token savings).
+    baseline: str
+    #: The mode that loses information (summary); ``None`` when the benchmark has none.
+    lossy: str | None = None
+    #: The mode that wins it back (summary + recall); recovery = (recovered − lossy)/(baseline − lossy).
+    recovered: str | None = None
+
+
+MODE_ROLES: dict[str, ModeRoles] = {
+    "qmsum": ModeRoles(baseline="long_context", lossy="summary", recovered="recall"),
+    "longmemeval": ModeRoles(baseline="long_context", lossy="summary", recovered="recall"),
+    "mtbench101": ModeRoles(baseline="baseline", lossy="summary"),
+    # LoCoMo compares session_recall and memory with the long context; no lossy/recovered pair.
+    "locomo": ModeRoles(baseline="long_context"),
+}
+
+
+# --------------------------------------------------------------------------------- settings
+
+
+class Settings:
+    """Sections of fields; read with ``settings["answer"]["max_tokens"]`` or ``settings.get(...)``."""
+
+    def __init__(self, sections: Mapping[str, Mapping[str, Any]] | None = None,
+                 published: Mapping[str, Any] | None = None, source: str = "") -> None:
+        self._sections: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (sections or {}).items()}
+        self.published: dict[str, Any] = dict(published or {})
+        #: Where the values came from (for messages).
+        self.source = source
+
+    def __getitem__(self, section: str) -> dict[str, Any]:
+        if section not in self._sections:
+            raise KeyError(f"settings have no section [{section}] (known: {', '.join(sorted(self._sections))})")
+        return dict(self._sections[section])
+
+    def __contains__(self, section: object) -> bool:
+        return section in self._sections
+
+    def get(self, section: str, field: str, default: Any = None) -> Any:
+        return self._sections.get(section, {}).get(field, default)
+
+    def sections(self) -> list[str]:
+        return sorted(self._sections)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return copy.deepcopy(self._sections)
+
+    def with_values(self, section: str, **fields: Any) -> Settings:
+        """A copy with fields set (used by code, not by users: no schema check)."""
+        data = self.to_dict()
+        data.setdefault(section, {}).update(fields)
+        return Settings(data, self.published, self.source)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Settings) and self._sections == other._sections
+
+    def __repr__(self) -> str:
+        return f"Settings({self._sections!r})"
+
+
+def settings_path(benchmark: str, directory: str | Path | None = None) -> Path:
+    return Path(directory or BENCHMARKS_DIR) / f"{benchmark}.toml"
+
+
+def _merge(base: dict[str, dict[str, Any]], top: Mapping[str, Any], origin: str) -> None:
+    for section, fields in top.items():
+        if not isinstance(fields, Mapping):
+            raise SettingsError(f"{origin}: top-level key {section!r} must be a [section] table")
+        target = base.setdefault(section, {})
+        for name, value in fields.items():
+            if isinstance(value, Mapping):
+                raise SettingsError(f"{origin}: [{section}] {name} is a nested table; only scalars and lists")
+            target[name] = value
+
+
+def load_settings(benchmark: str, defaults: Mapping[str, Mapping[str, Any]] | None = None, *,
+                  directory: str | Path | None = None) -> Settings:
+    """Task defaults overridden by ``benchmarks/<benchmark>.toml`` (if it exists)."""
+    merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (defaults or {}).items()}
+    path = settings_path(benchmark, directory)
+    published: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
+        published = dict(raw.pop(PUBLISHED_SECTION, {}) or {})
+        _merge(merged, raw, str(path))
+    return Settings(merged, published, str(path) if path.is_file() else "task defaults")
+
+
+def parse_value(raw: str) -> int | float | bool | str:
+    """``"3"`` → 3, ``"0.5"`` → 0.5, ``"true"``/``"false"`` → bool, anything else → the string."""
+    text = raw.strip()
+    low = text.lower()
+    if low in {"true", "false"}:
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return raw
+
+
+def _coerce(raw: str, current: Any, where: str) -> Any:
+    if isinstance(current, bool):
+        value = parse_value(raw)
+        if not isinstance(value, bool):
+            raise SettingsError(f"--set {where}: expected true or false, got {raw!r}")
+        return value
+    if isinstance(current, int):
+        value = parse_value(raw)
+        if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float) and not value.is_integer()):
+            raise SettingsError(f"--set {where}: expected an integer, got {raw!r}")
+        return int(value)
+    if isinstance(current, float):
+        value = parse_value(raw)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SettingsError(f"--set {where}: expected a number, got {raw!r}")
+        return float(value)
+    if isinstance(current, list):
+        items = [p.strip() for p in raw.split(",") if p.strip()]
+        if current:
+            return [_coerce(p, current[0], where) for p in items]
+        return [parse_value(p) for p in items]
+    if isinstance(current, str):
+        return raw
+    return parse_value(raw)
+
+
+def apply_overrides(settings: Settings, assignments: Iterable[str]) -> Settings:
+    """Apply ``section.field=value`` strings; unknown sections or fields are a :class:`SettingsError`."""
+    data = settings.to_dict()
+    for assignment in assignments:
+        if "=" not in assignment:
+            raise SettingsError(f"--set {assignment!r}: expected section.field=value")
+        key, raw = assignment.split("=", 1)
+        key = key.strip()
+        if key.count(".") != 1:
+            raise SettingsError(f"--set {assignment!r}: the name must be section.field (e.g. answer.max_tokens)")
+        section, field = key.split(".")
+        if section == PUBLISHED_SECTION:
+            raise SettingsError(f"--set {key}: [published] holds reference numbers and cannot be set")
+        if section not in data:
+            raise SettingsError(f"--set {key}: unknown section [{section}]; known sections: {', '.join(sorted(data))}")
+        if field not in data[section]:
+            known = ", ".join(sorted(data[section]))
+            raise SettingsError(f"--set {key}: [{section}] has no field {field!r}; known fields: {known}")
+        data[section][field] = _coerce(raw, data[section][field], key)
+    return Settings(data, settings.published, settings.source)
+
+
+# --------------------------------------------------------------------------------- identity
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def config_hash(config: Mapping[str, Any], length: int = 16) -> str:
+    """The run id: a short sha256 of the canonical JSON of everything that changes results."""
+    return hashlib.sha256(canonical_json(config).encode("utf-8")).hexdigest()[:length]
+
+
+def code_version() -> str:
+    """``git describe --always --dirty`` of the checkout, else the installed package version."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=5, check=True)
+        if out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        from importlib.metadata import version
+
+        return f"agentlab {version('agentlab')}"
+    except Exception:  # not installed as a distribution: still runnable from a checkout
+        return "unknown"

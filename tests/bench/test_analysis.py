@@ -1,0 +1,136 @@
+"""The three derived tables against hand-computed values on a tiny fixture (3 cases x 3 modes).
+
+Answer-call prompt tokens (completion in brackets):
+    long_context  c1 1000 (100)  c2 2000 (100)  c3 4000 (100)
+    summary       c1  100 (50)   c2  500 (50)   c3 failed (context length)
+    recall        c1  300 (60)   c2 1000 (60)   c3 2000 (60)
+Summary-mode and recall-mode cases also spend one summary call of 1000 prompt + 100 completion.
+rougeL:  long 0.5 / 0.4 / 0.3   summary 0.2 / 0.2 / (failed -> 0)   recall 0.4 / 0.1 / 0.2
+llm_score: long 1 / 1 / 1   summary 0.5 / 0 / -   recall 1 / NULL (judge reply did not parse) / 0.5
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentlab.bench import analysis
+from agentlab.bench.metrics import Score
+from agentlab.bench.store import CaseRecord, CompactionRow, ResultStore, RunInfo
+from agentlab.events import Usage
+from agentlab.model.base import CallRecord
+
+ANSWER = {"long_context": [1000, 2000, 4000], "summary": [100, 500, None], "recall": [300, 1000, 2000]}
+COMPLETION = {"long_context": 100, "summary": 50, "recall": 60}
+ROUGE_L = {"long_context": [0.5, 0.4, 0.3], "summary": [0.2, 0.2, None], "recall": [0.4, 0.1, 0.2]}
+LLM = {"long_context": [1.0, 1.0, 1.0], "summary": [0.5, 0.0, None], "recall": [1.0, "parse", 0.5]}
+
+
+def call(purpose: str, prompt: int, completion: int) -> CallRecord:
+    return CallRecord(model="scripted", purpose=purpose, usage=Usage(prompt, completion), latency_ms=5.0,
+                      cache_hit=False)
+
+
+def build(store: ResultStore) -> None:
+    for mode in ("long_context", "summary", "recall"):
+        run_id = f"run-{mode}"
+        store.start_run(RunInfo(run_id, "qmsum", mode, {"mode": mode}, "scripted", "judge", "sha", "v", "1",
+                                cases_selected=3))
+        for i, case_id in enumerate(["c1", "c2", "c3"]):
+            prompt = ANSWER[mode][i]
+            if prompt is None:
+                store.write_case(CaseRecord(run_id, case_id, "failed", ordinal=i, error="prompt too long",
+                                            error_code="context_length",
+                                            calls=[CallRecord("scripted", "answer", Usage(), 1.0, False,
+                                                              error="ContextLengthError")]))
+                continue
+            calls = [call("answer", prompt, COMPLETION[mode])]
+            if mode != "long_context":
+                calls.append(call("summary", 1000, 100))
+            llm = LLM[mode][i]
+            scores = [Score("rougeL", ROUGE_L[mode][i], "v1"),
+                      Score("llm_score", None if llm == "parse" else llm, "j1",
+                            "parse_error: x" if llm == "parse" else None)]
+            store.write_case(CaseRecord(run_id, case_id, "ok", ordinal=i, prediction="p", reference="r",
+                                        calls=calls, scores=scores,
+                                        compactions=[CompactionRow(1, 500, 100)] if mode == "recall" else ()))
+        store.finish_run(run_id, "finished")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ResultStore:
+    s = ResultStore(tmp_path / "r.duckdb")
+    build(s)
+    s.rebuild_derived()
+    yield s
+    s.close()
+
+
+def test_token_savings_mean_of_cases_and_ratio_of_totals(store: ResultStore) -> None:
+    df = analysis.token_savings_df("qmsum", store=store)
+    agg = df[df.level == "aggregate"].set_index("mode")
+    # summary: c3 failed, so c1, c2 only. Per case 0.9, 0.75 -> mean 0.825; totals (3000-600)/3000.
+    assert agg.loc["summary", "n_cases"] == 2
+    assert agg.loc["summary", "prompt_savings"] == pytest.approx(0.825)
+    assert agg.loc["summary", "prompt_savings_ratio"] == pytest.approx(0.8)
+    # With the summary call's 1000 prompt tokens: c1 (1000-1100)/1000 = -0.1, c2 (2000-1500)/2000 = 0.25.
+    assert agg.loc["summary", "prompt_savings_with_summary"] == pytest.approx(0.075)
+    assert agg.loc["summary", "prompt_savings_with_summary_ratio"] == pytest.approx(400 / 3000)
+    # recall: per case 0.7, 0.5, 0.5 -> mean 0.5667; totals (7000-3300)/7000.
+    assert agg.loc["recall", "prompt_savings"] == pytest.approx(1.7 / 3)
+    assert agg.loc["recall", "prompt_savings_ratio"] == pytest.approx(3700 / 7000)
+    # Total tokens (prompt + completion): c1 (1100-360)/1100 etc.
+    assert agg.loc["recall", "total_savings_ratio"] == pytest.approx((7300 - 3480) / 7300)
+    assert agg.loc["recall", "mode_prompt_tokens"] == pytest.approx(3300 / 3)
+    cases = df[(df.level == "case") & (df["mode"] == "summary")].set_index("case_id")
+    assert cases.loc["c1", "prompt_savings"] == pytest.approx(0.9)
+    assert cases.loc["c1", "prompt_savings_with_summary"] == pytest.approx(-0.1)
+    assert set(df["baseline_mode"]) == {"long_context"}
+    pct = analysis.savings_percentiles(df, "prompt_savings").set_index("mode")
+    assert pct.loc["recall", "p50"] == pytest.approx(0.5)
+
+
+def test_quality_loss_counts_failed_cases_as_zero(store: ResultStore) -> None:
+    df = analysis.quality_loss_df("qmsum", store=store).set_index(["mode", "metric"])
+    row = df.loc[("summary", "rougeL")]
+    assert row["n_cases"] == 3 and row["n_failed_mode"] == 1
+    assert row["baseline_mean"] == pytest.approx(0.4)
+    assert row["mode_mean"] == pytest.approx(0.4 / 3)
+    assert row["delta"] == pytest.approx(0.4 / 3 - 0.4)
+    assert row["relative_loss"] == pytest.approx(2 / 3)
+    # The unparsed judge reply is left out (n_scored 2), not scored as anything.
+    judge = df.loc[("recall", "llm_score")]
+    assert judge["n_scored"] == 2 and judge["mode_mean"] == pytest.approx(0.75)
+
+
+def test_recovery_with_wins_losses_ties(store: ResultStore) -> None:
+    df = analysis.recovery_df("qmsum", store=store).set_index("metric")
+    row = df.loc["rougeL"]
+    assert (row["lossy_mode"], row["recovered_mode"]) == ("summary", "recall")
+    assert row["n_cases"] == 3
+    # (0.2333 - 0.1333) / (0.4 - 0.1333) = 0.375
+    assert row["recovery"] == pytest.approx((0.7 / 3 - 0.4 / 3) / (0.4 - 0.4 / 3))
+    assert (row["wins"], row["losses"], row["ties"]) == (2, 1, 0)
+    judge = df.loc["llm_score"]
+    # c2 has no recall judge score: c1 (1, 0.5, 1) and c3 (1, 0, 0.5) remain.
+    assert judge["n_cases"] == 2
+    assert judge["recovery"] == pytest.approx((0.75 - 0.25) / (1.0 - 0.25))
+    assert (judge["wins"], judge["losses"], judge["ties"]) == (2, 0, 0)
+
+
+def test_raw_tables_readable(store: ResultStore) -> None:
+    assert len(analysis.runs_df("qmsum", store=store)) == 3
+    cases = analysis.cases_df("qmsum", "summary", store=store)
+    assert list(cases["status"]) == ["ok", "ok", "failed"]
+    assert cases.iloc[2]["error_code"] == "context_length"
+    assert len(analysis.scores_df("qmsum", "recall", metric="rougeL", store=store)) == 3
+    assert len(analysis.calls_df("qmsum", "recall", store=store)) == 6
+
+
+def test_rewriting_a_case_replaces_it(store: ResultStore) -> None:
+    store.write_case(CaseRecord("run-summary", "c3", "ok", ordinal=2, calls=[call("answer", 10, 1)],
+                                scores=[Score("rougeL", 0.3, "v1")]))
+    assert store.query("SELECT count(*) FROM cases WHERE run_id = 'run-summary'") == [(3,)]
+    assert store.query("SELECT count(*) FROM calls WHERE run_id = 'run-summary' AND case_id = 'c3'") == [(1,)]
+    assert store.completed_case_ids("run-summary") == {"c1", "c2", "c3"}
