@@ -2,25 +2,30 @@
 
 Tables (created on first use)::
 
-    sessions  (app_name, user_id, session_id) PK, state JSON, event_count, created_at, updated_at
+    sessions  (app_name, user_id, session_id) PK, state JSON, created_at, updated_at
     events    (app_name, user_id, session_id, seq) PK, event_id, invocation_id, author, object,
-              role, filter_key, timestamp, token_count, event_json (the whole Event as JSON text)
+              role, filter_key, timestamp, token_count, appended_at,
+              event_json (the whole Event as JSON text)
     summaries (app_name, user_id, session_id, filter_key) PK, text, updated_at, boundary JSON,
               topics JSON
 
-``seq`` numbers a session's events 0, 1, 2 ... in append order. It is handed out by the same
-transaction that inserts the event (``sessions.event_count`` is bumped with ``RETURNING``), so
-it stays gap-free and unique even if two service objects share one file.
+``seq`` numbers a session's events 0, 1, 2 ... in append order (the primary key guards it).
+``appended_at`` is when the row was committed; a session's ``updated_at`` as read back is the
+later of ``sessions.updated_at`` (create, state changes) and its newest ``appended_at``, so an
+append costs one INSERT and no UPDATE of the sessions row.
 
 Connection lifetime: DuckDB lets only one process open a file for writing. The service opens
 the file on its first call and keeps one connection until :meth:`DuckDBSessionService.close`
 (or the end of an ``async with`` block); a closed service reopens the file on its next call.
-Close the service before another process needs the file.
+Close the service before another process needs the file, and use one service object per file
+within a process (it caches the next ``seq`` of each session while its connection is open).
 
 Concurrency: every DuckDB call runs in a worker thread (``asyncio.to_thread``) on that one
-connection, guarded by a threading lock. Writes are also serialised by an asyncio lock held
-across the database write *and* the update of the caller's ``Session`` object, so the order of
-``session.events`` always matches ``seq`` even with many concurrent appending tasks.
+connection, guarded by a threading lock. Writes are serialised by an asyncio lock. Appends use
+group commit: while one batch is being written, further appends queue up, and the next holder
+of the lock writes everything queued in one transaction (one multi-row INSERT). The caller's
+``Session`` objects are updated in batch order after the commit, so ``session.events`` always
+matches ``seq``. An append returns only after its event is committed.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -66,7 +72,6 @@ _SCHEMA = (
         user_id     VARCHAR NOT NULL,
         session_id  VARCHAR NOT NULL,
         state       JSON    NOT NULL,
-        event_count BIGINT  NOT NULL DEFAULT 0,
         created_at  DOUBLE  NOT NULL,
         updated_at  DOUBLE  NOT NULL,
         PRIMARY KEY (app_name, user_id, session_id)
@@ -86,6 +91,7 @@ _SCHEMA = (
         filter_key    VARCHAR,
         timestamp     DOUBLE,
         token_count   INTEGER,
+        appended_at   DOUBLE  NOT NULL,
         event_json    VARCHAR NOT NULL,
         PRIMARY KEY (app_name, user_id, session_id, seq)
     )
@@ -106,6 +112,35 @@ _SCHEMA = (
 )
 
 _KEY_MATCH = "app_name = ? AND user_id = ? AND session_id = ?"
+
+_INSERT_EVENTS = (
+    "INSERT INTO events (app_name, user_id, session_id, seq, event_id, invocation_id, author, object,"
+    " role, filter_key, timestamp, token_count, appended_at, event_json) VALUES "
+)
+_EVENT_COLUMNS = 14
+_EVENT_PLACEHOLDERS = "(" + ", ".join(["?"] * _EVENT_COLUMNS) + ")"
+#: Rows per multi-row INSERT: one statement per row costs ~1 ms in DuckDB, a 256-row one barely more.
+_ROWS_PER_INSERT = 256
+
+
+@dataclass(eq=False)
+class _PendingAppend:
+    """An append waiting for (or inside) a group-commit batch."""
+
+    session: Session
+    event: Event
+    event_json: str
+    delta: dict[str, Any] | None
+    done: asyncio.Future[None]
+    appended_at: float = 0.0
+
+
+@dataclass
+class _LoopWriter:
+    """Write serialisation for one event loop: the lock and the appends queued behind it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: list[_PendingAppend] = field(default_factory=list)
 
 
 def _key_params(key: SessionKey) -> list[str]:
@@ -133,9 +168,12 @@ class DuckDBSessionService:
         self._count_tokens: EventTokenCounter = token_counter or default_token_counter
         self._connection: _Connection | None = None
         self._db_lock = threading.Lock()
-        # asyncio.Lock binds to the loop that first waits on it; one lock per loop keeps the
-        # service usable from several asyncio.run() calls (scripts, notebooks).
-        self._write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+        # Next seq per session; valid while this service holds the connection (no other
+        # process can write the file meanwhile), dropped whenever the connection changes.
+        self._next_seq: dict[SessionKey, int] = {}
+        # asyncio primitives bind to the loop that first uses them; one writer per loop keeps
+        # the service usable from several asyncio.run() calls (scripts, notebooks).
+        self._writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWriter] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -158,6 +196,7 @@ class DuckDBSessionService:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+                self._next_seq.clear()
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -171,12 +210,13 @@ class DuckDBSessionService:
         def insert(con: _Connection) -> None:
             try:
                 con.execute(
-                    "INSERT INTO sessions (app_name, user_id, session_id, state, event_count, created_at,"
-                    " updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
+                    "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
                     [*_key_params(key), state_json, now, now],
                 )
             except duckdb.ConstraintException:
                 raise ValueError(f"session already exists: {describe(key)}") from None
+            self._next_seq[key] = 0
 
         async with self._write_lock():
             await self._run(insert)
@@ -193,7 +233,7 @@ class DuckDBSessionService:
             if row is None:
                 return None
             events = con.execute(
-                f"SELECT event_json FROM events WHERE {_KEY_MATCH} ORDER BY seq", _key_params(key)
+                f"SELECT appended_at, event_json FROM events WHERE {_KEY_MATCH} ORDER BY seq", _key_params(key)
             ).fetchall()
             summaries = con.execute(
                 f"SELECT filter_key, text, updated_at, boundary, topics FROM summaries WHERE {_KEY_MATCH}",
@@ -203,11 +243,11 @@ class DuckDBSessionService:
                 app_name=app_name,
                 user_id=user_id,
                 id=session_id,
-                events=[Event.from_json(text) for (text,) in events],
+                events=[Event.from_json(text) for _, text in events],
                 state=json.loads(row[0]),
                 summaries={fk: _summary_from_row(*rest) for fk, *rest in summaries},
                 created_at=float(row[1]),
-                updated_at=float(row[2]),
+                updated_at=max([float(row[2]), *(appended for appended, _ in events)]),
             )
 
         return await self._run(read)
@@ -226,13 +266,15 @@ class DuckDBSessionService:
                              created_at=float(created), updated_at=float(updated))
                 for sid, state, created, updated in rows
             }
-            for sid, text in con.execute(
-                "SELECT session_id, event_json FROM events WHERE app_name = ? AND user_id = ?"
+            for sid, appended_at, text in con.execute(
+                "SELECT session_id, appended_at, event_json FROM events WHERE app_name = ? AND user_id = ?"
                 " ORDER BY session_id, seq",
                 params,
             ).fetchall():
                 if sid in sessions:
-                    sessions[sid].events.append(Event.from_json(text))
+                    session = sessions[sid]
+                    session.events.append(Event.from_json(text))
+                    session.updated_at = max(session.updated_at, appended_at)
             for sid, fk, *rest in con.execute(
                 "SELECT session_id, filter_key, text, updated_at, boundary, topics FROM summaries"
                 " WHERE app_name = ? AND user_id = ?",
@@ -251,6 +293,7 @@ class DuckDBSessionService:
             with _transaction(con):
                 for table in ("events", "summaries", "sessions"):
                     con.execute(f"DELETE FROM {table} WHERE {_KEY_MATCH}", params)
+            self._next_seq.pop(SessionKey(app_name, user_id, session_id), None)
 
         async with self._write_lock():
             await self._run(delete)
@@ -258,45 +301,110 @@ class DuckDBSessionService:
     # -- ledger and state ----------------------------------------------------------------------
 
     async def append_event(self, session: Session, event: Event) -> Event:
-        key = session.key
         ensure_token_count(event, self._count_tokens)
-        event_json = event.to_json()
-        delta = event.state_delta
-        delta_copy = json.loads(json.dumps(delta)) if delta else None
-        message_role = event.role
+        delta = json.loads(json.dumps(event.state_delta)) if event.state_delta else None
+        item = _PendingAppend(session=session, event=event, event_json=event.to_json(), delta=delta,
+                              done=asyncio.get_running_loop().create_future())
+        # A caller cancelled after its item joined a batch never awaits the outcome; consume it
+        # so asyncio does not log "exception was never retrieved".
+        item.done.add_done_callback(_consume_outcome)
+        writer = self._writer()
+        writer.pending.append(item)
+        try:
+            async with writer.lock:
+                if not item.done.done():
+                    batch, writer.pending = writer.pending, []
+                    flush = asyncio.ensure_future(self._flush(batch))
+                    try:
+                        await asyncio.shield(flush)
+                    except asyncio.CancelledError:
+                        # Other tasks' events are in this batch: finish it before giving up the lock.
+                        await flush
+                        raise
+        except asyncio.CancelledError:
+            if item in writer.pending:
+                writer.pending.remove(item)  # never started: the event is not written
+            raise
+        await item.done
+        return event
 
-        def insert(con: _Connection) -> None:
-            now = time.time()
-            with _transaction(con):
-                row = con.execute(
-                    f"UPDATE sessions SET event_count = event_count + 1, updated_at = ? WHERE {_KEY_MATCH}"
-                    " RETURNING event_count - 1, state",
-                    [now, *_key_params(key)],
-                ).fetchone()
+    async def _flush(self, batch: list[_PendingAppend]) -> None:
+        """Write a batch in one transaction; if that fails, write its items one by one so a bad
+        item (say, a deleted session) fails alone."""
+        try:
+            await self._run(lambda con: self._insert_events(con, batch))
+        except Exception:
+            for item in batch:
+                try:
+                    await self._run(lambda con, item=item: self._insert_events(con, [item], reload_seq=True))
+                except Exception as exc:
+                    item.done.set_exception(exc)
+                else:
+                    self._apply_to_session(item)
+            return
+        for item in batch:
+            self._apply_to_session(item)
+
+    @staticmethod
+    def _apply_to_session(item: _PendingAppend) -> None:
+        session = item.session
+        if item.event.state_delta:
+            merge_state(session.state, item.event.state_delta)
+        session.events.append(item.event)
+        session.updated_at = max(session.updated_at, item.appended_at)
+        item.done.set_result(None)
+
+    def _insert_events(self, con: _Connection, batch: list[_PendingAppend], reload_seq: bool = False) -> None:
+        """Runs in the worker thread. Seqs are taken from the cache and committed to it only
+        after the transaction succeeds, so a rolled-back batch leaves no gap."""
+        now = time.time()
+        next_seq: dict[SessionKey, int] = {}
+        rows: list[Any] = []
+        deltas: dict[SessionKey, list[dict[str, Any]]] = {}
+        for item in batch:
+            key = item.session.key
+            if key not in next_seq:
+                cached = None if reload_seq else self._next_seq.get(key)
+                next_seq[key] = cached if cached is not None else self._load_next_seq(con, key)
+            event = item.event
+            rows.extend([*_key_params(key), next_seq[key], event.id, event.invocation_id, event.author,
+                         event.object, event.role, event.filter_key, event.timestamp, event.token_count,
+                         now, item.event_json])
+            next_seq[key] += 1
+            if item.delta:
+                deltas.setdefault(key, []).append(item.delta)
+            item.appended_at = now
+
+        if not deltas and len(batch) <= _ROWS_PER_INSERT:
+            # One statement is its own transaction; BEGIN/COMMIT would add two round trips.
+            con.execute(_INSERT_EVENTS + ", ".join([_EVENT_PLACEHOLDERS] * len(batch)), rows)
+            self._next_seq.update(next_seq)
+            return
+        with _transaction(con):
+            for start in range(0, len(batch), _ROWS_PER_INSERT):
+                count = min(_ROWS_PER_INSERT, len(batch) - start)
+                con.execute(_INSERT_EVENTS + ", ".join([_EVENT_PLACEHOLDERS] * count),
+                            rows[start * _EVENT_COLUMNS:(start + count) * _EVENT_COLUMNS])
+            for key, key_deltas in deltas.items():
+                row = con.execute(f"SELECT state FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
                 if row is None:
                     raise KeyError(f"no such session: {describe(key)} (create it before appending)")
-                seq, state_json = row
-                con.execute(
-                    "INSERT INTO events (app_name, user_id, session_id, seq, event_id, invocation_id,"
-                    " author, object, role, filter_key, timestamp, token_count, event_json)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [*_key_params(key), seq, event.id, event.invocation_id, event.author, event.object,
-                     message_role, event.filter_key, event.timestamp, event.token_count, event_json],
-                )
-                if delta_copy:
-                    stored_state = json.loads(state_json)
-                    merge_state(stored_state, delta_copy)
-                    con.execute(f"UPDATE sessions SET state = ? WHERE {_KEY_MATCH}",
-                                [json.dumps(stored_state), *_key_params(key)])
+                stored_state = json.loads(row[0])
+                for delta in key_deltas:
+                    merge_state(stored_state, delta)
+                con.execute(f"UPDATE sessions SET state = ?, updated_at = ? WHERE {_KEY_MATCH}",
+                            [json.dumps(stored_state), now, *_key_params(key)])
+        self._next_seq.update(next_seq)
 
-        async with self._write_lock():
-            await self._run(insert)
-            # Still under the write lock: the object's order matches the committed seq order.
-            if delta:
-                merge_state(session.state, delta)
-            session.events.append(event)
-            session.updated_at = time.time()
-        return event
+    def _load_next_seq(self, con: _Connection, key: SessionKey) -> int:
+        row = con.execute(
+            f"SELECT (SELECT count(*) FROM sessions WHERE {_KEY_MATCH}),"
+            f" (SELECT coalesce(max(seq) + 1, 0) FROM events WHERE {_KEY_MATCH})",
+            [*_key_params(key), *_key_params(key)],
+        ).fetchone()
+        if row is None or not row[0]:
+            raise KeyError(f"no such session: {describe(key)} (create it before appending)")
+        return int(row[1])
 
     async def update_state(self, session: Session, delta: dict[str, Any]) -> None:
         key = session.key
@@ -390,12 +498,15 @@ class DuckDBSessionService:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _write_lock(self) -> asyncio.Lock:
+    def _writer(self) -> _LoopWriter:
         loop = asyncio.get_running_loop()
-        lock = self._write_locks.get(loop)
-        if lock is None:
-            lock = self._write_locks[loop] = asyncio.Lock()
-        return lock
+        writer = self._writers.get(loop)
+        if writer is None:
+            writer = self._writers[loop] = _LoopWriter()
+        return writer
+
+    def _write_lock(self) -> asyncio.Lock:
+        return self._writer().lock
 
     def _open(self) -> _Connection:
         if self._connection is None:
@@ -407,6 +518,7 @@ class DuckDBSessionService:
                 raise RuntimeError(f"cannot open session store {self.path}: {exc}") from None
             for statement in _SCHEMA:
                 con.execute(statement)
+            self._next_seq.clear()
             self._connection = con
         return self._connection
 
@@ -416,6 +528,11 @@ class DuckDBSessionService:
 
     async def _run(self, work: Callable[[_Connection], _T]) -> _T:
         return await asyncio.to_thread(self._locked, work)
+
+
+def _consume_outcome(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 @contextlib.contextmanager

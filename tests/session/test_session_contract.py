@@ -384,3 +384,46 @@ async def test_write_summary_to_missing_session_raises_key_error(service: Sessio
     with pytest.raises(KeyError, match="ghost"):
         await service.write_summary(ghost, FULL_SESSION_KEY, Summary(text="x"))
     assert ghost.summaries == {}
+
+
+async def test_cancelled_appends_leave_store_and_session_object_in_agreement(service: SessionService) -> None:
+    session = await service.create_session(APP, USER, "s1")
+    events = [user_event(f"m{i}") for i in range(60)]
+    tasks = [asyncio.create_task(service.append_event(session, e)) for e in events]
+    await asyncio.sleep(0)
+    # Cancel some tasks while they write (task 0 leads the first batch) and some while they wait.
+    for task in tasks[0:30:3]:
+        task.cancel()
+    await asyncio.sleep(0.002)
+    for task in tasks[30::3]:
+        task.cancel()
+    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=30)
+    finished = {e.id for e, r in zip(events, results, strict=True) if r is e}
+    assert len(finished) >= 40  # every task that was not cancelled completed
+
+    fetched = await service.get_session(APP, USER, "s1")
+    assert fetched is not None
+    # A cancelled append is either fully in (store and object) or fully out; never half.
+    assert [e.id for e in fetched.events] == [e.id for e in session.events]
+    assert finished <= {e.id for e in fetched.events}
+    # And the service still works afterwards.
+    await service.append_event(session, user_event("after"))
+    again = await service.get_session(APP, USER, "s1")
+    assert again is not None and again.events[-1].text == "after"
+
+
+async def test_a_failing_append_does_not_fail_concurrent_appends(service: SessionService) -> None:
+    session = await service.create_session(APP, USER, "s1")
+    ghost = Session(app_name=APP, user_id=USER, id="ghost")
+    good = [user_event(f"ok {i}") for i in range(10)]
+    results = await asyncio.gather(
+        *(service.append_event(session, e) for e in good[:5]),
+        service.append_event(ghost, user_event("lost")),
+        *(service.append_event(session, e) for e in good[5:]),
+        return_exceptions=True,
+    )
+    assert isinstance(results[5], KeyError)
+    assert [r for i, r in enumerate(results) if i != 5] == good
+    fetched = await service.get_session(APP, USER, "s1")
+    assert fetched is not None and [e.id for e in fetched.events] == [e.id for e in session.events]
+    assert len(fetched.events) == 10 and ghost.events == []
