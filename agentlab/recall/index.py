@@ -182,6 +182,12 @@ class LexicalIndex:
         with self._lock:
             if not self._dirty and (self._retriever is not None or not self._tokens):
                 return
+            if not any(self._tokens.values()):
+                # Nothing to score (no documents, or only stop-words): bm25s would divide by zero.
+                self._retriever = None
+                self._ids = []
+                self._dirty = False
+                return
             import bm25s
 
             self._ids = list(self._tokens)
