@@ -1,0 +1,388 @@
+"""Request-side compaction: shrink old tool payloads in the projected context, never the ledger.
+
+Compaction runs last in the request chain, over the events already chosen for this model call.
+It works on *units* (one user request and everything the agent did for it, keyed by
+``event.request_id``). The current unit and the ``keep_recent_requests`` most recent completed
+units are protected; a unit is completed once it holds a final assistant answer.
+
+* Pass 0 (policy): results of ``force_clean_tools`` outside protected units become a short
+  policy placeholder, whatever their size.
+* Pass 1 (historical): results over ``tool_result_max_tokens`` outside protected units become a
+  recoverable placeholder that says the call succeeded and was consumed and names event_id,
+  tool_call_id and tool name (pointing to ``session_load`` only when that tool is offered).
+* Pass 2 (oversized, includes the current unit; off unless ``oversized_tool_result_max_tokens``
+  > 0): any result still over that size is cut to head + tail around a marker.
+
+A replacement is used only when it is strictly smaller (pass 0 excepted: it is a policy, not a
+size decision). Copy-on-write: a changed entry is a new Event with a new Message; the ledger's
+events and messages are never touched.
+
+The pre-model pressure path (:func:`relieve_context_pressure`) runs a synchronous summary when
+the finished request is at or over ``sync_summary_ratio`` of the window, and rebuilds the request
+only if the summary boundary advanced.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from agentlab.events import Event
+from agentlab.model import tokens
+from agentlab.model.base import ModelRequest
+
+if TYPE_CHECKING:
+    from agentlab.runtime.context import RequestDraft
+    from agentlab.runtime.invocation import Invocation
+
+log = logging.getLogger(__name__)
+
+#: Window assumed when neither the run nor the model states one (reference fallback).
+FALLBACK_CONTEXT_WINDOW = 8192
+#: The recall tool a recoverable placeholder may point to.
+SESSION_LOAD_TOOL = "session_load"
+
+PLACEHOLDER_VERSION = "compaction-placeholders-v1"
+
+# Placeholder wording is paraphrased from the reference.
+POLICY_PLACEHOLDER = "[tool result left out by the context compaction policy]"
+
+RECOVERABLE_HEADER = (
+    "[tool result elided] This earlier tool call succeeded and its result was already used; the "
+    "payload was dropped from this request to save context. Check the summary and any recovery "
+    "hints first. If the exact data is essential, re-run only read-only or idempotent tools; never "
+    "repeat a side-effecting operation just to get the result back."
+)
+RECOVER_WITH_SESSION_LOAD = (
+    "To read the full result, call session_load with this event_id (use content_offset and "
+    "content_limit to page through it)."
+)
+RECOVER_UNAVAILABLE = (
+    "The full result cannot be fetched with the tools available now; re-run only safe tools if you "
+    "really need it."
+)
+
+TRUNCATION_MARKER = "[... {n} characters truncated ...]"
+TRUNCATION_MARKER_RECOVERABLE = (
+    "[... {n} characters truncated from tool result; event_id={event_id}; tool_call_id={tool_call_id}; "
+    "tool_name={tool_name}; use session_load with event_id and content_offset to read the rest ...]"
+)
+TRUNCATION_MARKER_COMPACT = "[... {n} chars truncated; event_id={event_id}; see session_load ...]"
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    """Knobs of request-side compaction. Defaults are the reference defaults."""
+
+    #: Master switch (reference: off).
+    enabled: bool = False
+    #: Most recent *completed* request units kept whole, besides the current one (reference 1).
+    keep_recent_requests: int = 1
+    #: Pass 1: older tool results over this many tokens become a recoverable placeholder (1,024).
+    tool_result_max_tokens: int = 1024
+    #: Pass 2: any tool result over this many tokens is cut to head + tail; 0 = off (reference
+    #: default; 8,192 recommended).
+    oversized_tool_result_max_tokens: int = 0
+    #: Pass 0: results of these tools (outside protected units) are always replaced.
+    force_clean_tools: tuple[str, ...] = ()
+    #: Results of these tools are never compacted by any pass.
+    keep_tools: tuple[str, ...] = ()
+    #: Pre-model synchronous summary when the request reaches this share of the window (0.7).
+    sync_summary_ratio: float = 0.7
+    #: Floor of that threshold, in tokens (reference 2,000); the threshold never exceeds the window.
+    sync_summary_floor_tokens: int = 2000
+    #: Window assumed when neither the run nor the model states one (reference 8,192).
+    fallback_context_window: int = FALLBACK_CONTEXT_WINDOW
+
+    def __post_init__(self) -> None:
+        if not 0 < self.sync_summary_ratio <= 1:
+            raise ValueError(f"CompactionPolicy.sync_summary_ratio must be in (0, 1], got {self.sync_summary_ratio}")
+        for name in ("keep_recent_requests", "tool_result_max_tokens", "oversized_tool_result_max_tokens",
+                     "sync_summary_floor_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"CompactionPolicy.{name} must be >= 0, got {getattr(self, name)}")
+        if self.fallback_context_window <= 0:
+            raise ValueError("CompactionPolicy.fallback_context_window must be > 0")
+        for name in ("force_clean_tools", "keep_tools"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ValueError(f"CompactionPolicy.{name} must be a list of tool names, not a string")
+            object.__setattr__(self, name, tuple(value))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["force_clean_tools"] = list(self.force_clean_tools)
+        out["keep_tools"] = list(self.keep_tools)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CompactionPolicy:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"CompactionPolicy got unknown field(s): {', '.join(unknown)}")
+        return cls(**data)
+
+    def sync_threshold(self, window: int) -> int:
+        """Tokens at which the pressure path fires: ratio x window, floored, capped at the window."""
+        return min(max(int(window * self.sync_summary_ratio), self.sync_summary_floor_tokens), window)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placeholders
+# ---------------------------------------------------------------------------------------------
+
+
+def recoverable_placeholder(event: Event, *, session_load_available: bool) -> str:
+    m = event.message
+    tool_call_id = (m.tool_call_id if m else "") or ""
+    tool_name = (m.name if m else "") or "tool"
+    lines = [RECOVERABLE_HEADER, f"event_id: {event.id}", f"tool_call_id: {tool_call_id}",
+             f"tool_name: {tool_name}"]
+    if event.id or tool_call_id:
+        lines.append("reason: historical_compaction")
+        lines.append(RECOVER_WITH_SESSION_LOAD if session_load_available and event.id else RECOVER_UNAVAILABLE)
+    else:
+        lines.append("recoverable: false")
+        lines.append(RECOVER_UNAVAILABLE)
+    return "\n".join(lines)
+
+
+def head_tail_truncate(content: str, max_tokens: int, markers: list[str]) -> str | None:
+    """Longest head + tail of ``content`` around a marker that fits ``max_tokens`` tokens.
+
+    ``markers`` are format strings tried in order (the first one whose bare form fits is used);
+    ``None`` if none fits. Head and tail each get half of the retained characters.
+    """
+    for marker in markers:
+        def build(keep: int, marker: str = marker) -> str:
+            head = keep // 2
+            tail = keep - head
+            return content[:head] + "\n" + marker.format(n=len(content) - keep) + "\n" + (
+                content[len(content) - tail:] if tail else "")
+
+        if tokens.count_text(build(0)) > max_tokens:
+            continue
+        # Retained characters can never exceed ~8 per token of budget: start the search there.
+        low, high, best = 0, min(len(content) - 1, max_tokens * 8), build(0)
+        while low <= high:
+            mid = (low + high) // 2
+            candidate = build(mid)
+            if tokens.count_text(candidate) <= max_tokens:
+                best, low = candidate, mid + 1
+            else:
+                high = mid - 1
+        return best
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The processor
+# ---------------------------------------------------------------------------------------------
+
+
+def unit_of(event: Event) -> str | None:
+    """The request unit an event belongs to (request id, else invocation id, else none)."""
+    if event.request_id:
+        return event.request_id
+    if event.invocation_id:
+        return f"inv:{event.invocation_id}"
+    return None
+
+
+def protected_units(events: list[Event], current_unit: str | None, keep_recent: int) -> set[str]:
+    """The current unit plus the ``keep_recent`` most recent completed units."""
+    last_seen: dict[str, int] = {}
+    completed: set[str] = set()
+    for i, e in enumerate(events):
+        unit = unit_of(e)
+        if unit is None:
+            continue
+        last_seen[unit] = i
+        if e.is_final_response():
+            completed.add(unit)
+    recent = sorted((u for u in completed if u != current_unit), key=lambda u: last_seen[u], reverse=True)
+    protected = set(recent[:keep_recent]) if keep_recent > 0 else set()
+    if current_unit:
+        protected.add(current_unit)
+    return protected
+
+
+def _event_tokens(event: Event) -> int:
+    return event.token_count if event.token_count is not None else tokens.count_event(event)
+
+
+class CompactionProcessor:
+    """Passes 0/1/2 over ``draft.events`` (copy-on-write); leaves a stats record when it acts."""
+
+    name = "compaction"
+
+    def __init__(self, policy: CompactionPolicy | None = None) -> None:
+        self.policy = policy or CompactionPolicy(enabled=True)
+
+    async def process(self, inv: Invocation, draft: RequestDraft) -> None:
+        stat = self.compact(draft, current_unit=inv.request_id or None)
+        if stat is not None:
+            draft.stats.append(stat)
+
+    def compact(self, draft: RequestDraft, *, current_unit: str | None) -> dict[str, Any] | None:
+        policy = self.policy
+        events = draft.events
+        keep = set(policy.keep_tools)
+        force_clean = set(policy.force_clean_tools) - keep
+        session_load = any(getattr(t, "name", "") == SESSION_LOAD_TOOL for t in draft.tools)
+        protected = protected_units(events, current_unit, policy.keep_recent_requests)
+        replaced: dict[int, tuple[Event, str]] = {}  # index -> (new event, pass)
+        saved_old = 0
+        saved_new = 0
+
+        def replace_at(i: int, content: str, pass_name: str) -> None:
+            nonlocal saved_old, saved_new
+            original = events[i]
+            message = original.message
+            assert message is not None
+            new_event = original.copy_with(
+                choices=[message.with_content(content)],
+                metadata={**original.metadata, "compacted": pass_name},
+                token_count=None,
+            )
+            new_event.token_count = tokens.count_event(new_event)
+            saved_old += _event_tokens(original)
+            saved_new += new_event.token_count
+            replaced[i] = (new_event, pass_name)
+
+        for i, e in enumerate(events):
+            if not e.is_tool_result() or e.metadata.get("compacted"):
+                continue
+            m = e.message
+            assert m is not None
+            name = m.name or ""
+            if name in keep:
+                continue
+            unit = unit_of(e)
+            historical = unit is not None and unit not in protected
+            # Pass 0: a policy decision, independent of size.
+            if historical and name in force_clean:
+                if m.content != POLICY_PLACEHOLDER:
+                    replace_at(i, POLICY_PLACEHOLDER, "pass0")
+                continue
+            # Pass 1: only once there is a current unit to protect.
+            if historical and current_unit is not None:
+                limit = policy.tool_result_max_tokens
+                if e.token_count is None or e.token_count > limit:
+                    size = tokens.count_text(m.content)
+                    if size > limit:
+                        placeholder = recoverable_placeholder(e, session_load_available=session_load)
+                        if tokens.count_text(placeholder) < size:
+                            replace_at(i, placeholder, "pass1")
+                            continue
+            # Pass 2: oversized results anywhere, the current unit included.
+            limit2 = policy.oversized_tool_result_max_tokens
+            if limit2 > 0 and name != SESSION_LOAD_TOOL and (e.token_count is None or e.token_count > limit2):
+                size = tokens.count_text(m.content)
+                if size > limit2:
+                    markers = [TRUNCATION_MARKER]
+                    if session_load and e.id:
+                        markers = [TRUNCATION_MARKER_RECOVERABLE, TRUNCATION_MARKER_COMPACT, TRUNCATION_MARKER]
+                    markers = [mk.replace("{event_id}", e.id).replace("{tool_call_id}", m.tool_call_id or "")
+                               .replace("{tool_name}", name or "tool") for mk in markers]
+                    cut = head_tail_truncate(m.content, limit2, markers)
+                    if cut is not None and tokens.count_text(cut) < size:
+                        replace_at(i, cut, "pass2")
+        if not replaced:
+            return None
+        # Copy-on-write: a new list; untouched entries are the same (unmodified) objects.
+        new_events = list(events)
+        for i, (new_event, _) in replaced.items():
+            new_events[i] = new_event
+        draft.events = new_events
+        before = sum(_event_tokens(e) for e in events)
+        passes = [p for _, p in replaced.values()]
+        return {
+            "kind": "tool_results",
+            "results_compacted": len(replaced),
+            "tokens_before": before,
+            "tokens_after": before - saved_old + saved_new,
+            "pass0": passes.count("pass0"),
+            "pass1": passes.count("pass1"),
+            "pass2": passes.count("pass2"),
+            "placeholder_version": PLACEHOLDER_VERSION,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-model pressure path
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_window(agent: Any, inv: Invocation, fallback: int = FALLBACK_CONTEXT_WINDOW) -> int:
+    """Run override -> the agent model's window -> the fallback window."""
+    if inv.options.context_window:
+        return int(inv.options.context_window)
+    info = getattr(getattr(agent, "model", None), "info", None)
+    return int(getattr(info, "context_window", 0) or 0) or fallback
+
+
+async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRequest, draft: RequestDraft,
+                                   *, allow_tools: bool) -> tuple[ModelRequest, RequestDraft]:
+    """If the request is at or over the sync threshold, summarise now and rebuild once.
+
+    The rebuilt request is used only when the summary boundary advanced; otherwise (no summary
+    policy or worker, no advance, any failure) the original request goes out unchanged.
+    """
+    policy: CompactionPolicy | None = getattr(agent, "compaction", None)
+    if policy is None or not policy.enabled:
+        return request, draft
+    window = resolve_window(agent, inv, policy.fallback_context_window)
+    threshold = policy.sync_threshold(window)
+    before = tokens.count_messages(request.messages, request.tools or None)
+    if before < threshold:
+        return request, draft
+    worker = inv.summary_worker
+    if worker is None or getattr(agent, "summary", None) is None:
+        log.debug("request has %d tokens (threshold %d) but no summary is configured", before, threshold)
+        return request, draft
+    try:
+        advanced = await worker.summarize(inv.session, inv.filter_key, context_window=window,
+                                          parent_request=request)
+    except Exception as exc:  # pressure relief is best effort; the original request still goes out
+        log.warning("synchronous summary failed (%s: %s); sending the request as it was",
+                    type(exc).__name__, exc)
+        return request, draft
+    if not advanced:
+        return request, draft
+    try:
+        rebuilt_draft = await agent.build_draft(inv, allow_tools=allow_tools)
+        rebuilt = rebuilt_draft.to_model_request()
+    except Exception as exc:
+        log.warning("rebuilding the request after a synchronous summary failed (%s: %s); "
+                    "sending the original", type(exc).__name__, exc)
+        return request, draft
+    after = tokens.count_messages(rebuilt.messages, rebuilt.tools or None)
+    rebuilt_draft.stats.append({
+        "kind": "sync_summary",
+        "results_compacted": 0,
+        "tokens_before": before,
+        "tokens_after": after,
+        "pass0": 0,
+        "pass1": 0,
+        "pass2": 0,
+        "threshold": threshold,
+        "window": window,
+    })
+    return rebuilt, rebuilt_draft
+
+
+__all__ = [
+    "POLICY_PLACEHOLDER",
+    "RECOVERABLE_HEADER",
+    "CompactionPolicy",
+    "CompactionProcessor",
+    "head_tail_truncate",
+    "protected_units",
+    "recoverable_placeholder",
+    "relieve_context_pressure",
+    "resolve_window",
+    "unit_of",
+]
