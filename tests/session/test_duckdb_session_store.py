@@ -196,3 +196,25 @@ async def test_two_service_objects_on_one_file_do_not_collide_on_seq(tmp_path: P
     finally:
         await first.close()
         await second.close()
+
+
+async def test_fsync_off_is_applied_and_data_still_reads_back(tmp_path: Path) -> None:
+    path = tmp_path / "fast.duckdb"
+    async with DuckDBSessionService(path, token_counter=lambda e: 1, fsync=False) as service:
+        mode = await service._run(lambda con: con.execute("SELECT current_setting('fsync_mode')").fetchone())
+        assert mode == ("NONE",)
+        session = await service.create_session(APP, USER, "s1")
+        await asyncio.gather(*(service.append_event(session, user_event(f"m{i}")) for i in range(20)))
+    async with DuckDBSessionService(path) as reopened:
+        mode = await reopened._run(lambda con: con.execute("SELECT current_setting('fsync_mode')").fetchone())
+        assert mode == ("STANDARD",)
+        stored = await reopened.get_session(APP, USER, "s1")
+        assert stored is not None and [e.id for e in stored.events] == [e.id for e in session.events]
+
+
+async def test_in_memory_database_path_works() -> None:
+    async with DuckDBSessionService(":memory:", token_counter=lambda e: 1) as service:
+        session = await service.create_session(APP, USER, "s1")
+        await service.append_event(session, user_event("hi"))
+        stored = await service.get_session(APP, USER, "s1")
+        assert stored is not None and stored.events[0].text == "hi"
