@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,8 +15,10 @@ class Answer:
     status: int = 200
     body: str | dict[str, Any] = ""
     headers: dict[str, str] = field(default_factory=dict)
-    #: When set, the answer is an SSE stream of these JSON chunks followed by [DONE].
-    stream_chunks: list[dict[str, Any]] | None = None
+    #: When set, the answer is an SSE stream of these chunks (dicts as JSON, strings raw) and [DONE].
+    stream_chunks: list[dict[str, Any] | str] | None = None
+    #: Seconds to wait before answering (to provoke client timeouts).
+    delay: float = 0.0
 
 
 def completion(content: str | None = "ok", *, tool_calls: list[dict[str, Any]] | None = None,
@@ -39,12 +42,12 @@ def error_body(message: str, *, type_: str = "invalid_request_error", **extra: A
     return {"error": {"message": message, "type": type_, **extra}}
 
 
-def stream_chunks(pieces: list[str], usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def stream_chunks(pieces: list[str], usage: dict[str, Any] | None = None) -> list[dict[str, Any] | str]:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "fake",
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
-    out = [chunk({"role": "assistant", "content": ""})]
+    out: list[dict[str, Any] | str] = [chunk({"role": "assistant", "content": ""})]
     out += [chunk({"content": p}) for p in pieces]
     out.append(chunk({}, "stop"))
     if usage is not None:
@@ -72,12 +75,15 @@ class FakeOpenAIServer:
                 with server._lock:
                     server.requests.append(payload)
                     answer = server.answers.pop(0) if len(server.answers) > 1 else server.answers[0]
+                if answer.delay:
+                    time.sleep(answer.delay)
                 if answer.stream_chunks is not None:
                     self.send_response(answer.status)
                     self.send_header("content-type", "text/event-stream")
                     self.end_headers()
                     for item in answer.stream_chunks:
-                        self.wfile.write(f"data: {json.dumps(item)}\n\n".encode())
+                        data = item if isinstance(item, str) else json.dumps(item)
+                        self.wfile.write(f"data: {data}\n\n".encode())
                         self.wfile.flush()
                     self.wfile.write(b"data: [DONE]\n\n")
                     return

@@ -10,6 +10,7 @@ from agentlab.model import (
     GenerationConfig,
     MalformedResponse,
     ModelRequest,
+    ModelTimeout,
     ModelUnavailable,
     RateLimitError,
     ServerError,
@@ -199,3 +200,46 @@ def test_missing_api_key_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ModelUnavailable, match="OPENAI_API_KEY"):
         OpenAICompatModel("gpt-4o-mini")
+
+
+async def test_slow_server_times_out_and_is_retried() -> None:
+    with FakeOpenAIServer([Answer(body=completion("late"), delay=0.5)]) as server:
+        with pytest.raises(ModelTimeout, match="timed out twice"):
+            await _model(server, timeout=0.1, max_attempts=2).generate(_request())
+    assert len(server.requests) == 2
+
+
+async def test_malformed_stream_chunk_is_malformed_response() -> None:
+    chunks = stream_chunks(["fine"])[:2] + ["{not json"]
+    with FakeOpenAIServer([Answer(stream_chunks=chunks)]) as server:
+        with pytest.raises(MalformedResponse, match="unreadable stream"):
+            [c async for c in _model(server).stream(_request())]
+
+
+async def test_streamed_tool_call_is_assembled() -> None:
+    def piece(delta: dict, finish: str | None = None) -> dict:
+        return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "fake",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks: list = [
+        piece({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_s", "type": "function",
+                                                    "function": {"name": "lookup", "arguments": ""}}]}),
+        piece({"tool_calls": [{"index": 0, "function": {"arguments": '{"q": '}}]}),
+        piece({"tool_calls": [{"index": 0, "function": {"arguments": '"x"}'}}]}),
+        piece({}, "tool_calls"),
+    ]
+    with FakeOpenAIServer([Answer(stream_chunks=chunks)]) as server:
+        out = [c async for c in _model(server).stream(_request())]
+    final = out[-1].response
+    assert final is not None and final.finish_reason == "tool_calls"
+    (call,) = final.message.tool_calls
+    assert (call.id, call.name, call.parsed_arguments()) == ("call_s", "lookup", {"q": "x"})
+
+
+def test_every_backend_satisfies_the_model_protocol() -> None:
+    from agentlab.model import CachedModel, CallCache, EmbeddedModel, Model, ScriptedModel
+
+    scripted = ScriptedModel([])
+    for model in (scripted, CachedModel(scripted, CallCache(None)), EmbeddedModel(),
+                  OpenAICompatModel("m", base_url="http://127.0.0.1:9/v1")):
+        assert isinstance(model, Model)
