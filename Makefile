@@ -5,7 +5,13 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.agentlab-installed
 
-.PHONY: install test test-fast lint demo clean
+# Datasets: use the shared copies beside the checkout when they exist (CI and developer machines);
+# otherwise the loaders fall back to data/cache/ and then download with sha256 checks.
+ifneq ($(wildcard ../shared/datasets),)
+export AGENTLAB_DATA_DIR ?= $(abspath ../shared/datasets)
+endif
+
+.PHONY: install test test-fast lint demo example clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +34,9 @@ test-fast: install
 	$(PY) -m pytest -q -m "not slow" tests
 
 demo: install
+	$(PY) -m agentlab.bench qmsum --mode recall
+
+example: install
 	$(PY) -m agentlab.examples.support
 
 clean:
