@@ -427,3 +427,20 @@ async def test_a_failing_append_does_not_fail_concurrent_appends(service: Sessio
     fetched = await service.get_session(APP, USER, "s1")
     assert fetched is not None and [e.id for e in fetched.events] == [e.id for e in session.events]
     assert len(fetched.events) == 10 and ghost.events == []
+
+
+async def test_concurrent_state_deltas_are_all_applied_in_ledger_order(service: SessionService) -> None:
+    session = await service.create_session(APP, USER, "s1", state={"start": True})
+    deltas = [Event(author="agent", object=OBJ_STATE, state_delta={f"k{i}": i, "last": i}) for i in range(30)]
+    chatter = [assistant_event(f"a{i}") for i in range(30)]
+    await asyncio.gather(*(service.append_event(session, e) for pair in zip(deltas, chatter, strict=True)
+                           for e in pair))
+
+    fetched = await service.get_session(APP, USER, "s1")
+    assert fetched is not None
+    assert [e.id for e in fetched.events] == [e.id for e in session.events]
+    last_writer = [e for e in session.events if e.state_delta][-1].state_delta["last"]
+    expected = {"start": True, "last": last_writer, **{f"k{i}": i for i in range(30)}}
+    assert session.state == expected
+    assert fetched.state == expected
+    assert [e.role for e in fetched.events if e.state_delta] == [None] * 30
