@@ -161,7 +161,13 @@ class LexicalIndex:
         return doc_id in self._tokens
 
     def add(self, doc_id: str, text: str, *, timestamp: float | None = None) -> None:
-        ids = [self._vocab.setdefault(tok, len(self._vocab)) for tok in self.tokenizer(text)]
+        vocab = self._vocab
+        ids: list[int] = []
+        for tok in self.tokenizer(text):
+            tok_id = vocab.get(tok)
+            if tok_id is None:
+                tok_id = vocab[tok] = len(vocab)
+            ids.append(tok_id)
         with self._lock:
             self._tokens[doc_id] = ids
             self._recency.touch(doc_id, timestamp)

@@ -146,6 +146,9 @@ class UserEventIndex:
         self.user_id = user_id
         self.index = SearchIndex(embedder)
         self.refs: dict[str, EventRef] = {}
+        #: Lowercased, whitespace-collapsed text per doc id, filled by the first scan fallback
+        #: so later scans do not re-normalise thousands of events.
+        self.scan_texts: dict[str, str] = {}
         self._sessions: dict[str, _IndexedSession] = {}
         #: Events indexed so far (for diagnostics and tests).
         self.indexed_events = 0
@@ -217,6 +220,7 @@ class UserEventIndex:
             return
         for doc_id in state.doc_ids:
             self.refs.pop(doc_id, None)
+            self.scan_texts.pop(doc_id, None)
             self.index.remove(doc_id)
 
     # ------------------------------------------------------------------------------- lookups
@@ -431,10 +435,11 @@ def normalise_for_scan(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def lexical_event_score(normalised_query: str, keywords: Sequence[str], text: str) -> float:
+def lexical_event_score(normalised_query: str, keywords: Sequence[str], text: str, *,
+                        normalised: bool = False) -> float:
     """Reference scan score: share of keywords found, +0.75 for the whole query, +0.15 for >= 2
     keywords; below 0.45 counts as no match (0.0)."""
-    haystack = normalise_for_scan(text)
+    haystack = text if normalised else normalise_for_scan(text)
     if not haystack or not keywords:
         return 0.0
     matched = sum(1 for k in keywords if k and k in haystack)
@@ -449,32 +454,47 @@ def lexical_event_score(normalised_query: str, keywords: Sequence[str], text: st
 
 
 def scan_session(session: Session, query: str, top_k: int, accept: Callable[[Event], bool],
-                 max_events: int) -> list[EventHit]:
+                 max_events: int, scan_texts: dict[str, str] | None = None) -> list[EventHit]:
+    """The reference's in-session lexical scan over the last ``max_events`` events.
+
+    ``scan_texts`` (doc id -> normalised text, from the event index) saves re-normalising.
+    """
     primary = normalise_for_scan(query)
     keywords = keyword_tokens(query) or _dedupe(_QUERY_TOKEN.findall(primary))
     if not keywords:
         return []
     start = max(0, len(session.events) - max_events)
-    hits: list[EventHit] = []
+    scored: list[tuple[float, int]] = []
     for position in range(start, len(session.events)):
         event = session.events[position]
-        if not event.id or not accept(event):
+        if not event.id:
             continue
+        haystack = scan_texts.get(doc_id_for(session.id, event.id)) if scan_texts is not None else None
+        if haystack is None:
+            extracted = message_text(event)
+            if extracted is None:
+                continue
+            haystack = normalise_for_scan(extracted[0])
+            if scan_texts is not None:
+                scan_texts[doc_id_for(session.id, event.id)] = haystack
+        score = lexical_event_score(primary, keywords, haystack, normalised=True)
+        if score > 0 and accept(event):
+            scored.append((score, position))
+    scored.sort(key=lambda sp: (-sp[0], -session.events[sp[1]].timestamp, -sp[1]))
+    hits: list[EventHit] = []
+    for score, position in scored[:top_k]:
+        event = session.events[position]
         extracted = message_text(event)
         if extracted is None:
             continue
         text, role = extracted
-        score = lexical_event_score(primary, keywords, text)
-        if score <= 0:
-            continue
         m = event.message
         assert m is not None
         ref = EventRef(session.id, event.id, position, event.timestamp, role, event.filter_key,
                        event.invocation_id, m.tool_call_id if role == "tool" else None,
                        m.name if role == "tool" else None)
         hits.append(EventHit(ref, score, text))
-    hits.sort(key=lambda h: (-h.score, -h.ref.timestamp, -h.ref.position))
-    return hits[:top_k]
+    return hits
 
 
 # ========================================================================== summary boundary
@@ -621,7 +641,7 @@ class _ScopedSearch:
         merged: list[EventHit] = []
         for q in expand_query(query):
             merged = merge_hits(merged, scan_session(self.inv.session, q, self.top_k, accept,
-                                                     self.policy.max_scan_events))
+                                                     self.policy.max_scan_events, self.index.scan_texts))
             if len(merged) >= self.top_k:
                 break
         return merged[: self.top_k]
