@@ -1,0 +1,43 @@
+"""Benchmark harnesses: datasets, tasks, metrics, judge, executor, DuckDB store and analysis.
+
+Run from the shell with ``python -m agentlab.bench`` (see :mod:`agentlab.bench.cli`); from a
+notebook use :mod:`agentlab.bench.analysis` (``*_df()`` functions). A new benchmark is one module in
+:mod:`agentlab.bench.tasks` implementing :class:`Task` (the interface is documented there).
+"""
+
+from agentlab.bench.config import MODE_ROLES, ModeRoles, Settings, load_settings
+from agentlab.bench.judge import Judge, JudgeResult
+from agentlab.bench.metrics import Score
+from agentlab.bench.store import DEFAULT_DB, ResultStore
+from agentlab.bench.tasks import (
+    Case,
+    CaseError,
+    CaseResult,
+    CaseSelection,
+    RunContext,
+    Task,
+    collect_run,
+    get_task,
+    register,
+)
+
+__all__ = [
+    "DEFAULT_DB",
+    "MODE_ROLES",
+    "Case",
+    "CaseError",
+    "CaseResult",
+    "CaseSelection",
+    "Judge",
+    "JudgeResult",
+    "ModeRoles",
+    "ResultStore",
+    "RunContext",
+    "Score",
+    "Settings",
+    "Task",
+    "collect_run",
+    "get_task",
+    "load_settings",
+    "register",
+]

@@ -20,7 +20,7 @@ import pandas as pd
 
 from agentlab.bench.config import ModeRoles
 from agentlab.bench.metrics import percentiles
-from agentlab.bench.store import DEFAULT_DB, ResultStore
+from agentlab.bench.store import DEFAULT_DB, MODE_MEANS_SQL, ResultStore
 
 
 @contextlib.contextmanager
@@ -108,6 +108,12 @@ def calls_df(benchmark: str | None = None, mode: str | None = None, *, db: str |
         sql = ("SELECT r.benchmark, r.mode, k.* FROM calls k JOIN runs r USING (run_id)"
                + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY r.benchmark, r.mode, k.case_id, k.seq")
         return s.df(sql, params)
+
+
+def mode_means_df(benchmark: str, *, db: str | Path | None = None, store: ResultStore | None = None) -> pd.DataFrame:
+    """Mean of every metric per mode (current run of each mode); failed cases count as 0."""
+    with _open(db, store) as s:
+        return s.df(MODE_MEANS_SQL, [benchmark])
 
 
 def token_savings_df(benchmark: str | None = None, mode: str | None = None, *, level: str | None = None,

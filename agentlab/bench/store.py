@@ -459,6 +459,18 @@ GROUP BY benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode
 
 _DERIVED_SQL = (_TOKEN_SAVINGS, _QUALITY_LOSS, _RECOVERY)
 
+#: Mean of each metric per current run (failed cases count 0; NULL scores left out and counted).
+MODE_MEANS_SQL = f"""
+WITH {_CURRENT_RUNS}, {_CASE_METRIC}
+SELECT benchmark, model, mode, metric, avg(value) AS mean, count(*) AS n_cases,
+    count(*) FILTER (WHERE status = 'failed') AS n_failed,
+    count(*) FILTER (WHERE value IS NULL) AS n_unscored, bool_or(smoke_test) AS smoke_test
+FROM case_metric
+WHERE benchmark = ?
+GROUP BY benchmark, model, mode, metric
+ORDER BY model, mode, metric
+"""
+
 
 def table_names(tables: Iterable[str] = RAW_TABLES + DERIVED_TABLES) -> list[str]:
     return list(tables)

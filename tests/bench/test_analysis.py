@@ -134,3 +134,11 @@ def test_rewriting_a_case_replaces_it(store: ResultStore) -> None:
     assert store.query("SELECT count(*) FROM cases WHERE run_id = 'run-summary'") == [(3,)]
     assert store.query("SELECT count(*) FROM calls WHERE run_id = 'run-summary' AND case_id = 'c3'") == [(1,)]
     assert store.completed_case_ids("run-summary") == {"c1", "c2", "c3"}
+
+
+def test_mode_means_count_failed_as_zero(store: ResultStore) -> None:
+    df = analysis.mode_means_df("qmsum", store=store).set_index(["mode", "metric"])
+    assert df.loc[("summary", "rougeL"), "mean"] == pytest.approx(0.4 / 3)
+    assert df.loc[("summary", "rougeL"), "n_failed"] == 1
+    assert df.loc[("recall", "llm_score"), "n_unscored"] == 1
+    assert df.loc[("recall", "llm_score"), "mean"] == pytest.approx(0.75)

@@ -1,0 +1,318 @@
+"""Benchmark tasks: the interface every ``agentlab/bench/tasks/<name>.py`` implements, and the registry.
+
+A task module reads top to bottom like simple-evals: a docstring citing the paper, its prompts as
+visible constants, then one :class:`Task` subclass registered by name::
+
+    from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
+
+    @register
+    class QMSumTask(Task):
+        name = "qmsum"                      # the CLI name: python -m agentlab.bench qmsum
+        version = "1"                       # bump when prompts / logic change (part of the run id)
+        modes = ("long_context", "summary", "recall")
+        default_mode = "recall"
+
+        def default_settings(self): ...     # {"section": {"field": value}}; benchmarks/qmsum.toml overrides
+        def load_cases(self, settings) -> CaseSelection: ...
+        async def run_case(self, case, mode, ctx) -> CaseResult: ...
+        async def score(self, case, result, ctx) -> list[Score]: ...
+        def dry_run_prompts(self, case, mode, settings) -> list[list[Message]]: ...
+
+The harness (:mod:`agentlab.bench.executor`) owns everything around a case:
+
+* it calls :meth:`Task.load_cases` once, applies ``--limit`` as a prefix of the selection, and
+  identifies the run by a hash of (benchmark, mode, model spec, judge spec, settings, dataset
+  sha256, task version) — a rerun of the same command skips cases already stored as ``ok``;
+* for each case it runs :meth:`Task.run_case` then :meth:`Task.score` inside
+  :func:`agentlab.model.base.observe_calls`, so every model call (answer, summary, judge, memory,
+  tool) made by the task, the runtime or the judge is recorded with its tokens — the task does not
+  count tokens itself;
+* any exception from ``run_case`` or ``score`` makes the case ``failed`` with its error (a
+  :class:`CaseError` or :class:`~agentlab.model.base.ModelError` contributes its ``code``, e.g.
+  ``context_length``); failed cases stay in every denominator and are retried on the next run;
+* it writes the case, its calls, scores and compaction stats in one transaction.
+
+What a task may use from the runtime (and nothing more)::
+
+    from agentlab.runtime import Runner, LLMAgent, RunOptions
+    agent = LLMAgent(name, ctx.model, instruction=..., tools=[...], summary=..., compaction=...,
+                     recall=..., generation=GenerationConfig(...), max_tool_iterations=6)
+    runner = Runner(app_name, agent, ctx.new_session_service())
+    outcome = await collect_run(runner.run(user_id, session_id, question))   # helper below
+
+``collect_run`` returns the final answer and the compaction stats and raises :class:`CaseError`
+(with the event's ``error_code``) when the run ended in an error instead of an answer.
+
+``RunContext.once(key, factory)`` memoises per run (e.g. a meeting summary built once and shared by
+every question on that meeting); the calls it makes are attributed to the case that ran it first.
+
+Dry runs (``--dry-run``) call no model: :meth:`Task.dry_run_prompts` returns every prompt the mode
+would send *before any model output exists* (e.g. the single long-context answer prompt, or the
+summariser's input), and the harness counts their tokens with
+:func:`agentlab.model.tokens.count_messages`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import pkgutil
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from agentlab.bench.config import MODE_ROLES, ModeRoles, Settings
+from agentlab.bench.judge import Judge
+from agentlab.bench.metrics import Score
+from agentlab.bench.store import CompactionRow
+from agentlab.events import OBJ_COMPACTION, Event, Message
+from agentlab.model.base import Model
+
+T = TypeVar("T")
+
+#: Extra modules to import when discovering tasks (comma-separated), e.g. a task kept outside the package.
+TASK_MODULES_ENV = "AGENTLAB_TASK_MODULES"
+
+
+# -------------------------------------------------------------------------------- data types
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark item."""
+
+    #: Stable id, unique within the benchmark (e.g. ``Bed003_specific_01``); the resume key.
+    id: str
+    #: The question / user input the agent answers.
+    question: str
+    #: The gold answer the scores compare with.
+    reference: str
+    #: The typed dataset object (e.g. a ``QMSumCase``); not stored.
+    data: Any = None
+    #: Small JSON-able facts stored with the case row (e.g. meeting id, category, support distance).
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CaseSelection:
+    """What :meth:`Task.load_cases` returns."""
+
+    cases: Sequence[Case]
+    #: Fingerprint of the data files read (part of the run id).
+    dataset_sha256: str
+    #: How many items were loaded before the selection rule (e.g. QMSum: 244 loaded, 189 selected).
+    loaded: int | None = None
+    #: One line on how cases were selected (printed by the CLI).
+    note: str = ""
+
+
+@dataclass
+class CaseResult:
+    """What :meth:`Task.run_case` returns."""
+
+    prediction: str
+    #: Defaults to ``case.reference``.
+    reference: str | None = None
+    #: Stored with the case row (JSON-able): tool-call counts, summary length, timings...
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: Request-side compaction stats of the case (see :func:`collect_run`).
+    compactions: list[CompactionRow] = field(default_factory=list)
+
+
+class CaseError(Exception):
+    """A case could not produce an answer; ``code`` is stored (e.g. ``context_length``)."""
+
+    def __init__(self, message: str, code: str = "case_error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class UnknownBenchmark(LookupError):
+    pass
+
+
+# ---------------------------------------------------------------------------------- context
+
+
+class RunContext:
+    """What a task gets for each case: models, settings, services and a per-run memo."""
+
+    def __init__(self, *, benchmark: str, mode: str, model: Model, settings: Settings, model_spec: str = "",
+                 judge: Judge | None = None, run_id: str = "",
+                 session_service_factory: Callable[[], Any] | None = None) -> None:
+        self.benchmark = benchmark
+        self.mode = mode
+        self.model = model
+        self.model_spec = model_spec or model.info.name
+        self.judge = judge
+        self.settings = settings
+        self.run_id = run_id
+        self._session_service_factory = session_service_factory
+        self._memo: dict[Any, Any] = {}
+        self._locks: dict[Any, asyncio.Lock] = {}
+
+    def new_session_service(self) -> Any:
+        """A fresh session service for one case (in-memory unless the harness was given a factory)."""
+        if self._session_service_factory is not None:
+            return self._session_service_factory()
+        from agentlab.session.inmemory import InMemorySessionService
+
+        return InMemorySessionService()
+
+    async def once(self, key: Any, factory: Callable[[], Awaitable[T]]) -> T:
+        """``await factory()`` once per run and key; concurrent callers wait for the first.
+
+        A factory that raises is not remembered, so the next case tries again.
+        """
+        if key in self._memo:
+            return self._memo[key]
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if key not in self._memo:
+                self._memo[key] = await factory()
+        return self._memo[key]
+
+
+# ------------------------------------------------------------------------------------- task
+
+
+class Task(ABC):
+    """One benchmark harness. Subclass, set the class attributes, implement the methods."""
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    modes: ClassVar[tuple[str, ...]]
+    default_mode: ClassVar[str]
+    #: Baseline / lossy / recovered modes for the report; defaults to ``config.MODE_ROLES[name]``.
+    mode_roles: ClassVar[ModeRoles | None] = None
+    #: One line for ``python -m agentlab.bench list``.
+    description: ClassVar[str] = ""
+
+    def default_settings(self) -> dict[str, dict[str, Any]]:
+        """Settings sections with their defaults; ``benchmarks/<name>.toml`` overrides them."""
+        return {}
+
+    @abstractmethod
+    def load_cases(self, settings: Settings) -> CaseSelection:
+        """Load the data and apply the published selection rule (``--limit`` is applied after)."""
+
+    @abstractmethod
+    async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Answer one case in one mode. Raise on failure (see the module docstring)."""
+
+    async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """Scores of one answered case (``ctx.judge`` is None when judging is off)."""
+        return []
+
+    def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
+        """Every prompt the mode would send before any model output exists (no model is called)."""
+        raise NotImplementedError(f"{self.name} does not support --dry-run")
+
+    def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
+        """LLM-free evidence recall@k of the retrieval for ``cases`` (``--retrieval-only``)."""
+        raise NotImplementedError(f"{self.name} does not support --retrieval-only")
+
+    def roles(self) -> ModeRoles | None:
+        return self.mode_roles or MODE_ROLES.get(self.name)
+
+
+# -------------------------------------------------------------------------------- registry
+
+TASKS: dict[str, type[Task]] = {}
+_discovered = False
+
+
+def register(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a task available to the CLI under ``cls.name``."""
+    for attr in ("name", "modes", "default_mode"):
+        if not hasattr(cls, attr):
+            raise TypeError(f"task {cls.__name__} must define {attr!r}")
+    if cls.default_mode not in cls.modes:
+        raise TypeError(f"task {cls.name}: default_mode {cls.default_mode!r} is not one of {cls.modes}")
+    TASKS[cls.name] = cls
+    return cls
+
+
+def discover() -> dict[str, type[Task]]:
+    """Import every module of this package (and ``$AGENTLAB_TASK_MODULES``) so tasks register."""
+    global _discovered
+    if not _discovered:
+        for info in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{info.name}")
+        _discovered = True
+    for module in filter(None, (m.strip() for m in os.environ.get(TASK_MODULES_ENV, "").split(","))):
+        importlib.import_module(module)
+    return TASKS
+
+
+def get_task(name: str) -> Task:
+    tasks = discover()
+    if name not in tasks:
+        known = ", ".join(sorted(tasks)) or "none registered"
+        raise UnknownBenchmark(f"unknown benchmark {name!r}; known benchmarks: {known}")
+    return tasks[name]()
+
+
+# ------------------------------------------------------------------------------ run helper
+
+
+@dataclass
+class RunOutcome:
+    """What one ``runner.run(...)`` produced."""
+
+    answer: str
+    final_event: Event
+    events: list[Event]
+    compactions: list[CompactionRow]
+    tool_calls: dict[str, int]
+
+
+async def collect_run(stream: AsyncIterator[Event]) -> RunOutcome:
+    """Consume a runner's event stream: the final answer, compaction stats and tool-call counts.
+
+    Raises :class:`CaseError` (code = the event's ``error_code``) when the run produced an error
+    and no final answer after it, or no answer at all.
+    """
+    events: list[Event] = []
+    compactions: list[CompactionRow] = []
+    tools: dict[str, int] = {}
+    final: Event | None = None
+    error: Event | None = None
+    async for event in stream:
+        events.append(event)
+        if event.object == OBJ_COMPACTION:
+            stat = event.metadata.get("compaction") or {}
+            compactions.append(CompactionRow(int(stat.get("results_compacted", 0)), int(stat.get("tokens_before", 0)),
+                                             int(stat.get("tokens_after", 0))))
+        if event.error:
+            error, final = event, None
+            continue
+        if event.is_tool_call() and event.message is not None:
+            for call in event.message.tool_calls:
+                tools[call.name] = tools.get(call.name, 0) + 1
+        if event.is_final_response():
+            final = event
+    if final is None:
+        if error is not None:
+            raise CaseError(str(error.error), code=error.error_code or "run_error")
+        raise CaseError("the run ended without a final answer", code="no_answer")
+    return RunOutcome(final.text.strip(), final, events, compactions, tools)
+
+
+__all__ = [
+    "Case",
+    "CaseError",
+    "CaseResult",
+    "CaseSelection",
+    "RunContext",
+    "RunOutcome",
+    "TASKS",
+    "Task",
+    "UnknownBenchmark",
+    "collect_run",
+    "discover",
+    "get_task",
+    "register",
+]

@@ -1,0 +1,316 @@
+"""``python -m agentlab.bench``: run a benchmark mode, print a report, list benchmarks.
+
+    python -m agentlab.bench <benchmark> [--mode MODE] [--limit N] [--model SPEC] [--judge-model SPEC]
+                                         [--concurrency K] [--db PATH] [--set section.field=value ...]
+                                         [--dry-run] [--retrieval-only] [--json] [--no-progress]
+    python -m agentlab.bench report <benchmark> [--db PATH] [--json]
+    python -m agentlab.bench list [--json]
+
+Published settings come from ``benchmarks/<benchmark>.toml``; flags and ``--set`` override them.
+With the embedded model (the offline smoke-test model) and no ``--limit``, only the first 5 cases
+run, and everything it produces is labelled a smoke test. ``--limit 0`` runs all cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from agentlab.bench.config import SettingsError, apply_overrides, code_version, load_settings, settings_path
+from agentlab.bench.datasets.base import DatasetError
+from agentlab.bench.store import DEFAULT_DB, ResultStore
+from agentlab.bench.tasks import Task, UnknownBenchmark, discover, get_task
+
+#: Cases run with the embedded model when no --limit is given.
+EMBEDDED_DEFAULT_LIMIT = 5
+SMOKE_LABEL = ("SMOKE TEST: produced with the embedded SmolLM2-135M model; these numbers only show that the "
+               "pipeline runs and are not comparable with published results.")
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+# ---------------------------------------------------------------------------------- parsers
+
+
+def _run_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run one mode of a benchmark (resumable).")
+    p.add_argument("benchmark")
+    p.add_argument("--mode", help="mode (arm) to run; default: the benchmark's default mode")
+    p.add_argument("--limit", type=int, default=None,
+                   help=f"run the first N selected cases (0 = all; default all, {EMBEDDED_DEFAULT_LIMIT} on the embedded model)")
+    p.add_argument("--model", help="answer model spec (e.g. embedded, openai:gpt-4o-mini); default from the environment")
+    p.add_argument("--judge-model", help="judge model spec; default: [judge] model in the settings, else the answer model")
+    p.add_argument("--concurrency", type=int, default=None, help="cases run at once (default [run] concurrency or 4)")
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"results DuckDB file (default {DEFAULT_DB})")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a setting from benchmarks/<benchmark>.toml (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="build every prompt and count tokens; call no model")
+    p.add_argument("--retrieval-only", action="store_true", help="LLM-free evidence recall@k of the retrieval")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _report_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"{prog} report", description="Rebuild and print the derived tables.")
+    p.add_argument("benchmark")
+    p.add_argument("--db", type=Path, default=DEFAULT_DB)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def _list_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"{prog} list", description="List the registered benchmarks.")
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        try:
+            return _jsonable(value.item())
+        except (AttributeError, ValueError):
+            pass
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def _records(df: Any) -> list[dict[str, Any]]:
+    if df is None or len(df) == 0:
+        return []
+    return [{k: _jsonable(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+
+
+def _print_json(obj: Any, out: TextIO) -> None:
+    out.write(json.dumps(obj, ensure_ascii=False, indent=1, default=str) + "\n")
+
+
+def _banner(text: str, out: TextIO) -> None:
+    line = "!" * min(100, max(40, len(text) + 8))
+    out.write(f"{line}\n!!! {text}\n{line}\n")
+
+
+def _load(task: Task, overrides: Sequence[str]) -> Any:
+    settings = load_settings(task.name, task.default_settings())
+    return apply_overrides(settings, overrides)
+
+
+# --------------------------------------------------------------------------------- commands
+
+
+def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
+    tasks = discover()
+    rows = []
+    for name in sorted(tasks):
+        cls = tasks[name]
+        path = settings_path(name)
+        rows.append({"benchmark": name, "modes": list(cls.modes), "default_mode": cls.default_mode,
+                     "version": cls.version, "settings": str(path) if path.is_file() else None,
+                     "description": cls.description})
+    if args.json:
+        _print_json({"benchmarks": rows}, out)
+        return 0
+    if not rows:
+        out.write("no benchmarks registered\n")
+    for r in rows:
+        modes = ", ".join(m + (" (default)" if m == r["default_mode"] else "") for m in r["modes"])
+        out.write(f"{r['benchmark']:<14} modes: {modes}\n")
+        if r["description"]:
+            out.write(f"{'':<14} {r['description']}\n")
+    return 0
+
+
+def _resolve_limit(args: argparse.Namespace, model_spec: str, out: TextIO, quiet: bool) -> tuple[int | None, bool]:
+    smoke = model_spec.strip() == "embedded"
+    if args.limit is not None and args.limit < 0:
+        raise CliError(f"--limit must be >= 0 (0 = all cases), got {args.limit}")
+    if args.limit == 0:
+        return None, smoke
+    if args.limit is None and smoke:
+        if not quiet:
+            _banner(f"embedded model without --limit: running only the first {EMBEDDED_DEFAULT_LIMIT} cases "
+                    "(pass --limit 0 for all)", out)
+        return EMBEDDED_DEFAULT_LIMIT, smoke
+    return args.limit, smoke
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    task = get_task(args.benchmark)
+    settings = _load(task, args.overrides)
+    mode = args.mode or task.default_mode
+    if mode not in task.modes:
+        raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise CliError(f"--concurrency must be >= 1, got {args.concurrency}")
+
+    from agentlab.bench import executor
+
+    if args.dry_run:
+        limit = args.limit or None
+        result = executor.dry_run(task, mode, settings, limit=limit)
+        if args.json:
+            _print_json(result, out)
+        else:
+            out.write(f"{task.name}/{mode} dry run (no model called): {result['cases']} cases"
+                      + (f" of {result['loaded']} loaded" if result.get("loaded") is not None else "") + "\n")
+            out.write(f"  avg prompt tokens {result['avg_prompt_tokens']:.2f}  (min {result['min_prompt_tokens']}, "
+                      f"max {result['max_prompt_tokens']}, {result['prompts']} prompts, {result['encoding']})\n")
+        return 0
+
+    if args.retrieval_only:
+        selection = task.load_cases(settings)
+        cases = executor.select(selection, args.limit or None)
+        result = task.retrieval_only(cases, mode, settings)
+        result = {"benchmark": task.name, "mode": mode, "cases": len(cases), **result}
+        if args.json:
+            _print_json(result, out)
+        else:
+            for key, value in result.items():
+                out.write(f"{key}: {value}\n")
+        return 0
+
+    from agentlab.bench.judge import Judge
+    from agentlab.model.registry import default_spec, get_model
+
+    model_spec = args.model or default_spec()
+    limit, smoke = _resolve_limit(args, model_spec, out if not args.json else sys.stderr, quiet=False)
+    judge_spec = args.judge_model or settings.get("judge", "model") or model_spec
+    judge_enabled = bool(settings.get("judge", "enabled", True))
+    concurrency = args.concurrency or int(settings.get("run", "concurrency", 4))
+    request = executor.RunRequest(
+        benchmark=task.name, mode=mode, model_spec=model_spec, settings=settings,
+        judge_spec=judge_spec if judge_enabled else None, limit=limit, concurrency=concurrency,
+        smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
+    )
+    model = get_model(model_spec)
+    judge = None
+    if judge_enabled:
+        judge = Judge(model if judge_spec == model_spec else get_model(judge_spec), judge_spec)
+    store = ResultStore(args.db)
+    try:
+        summary = asyncio.run(executor.run_task(task, request, model=model, store=store, judge=judge))
+    except KeyboardInterrupt:
+        rows = store.query("SELECT run_id, count(*) FILTER (WHERE status = 'ok'), count(*) FROM cases "
+                           "WHERE run_id IN (SELECT run_id FROM runs WHERE status = 'interrupted' "
+                           "AND benchmark = ? AND mode = ?) GROUP BY run_id", [task.name, mode])
+        stored = ", ".join(f"{r[1]} ok of {r[2]} stored in run {r[0]}" for r in rows) or "nothing stored"
+        sys.stderr.write(f"\ninterrupted: {stored}. Rerun the same command to finish the missing cases.\n")
+        store.close()
+        return 130
+    means = store.df(
+        "SELECT metric, avg(value) AS mean, count(value) AS n FROM scores WHERE run_id = ? GROUP BY metric ORDER BY metric",
+        [summary.run_id])
+    store.close()
+    payload = {"benchmark": task.name, "mode": mode, "model": model_spec, "judge_model": request.judge_spec,
+               "smoke_test": smoke, "db": str(args.db), **summary.to_dict(), "scores": _records(means)}
+    if args.json:
+        _print_json(payload, out)
+        return 0
+    if smoke:
+        _banner(SMOKE_LABEL, out)
+    out.write(f"{task.name}/{mode} run {summary.run_id}: {summary.total_cases_ok} ok, {summary.failed} failed "
+              f"this time, {summary.already_done} already done (of {summary.selected} selected)\n")
+    if summary.errors:
+        out.write("  failures by code: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) + "\n")
+    out.write(f"  tokens this time: {summary.prompt_tokens} prompt + {summary.completion_tokens} completion\n")
+    if len(means):
+        out.write("  mean scores over ok cases (failed cases count as 0 in `report`):\n")
+        out.write("    " + means.to_string(index=False).replace("\n", "\n    ") + "\n")
+    out.write(f"  stored in {args.db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    if not args.db.exists():
+        raise CliError(f"no results database at {args.db}; run `python -m agentlab.bench {args.benchmark} ...` first")
+    roles = {}
+    from agentlab.bench.config import MODE_ROLES
+
+    roles.update(MODE_ROLES)
+    try:
+        tasks = discover()
+        for name, cls in tasks.items():
+            task_roles = cls().roles()
+            if task_roles is not None:
+                roles[name] = task_roles
+    except Exception:  # a broken task module must not prevent reporting stored results
+        pass
+    from agentlab.bench import analysis
+
+    with ResultStore(args.db) as store:
+        store.rebuild_derived(roles)
+        runs = analysis.runs_df(args.benchmark, store=store)
+        if len(runs) == 0:
+            raise CliError(f"no runs of {args.benchmark!r} in {args.db}")
+        means = analysis.mode_means_df(args.benchmark, store=store)
+        savings = analysis.token_savings_df(args.benchmark, level="aggregate", store=store)
+        loss = analysis.quality_loss_df(args.benchmark, store=store)
+        recovery = analysis.recovery_df(args.benchmark, store=store)
+    smoke = bool(runs["smoke_test"].fillna(False).any())
+    if args.json:
+        _print_json({"benchmark": args.benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None,
+                     "db": str(args.db),
+                     "runs": _records(runs.drop(columns=["config"])), "scores": _records(means),
+                     "token_savings": _records(savings), "quality_loss": _records(loss),
+                     "recovery": _records(recovery)}, out)
+        return 0
+    if smoke:
+        _banner(SMOKE_LABEL, out)
+
+    def section(title: str, df: Any, columns: list[str]) -> None:
+        out.write(f"\n== {title} ==\n")
+        if df is None or len(df) == 0:
+            out.write("(no rows: needs the baseline mode and the compared modes run on the same model)\n")
+            return
+        shown = df[[c for c in columns if c in df.columns]]
+        out.write(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n")
+
+    section("runs", runs, ["run_id", "mode", "model", "judge_model", "status", "cases_selected", "smoke_test", "started"])
+    section("scores by mode (failed cases count as 0)", means,
+            ["mode", "model", "metric", "mean", "n_cases", "n_failed", "n_unscored"])
+    section("token_savings (answer-call prompt tokens vs baseline)", savings,
+            ["mode", "baseline_mode", "n_cases", "baseline_prompt_tokens", "mode_prompt_tokens", "prompt_savings",
+             "prompt_savings_ratio", "prompt_savings_with_summary", "total_savings", "total_savings_ratio"])
+    section("quality_loss (mode vs baseline)", loss,
+            ["mode", "baseline_mode", "metric", "n_cases", "n_scored", "baseline_mean", "mode_mean", "delta",
+             "relative_loss"])
+    section("recovery ((recovered - lossy) / (baseline - lossy))", recovery,
+            ["metric", "n_cases", "baseline_mean", "lossy_mean", "recovered_mean", "recovery", "wins", "losses", "ties"])
+    out.write(f"\ntables token_savings, quality_loss, recovery rebuilt in {args.db}\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out = out or sys.stdout
+    prog = "python -m agentlab.bench"
+    if not argv or argv[0] in {"-h", "--help"}:
+        out.write(__doc__ or "")
+        return 0 if argv else 2
+    try:
+        if argv[0] == "list":
+            return cmd_list(_list_parser(prog).parse_args(argv[1:]), out)
+        if argv[0] == "report":
+            return cmd_report(_report_parser(prog).parse_args(argv[1:]), out)
+        return cmd_run(_run_parser(prog).parse_args(argv), out)
+    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError) as exc:
+        message = exc.args[0] if isinstance(exc, UnknownBenchmark | FileNotFoundError) and exc.args else str(exc)
+        sys.stderr.write(f"error: {message}\n")
+        return 2

@@ -1,0 +1,242 @@
+"""Runs a task's cases: bounded concurrency, call capture, one-transaction writes, resume, Ctrl-C.
+
+* **Identity and resume.** A run is identified by :func:`run_config`'s hash (benchmark, mode, model
+  spec, judge spec, settings, dataset sha256, task version; not ``--limit`` or ``--concurrency``).
+  Rerunning the same command skips cases already stored with status ``ok``; cases stored as
+  ``failed`` are attempted again (and replace their old rows), so a transient error heals on rerun.
+* **Per case.** ``run_case`` and ``score`` run inside :func:`agentlab.model.base.observe_calls`, so
+  every model call of the case is recorded (purpose, tokens, latency, cache hit, error). Any
+  exception — a :class:`~agentlab.model.base.ModelError` such as a context-length error included —
+  is stored as a failed case with its message and code. Then the case, its calls, scores and
+  compaction stats are written in one transaction.
+* **Concurrency.** At most ``concurrency`` cases run at once (an ``asyncio.Semaphore``); model-call
+  retries with backoff happen inside the model layer.
+* **Ctrl-C.** ``KeyboardInterrupt`` / cancellation stops the run: cases still in flight are
+  abandoned (nothing of them is written), every finished case stays stored, and the run is marked
+  ``interrupted``. Rerunning completes only the missing cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from agentlab.bench.config import Settings, config_hash
+from agentlab.bench.judge import Judge
+from agentlab.bench.metrics import Score, version_of
+from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
+from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
+from agentlab.model import tokens
+from agentlab.model.base import CallRecord, Model, observe_calls
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything that defines one run (plus how to execute it)."""
+
+    benchmark: str
+    mode: str
+    model_spec: str
+    settings: Settings
+    judge_spec: str | None = None
+    #: Run only the first ``limit`` selected cases; 0 or None = all.
+    limit: int | None = None
+    concurrency: int = 4
+    smoke_test: bool = False
+    progress: bool = True
+    code_version: str = ""
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    status: str  # finished | interrupted
+    selected: int
+    already_done: int
+    attempted: int = 0
+    ok: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_cases_ok(self) -> int:
+        return self.already_done + self.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "status": self.status, "selected": self.selected,
+            "already_done": self.already_done, "attempted": self.attempted, "ok": self.ok,
+            "failed": self.failed, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "errors": dict(self.errors),
+        }
+
+
+def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str, Any]:
+    """The config a run id is the hash of (stored in ``runs.config``)."""
+    return {
+        "benchmark": request.benchmark,
+        "mode": request.mode,
+        "model": request.model_spec,
+        "judge_model": request.judge_spec,
+        "settings": request.settings.to_dict(),
+        "dataset_sha256": dataset_sha256,
+        "task_version": task.version,
+    }
+
+
+def select(selection: CaseSelection, limit: int | None) -> list[Case]:
+    cases = list(selection.cases)
+    return cases[:limit] if limit else cases
+
+
+def _normalise_scores(scores: Sequence[Score] | dict[str, float] | None, task: Task) -> list[Score]:
+    """Tasks may return ``Score`` rows or a plain ``{metric: value}`` dict (versions looked up)."""
+    if not scores:
+        return []
+    if isinstance(scores, dict):
+        out = []
+        for metric, value in scores.items():
+            try:
+                version = version_of(metric)
+            except KeyError:
+                version = f"{task.name}-task-v{task.version}"
+            out.append(Score(metric, None if value is None else float(value), version))
+        return out
+    return list(scores)
+
+
+def _error_code(exc: BaseException) -> str:
+    return str(getattr(exc, "code", None) or type(exc).__name__)
+
+
+async def run_task(task: Task, request: RunRequest, *, model: Model, store: ResultStore,
+                   judge: Judge | None = None, selection: CaseSelection | None = None,
+                   session_service_factory: Callable[[], Any] | None = None) -> RunSummary:
+    """Run (or resume) one benchmark mode and store every case. See the module docstring."""
+    if request.mode not in task.modes:
+        raise ValueError(f"{task.name}: unknown mode {request.mode!r}; modes: {', '.join(task.modes)}")
+    selection = selection or task.load_cases(request.settings)
+    cases = select(selection, request.limit)
+    config = run_config(task, request, selection.dataset_sha256)
+    run_id = config_hash(config)
+    store.start_run(RunInfo(
+        run_id=run_id, benchmark=request.benchmark, mode=request.mode, config=config, model=request.model_spec,
+        judge_model=request.judge_spec, dataset_sha256=selection.dataset_sha256, code_version=request.code_version,
+        task_version=task.version, smoke_test=request.smoke_test, cases_selected=len(cases),
+    ))
+    done = store.completed_case_ids(run_id)
+    todo = [(i, c) for i, c in enumerate(cases) if c.id not in done]
+    summary = RunSummary(run_id, "running", len(cases), len(cases) - len(todo))
+    ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
+                     model_spec=request.model_spec, judge=judge, run_id=run_id,
+                     session_service_factory=session_service_factory)
+    semaphore = asyncio.Semaphore(max(1, request.concurrency))
+    bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",
+               unit="case", disable=not request.progress, dynamic_ncols=True)
+
+    async def one(ordinal: int, case: Case) -> None:
+        async with semaphore:
+            calls: list[CallRecord] = []
+            started = time.perf_counter()
+            record = CaseRecord(run_id=run_id, case_id=case.id, status="ok", ordinal=ordinal,
+                                reference=case.reference, metadata=dict(case.metadata))
+            with observe_calls(calls.append):
+                try:
+                    result: CaseResult = await task.run_case(case, request.mode, ctx)
+                    record.prediction = result.prediction
+                    record.reference = result.reference if result.reference is not None else case.reference
+                    record.metadata = {**case.metadata, **result.metadata}
+                    record.compactions = list(result.compactions)
+                    record.scores = _normalise_scores(await task.score(case, result, ctx), task)
+                except Exception as exc:  # the case fails, the run goes on; BaseException (Ctrl-C) escapes
+                    record.status = "failed"
+                    record.error = f"{type(exc).__name__}: {exc}"
+                    record.error_code = _error_code(exc)
+                    record.scores = []
+            record.latency_ms = (time.perf_counter() - started) * 1000
+            record.calls = calls
+            store.write_case(record)  # synchronous: a cancellation cannot split it
+            summary.attempted += 1
+            if record.status == "ok":
+                summary.ok += 1
+            else:
+                summary.failed += 1
+                summary.errors[record.error_code or "error"] = summary.errors.get(record.error_code or "error", 0) + 1
+            summary.prompt_tokens += sum(c.usage.prompt_tokens for c in calls)
+            summary.completion_tokens += sum(c.usage.completion_tokens for c in calls)
+            bar.set_postfix(failed=summary.failed, tokens=summary.prompt_tokens + summary.completion_tokens,
+                            refresh=False)
+            bar.update(1)
+
+    workers = [asyncio.create_task(one(i, c), name=f"case:{c.id}") for i, c in todo]
+    try:
+        if workers:
+            await asyncio.gather(*workers)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        summary.status = "interrupted"
+        store.finish_run(run_id, "interrupted")
+        bar.close()
+        raise
+    except BaseException:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        summary.status = "failed"
+        store.finish_run(run_id, "failed")
+        bar.close()
+        raise
+    bar.close()
+    summary.status = "finished"
+    store.finish_run(run_id, "finished")
+    return summary
+
+
+# ---------------------------------------------------------------------------------- dry run
+
+
+def dry_run(task: Task, mode: str, settings: Settings, *, limit: int | None = None,
+            selection: CaseSelection | None = None, encoding: str | None = None) -> dict[str, Any]:
+    """Select cases and count the tokens of every prompt the mode would send; no model is called.
+
+    ``avg_prompt_tokens`` is the mean over cases of the summed prompt tokens of the case's prompts
+    (for a single-call mode: the answer prompt); chat-format overheads are included.
+    """
+    if mode not in task.modes:
+        raise ValueError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
+    selection = selection or task.load_cases(settings)
+    cases = select(selection, limit)
+    per_case: list[int] = []
+    per_call: list[int] = []
+    for case in cases:
+        counts = [tokens.count_messages(messages, encoding=encoding) for messages in task.dry_run_prompts(case, mode, settings)]
+        per_call.extend(counts)
+        per_case.append(sum(counts))
+    from agentlab.bench.metrics import percentiles
+
+    out: dict[str, Any] = {
+        "benchmark": task.name,
+        "mode": mode,
+        "cases": len(cases),
+        "loaded": selection.loaded,
+        "dataset_sha256": selection.dataset_sha256,
+        "prompts": len(per_call),
+        "avg_prompt_tokens": (sum(per_case) / len(per_case)) if per_case else 0.0,
+        "max_prompt_tokens": max(per_case, default=0),
+        "min_prompt_tokens": min(per_case, default=0),
+        "total_prompt_tokens": sum(per_case),
+        "avg_prompt_tokens_per_call": (sum(per_call) / len(per_call)) if per_call else 0.0,
+        "encoding": encoding or tokens.DEFAULT_ENCODING,
+    }
+    if per_case:
+        out.update({f"{k}_prompt_tokens": v for k, v in percentiles([float(x) for x in per_case]).items()})
+    return out

@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import bench_demo_task as demo
+import pytest
+
+from agentlab.bench import cli
+from agentlab.bench.config import (
+    Settings,
+    SettingsError,
+    apply_overrides,
+    load_settings,
+    parse_value,
+)
+from agentlab.bench.store import ResultStore
+
+
+@pytest.fixture(autouse=True)
+def scripted_models(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    import agentlab.model.registry as registry
+
+    demo.reset()
+    monkeypatch.setattr(registry, "get_model", lambda spec=None, **_: demo.scripted_model())
+    monkeypatch.setattr(registry, "default_spec", lambda: "embedded")
+    yield
+    demo.reset()
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    import sys
+
+    old = sys.stderr
+    sys.stderr = err
+    try:
+        code = cli.main(list(argv), out=out)
+    finally:
+        sys.stderr = old
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_list_and_unknown_benchmark() -> None:
+    code, out, _ = run_cli("list")
+    assert code == 0 and "demo" in out and "long_context (default)" in out
+    code, out, _ = run_cli("list", "--json")
+    assert any(b["benchmark"] == "demo" for b in json.loads(out)["benchmarks"])
+    code, _, err = run_cli("nosuchbench")
+    assert code == 2 and "unknown benchmark 'nosuchbench'" in err and "demo" in err
+
+
+def test_unknown_mode_and_bad_set_are_one_line_errors(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.duckdb")
+    code, _, err = run_cli("demo", "--mode", "nope", "--db", db)
+    assert code == 2 and "unknown mode 'nope'" in err and "long_context" in err
+    code, _, err = run_cli("demo", "--set", "bogus.x=1", "--db", db)
+    assert code == 2 and "unknown section [bogus]" in err and "answer" in err
+    code, _, err = run_cli("demo", "--set", "answer.nope=1", "--db", db)
+    assert code == 2 and "[answer] has no field 'nope'" in err and "max_tokens" in err
+    code, _, err = run_cli("demo", "--set", "answer.max_tokens=lots", "--db", db)
+    assert code == 2 and "expected an integer" in err
+    assert err.count("\n") == 1
+
+
+def test_embedded_model_defaults_to_five_cases_and_is_a_smoke_test(tmp_path: Path) -> None:
+    db = tmp_path / "r.duckdb"
+    code, out, _ = run_cli("demo", "--db", str(db), "--set", "dataset.n_cases=8", "--no-progress")
+    assert code == 0
+    assert "running only the first 5 cases" in out and "SMOKE TEST" in out
+    with ResultStore(db) as store:
+        assert store.query("SELECT count(*) FROM cases") == [(5,)]
+        assert store.query("SELECT smoke_test, cases_selected FROM runs") == [(True, 5)]
+    code, out, _ = run_cli("demo", "--db", str(db), "--set", "dataset.n_cases=8", "--limit", "0", "--no-progress",
+                           "--json")
+    result = json.loads(out)
+    assert (result["already_done"], result["attempted"], result["selected"]) == (5, 3, 8)
+    assert result["smoke_test"] is True
+    assert {s["metric"] for s in result["scores"]} >= {"rougeL", "llm_score"}
+
+
+def test_non_embedded_model_runs_all_cases(tmp_path: Path) -> None:
+    db = tmp_path / "r.duckdb"
+    code, out, _ = run_cli("demo", "--model", "openai:fake", "--db", str(db), "--no-progress", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["selected"] == 6 and result["smoke_test"] is False and result["judge_model"] == "openai:fake"
+    code, out, _ = run_cli("demo", "--model", "openai:fake", "--judge-model", "openai:judge", "--limit", "2",
+                           "--db", str(db), "--no-progress", "--json", "--set", "judge.enabled=false")
+    result = json.loads(out)
+    assert result["judge_model"] is None and "llm_score" not in {s["metric"] for s in result["scores"]}
+
+
+def test_dry_run_json(tmp_path: Path) -> None:
+    code, out, _ = run_cli("demo", "--mode", "long_context", "--dry-run", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["cases"] == 6 and result["avg_prompt_tokens"] > 0 and result["prompts"] == 6
+    code, out, _ = run_cli("demo", "--dry-run")
+    assert "dry run (no model called): 6 cases of 6 loaded" in out
+
+
+def test_report_prints_three_tables_and_smoke_label(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.duckdb")
+    for mode in ("long_context", "summary", "recall"):
+        assert run_cli("demo", "--mode", mode, "--limit", "0", "--db", db, "--no-progress")[0] == 0
+    code, out, _ = run_cli("report", "demo", "--db", db)
+    assert code == 0
+    assert "SMOKE TEST" in out
+    for title in ("== token_savings", "== quality_loss", "== recovery", "== scores by mode"):
+        assert title in out
+    code, out, _ = run_cli("report", "demo", "--db", db, "--json")
+    report = json.loads(out)
+    assert report["smoke_test"] is True
+    recovery = {r["metric"]: r for r in report["recovery"]}
+    # Summary answers "grey" for every item; recall sees the evidence line again: full recovery.
+    assert recovery["f1"]["lossy_mode"] == "summary" and recovery["f1"]["recovered_mode"] == "recall"
+    assert recovery["f1"]["recovery"] == pytest.approx(1.0)
+    assert recovery["f1"]["wins"] == 6
+    savings = {r["mode"]: r for r in report["token_savings"]}
+    assert savings["summary"]["prompt_savings"] > 0.5 and savings["summary"]["n_cases"] == 6
+    with ResultStore(Path(db)) as store:
+        for table in ("token_savings", "quality_loss", "recovery", "mode_roles"):
+            assert store.has_table(table)
+
+
+def test_report_without_db_or_runs(tmp_path: Path) -> None:
+    code, _, err = run_cli("report", "demo", "--db", str(tmp_path / "none.duckdb"))
+    assert code == 2 and "no results database" in err
+    db = tmp_path / "empty.duckdb"
+    ResultStore(db).close()
+    code, _, err = run_cli("report", "demo", "--db", str(db))
+    assert code == 2 and "no runs of 'demo'" in err
+
+
+# --------------------------------------------------------------------------------- settings
+
+
+def test_parse_value() -> None:
+    assert parse_value("3") == 3 and parse_value("0.5") == 0.5 and parse_value("True") is True
+    assert parse_value("openai:gpt-4o-mini") == "openai:gpt-4o-mini"
+
+
+def test_overrides_are_type_checked() -> None:
+    base = Settings({"a": {"n": 1, "x": 0.5, "flag": False, "name": "s", "tasks": ["CC", "CM"]}})
+    new = apply_overrides(base, ["a.n=4", "a.x=2", "a.flag=true", "a.name=42", "a.tasks=SI,PI"])
+    assert new["a"] == {"n": 4, "x": 2.0, "flag": True, "name": "42", "tasks": ["SI", "PI"]}
+    assert base["a"]["n"] == 1  # the original is untouched
+    for bad, message in [("a.n=1.5", "expected an integer"), ("a.flag=yes", "expected true or false"),
+                         ("a.x=abc", "expected a number"), ("a=1", "section.field"), ("a.n", "section.field=value"),
+                         ("published.x=1", "cannot be set")]:
+        with pytest.raises(SettingsError, match=message):
+            apply_overrides(base, [bad])
+
+
+def test_qmsum_toml_holds_the_published_settings() -> None:
+    settings = load_settings("qmsum")
+    assert settings["answer"] == {"temperature": 0.0, "max_tokens": 384}
+    assert settings["agent"]["max_tool_iterations"] == 6
+    assert settings["dataset"]["min_distance_from_end"] == 80
+    assert settings["recall"]["scope"] == "current_hidden"
+    assert settings.published["cases"] == 189 and settings.published["long_context_avg_prompt_tokens"] == 18985.56
+    assert "published" not in settings.sections()

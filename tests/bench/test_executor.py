@@ -1,0 +1,204 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import bench_demo_task as demo
+import pytest
+
+from agentlab.bench import executor
+from agentlab.bench.config import load_settings
+from agentlab.bench.judge import Judge
+from agentlab.bench.store import ResultStore
+from agentlab.bench.tasks import RunContext, get_task
+from agentlab.model import tokens
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _reset_demo() -> Iterator[None]:
+    demo.reset()
+    yield
+    demo.reset()
+
+
+def request(mode: str = "long_context", **kw: object) -> executor.RunRequest:
+    task = get_task("demo")
+    settings = load_settings("demo", task.default_settings())
+    defaults: dict[str, object] = {"benchmark": "demo", "mode": mode, "model_spec": "scripted",
+                                   "settings": settings, "judge_spec": "scripted", "concurrency": 2,
+                                   "progress": False}
+    defaults.update(kw)
+    return executor.RunRequest(**defaults)  # type: ignore[arg-type]
+
+
+async def run(store: ResultStore, mode: str = "long_context", **kw: object) -> executor.RunSummary:
+    model = demo.scripted_model()
+    return await executor.run_task(get_task("demo"), request(mode, **kw), model=model, store=store,
+                                   judge=Judge(model, "scripted"))
+
+
+def counts(store: ResultStore, run_id: str) -> tuple[int, int, int]:
+    (total, distinct, ok), = store.query(
+        "SELECT count(*), count(DISTINCT case_id), count(*) FILTER (WHERE status = 'ok') FROM cases WHERE run_id = ?",
+        [run_id])
+    return total, distinct, ok
+
+
+async def test_run_stores_cases_calls_scores_and_resumes(tmp_path: Path) -> None:
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        first = await run(store, "recall")
+        assert (first.status, first.selected, first.ok, first.failed) == ("finished", 6, 6, 0)
+        assert counts(store, first.run_id) == (6, 6, 6)
+        purposes = dict(store.query("SELECT purpose, count(*) FROM calls WHERE run_id = ? GROUP BY purpose",
+                                    [first.run_id]))
+        # One answer and one judge call per case; the summary is built once per run (ctx.once).
+        assert purposes == {"answer": 6, "judge": 6, "summary": 1}
+        metrics = {r[0] for r in store.query("SELECT DISTINCT metric FROM scores WHERE run_id = ?", [first.run_id])}
+        assert {"rougeL", "f1", "bleu1", "exact_match", "llm_score"} <= metrics
+        assert store.query("SELECT count(*) FROM compactions WHERE run_id = ?", [first.run_id]) == [(6,)]
+        assert store.run_status(first.run_id) == "finished"
+        assert first.prompt_tokens > 0
+
+        again = await run(store, "recall")
+        assert again.run_id == first.run_id
+        assert (again.already_done, again.attempted) == (6, 0)
+        # A different setting is a different run.
+        other = await run(store, "recall", limit=2, settings=request().settings.with_values("answer", max_tokens=16))
+        assert other.run_id != first.run_id and other.selected == 2
+
+
+async def test_limit_does_not_change_the_run_id(tmp_path: Path) -> None:
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        small = await run(store, limit=2)
+        full = await run(store)
+        assert small.run_id == full.run_id
+        assert (full.already_done, full.attempted) == (2, 4)
+        assert counts(store, full.run_id) == (6, 6, 6)
+
+
+async def test_failed_case_is_stored_counted_and_retried(tmp_path: Path) -> None:
+    demo.FAIL_IDS.add("d03")
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        first = await run(store)
+        assert (first.ok, first.failed, first.errors) == (5, 1, {"context_length": 1})
+        row = store.query("SELECT status, error_code, error FROM cases WHERE run_id = ? AND case_id = 'd03'",
+                          [first.run_id])[0]
+        assert row[0] == "failed" and row[1] == "context_length" and "exceeds the window" in row[2]
+        # The failed call itself is recorded, with its error.
+        assert store.query("SELECT count(*) FROM calls WHERE run_id = ? AND case_id = 'd03' AND error IS NOT NULL",
+                           [first.run_id]) == [(1,)]
+        assert store.query("SELECT count(*) FROM scores WHERE run_id = ? AND case_id = 'd03'", [first.run_id]) == [(0,)]
+        demo.FAIL_IDS.clear()
+        second = await run(store)
+        assert (second.already_done, second.attempted, second.ok) == (5, 1, 1)
+        assert counts(store, first.run_id) == (6, 6, 6)
+        assert store.query("SELECT count(*) FROM calls WHERE run_id = ? AND case_id = 'd03'", [first.run_id]) == [(2,)]
+
+
+def test_keyboard_interrupt_keeps_finished_cases_then_resume_completes(tmp_path: Path) -> None:
+    db = tmp_path / "r.duckdb"
+    demo.INTERRUPT_AFTER = 3
+    with ResultStore(db) as store:
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(run(store, concurrency=1))
+        (run_id,), = store.query("SELECT run_id FROM runs")
+        assert store.run_status(run_id) == "interrupted"
+        assert counts(store, run_id) == (3, 3, 3)
+        demo.reset()
+        resumed = asyncio.run(run(store, concurrency=1))
+        assert resumed.run_id == run_id
+        assert (resumed.already_done, resumed.attempted) == (3, 3)
+        assert counts(store, run_id) == (6, 6, 6)
+        assert store.query("SELECT count(*), count(DISTINCT case_id || purpose) FROM calls WHERE run_id = ?",
+                           [run_id]) == [(12, 12)]
+        assert store.run_status(run_id) == "finished"
+
+
+async def test_cancellation_marks_run_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCH_DEMO_SLEEP", "0.05")
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        job = asyncio.create_task(run(store, concurrency=1))
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if store.query("SELECT count(*) FROM cases")[0][0] >= 2:
+                break
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        (run_id, status), = store.query("SELECT run_id, status FROM runs")
+        stored = counts(store, run_id)[0]
+        assert status == "interrupted" and 2 <= stored < 6
+
+
+def test_sigint_in_a_subprocess_then_rerun_completes_only_missing(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    db = tmp_path / "r.duckdb"
+    env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "AGENTLAB_TASK_MODULES": "bench_demo_task", "BENCH_DEMO_SLEEP": "0.25",
+           "BENCH_DEMO_MARKERS": str(markers)}
+    script = ("import bench_demo_task as d; d.patch_models(); from agentlab.bench.cli import main; "
+              "raise SystemExit(main())")
+    cmd = [sys.executable, "-c", script, "demo", "--mode", "long_context", "--model", "openai:fake",
+           "--limit", "0", "--concurrency", "1", "--db", str(db), "--no-progress", "--json"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while len(list(markers.iterdir())) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Rerun the same command" in err
+    with ResultStore(db) as store:
+        (run_id, status), = store.query("SELECT run_id, status FROM runs")
+        first_stored = counts(store, run_id)[0]
+    assert status == "interrupted" and 2 <= first_stored < 6
+
+    done = subprocess.run(cmd, cwd=tmp_path, env={**env, "BENCH_DEMO_SLEEP": "0"}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["run_id"] == run_id
+    assert (result["already_done"], result["attempted"]) == (first_stored, 6 - first_stored)
+    with ResultStore(db) as store:
+        assert counts(store, run_id) == (6, 6, 6)
+        assert store.run_status(run_id) == "finished"
+
+
+def test_dry_run_counts_every_prompt_without_a_model() -> None:
+    task = get_task("demo")
+    settings = load_settings("demo", task.default_settings())
+    result = executor.dry_run(task, "long_context", settings, limit=3)
+    selection = task.load_cases(settings)
+    expected = [tokens.count_messages(task.prompts(c, "long_context", settings, "")) for c in selection.cases[:3]]
+    assert result["cases"] == 3 and result["loaded"] == 6 and result["prompts"] == 3
+    assert result["avg_prompt_tokens"] == pytest.approx(sum(expected) / 3)
+    assert result["max_prompt_tokens"] == max(expected)
+    with pytest.raises(ValueError, match="unknown mode"):
+        executor.dry_run(task, "nope", settings)
+
+
+async def test_run_context_once_runs_the_factory_once() -> None:
+    task = get_task("demo")
+    ctx = RunContext(benchmark="demo", mode="summary", model=demo.scripted_model(),
+                     settings=load_settings("demo", task.default_settings()))
+    calls = 0
+
+    async def factory() -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.01)
+        return 42
+
+    assert await asyncio.gather(*(ctx.once("k", factory) for _ in range(5))) == [42] * 5
+    assert calls == 1
