@@ -256,6 +256,59 @@ def set_f1(prediction: str, reference: str) -> float:
     return _prf(len(pred & ref), len(pred), len(ref))
 
 
+# ------------------------------------------------------------------- MT-Bench-101 retention
+# Rule-based information retention (reference §5.2, the published run's fallback without an LLM):
+# from each baseline turn take up to 10 distinct key items — numbers of at least 2 characters,
+# quoted spans of at least 3, and Capitalised phrases of at least 3 that are not one of 23 common
+# sentence-initial words — and count an item retained when the summary-mode answer of the same turn
+# contains it case-insensitively (numbers also with their commas removed). The dialogue's rate is
+# retained / extracted over all turns (1.0 when nothing was extracted); a turn the summary mode did
+# not answer loses all its items. Patterns are ASCII, as in the reference's RE2 expressions.
+
+RETENTION_VERSION = "retention-rule-v1"
+_NUMBER = re.compile(r"\b\d+[\d,.]*\b", re.ASCII)
+_QUOTED = re.compile(r"[\"']([^\"']+)[\"']")
+_PROPER = re.compile(r"\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*\b", re.ASCII)
+_COMMON_WORDS = frozenset(
+    "The This That These There Then When Where What Which How Why And But For With From Into About "
+    "After Before During Without".split()
+)
+MAX_KEY_ITEMS = 10
+
+
+def extract_key_information(text: str) -> list[str]:
+    """Up to 10 distinct key items of a baseline answer, in the order numbers, quotes, names."""
+    if not text:
+        return []
+    items = [n for n in _NUMBER.findall(text) if len(n.encode()) >= 2]
+    items += [q for q in _QUOTED.findall(text) if len(q.encode()) >= 3]
+    items += [p for p in _PROPER.findall(text) if len(p.encode()) >= 3 and p not in _COMMON_WORDS]
+    return list(dict.fromkeys(items))[:MAX_KEY_ITEMS]
+
+
+def is_retained(item: str, response: str) -> bool:
+    if not item or not response:
+        return False
+    low = response.lower()
+    if item.lower() in low:
+        return True
+    if all(ch.isdigit() or ch in ".," for ch in item):
+        return item.replace(",", "") in low
+    return False
+
+
+@_register("retention", RETENTION_VERSION, "rule-based key-information retention of summary vs baseline answers")
+def retention(baseline_turns: Sequence[str], test_turns: Sequence[str]) -> float:
+    """Share of the baseline answers' key items found in the test answers of the same turns."""
+    extracted = retained = 0
+    for i, baseline in enumerate(baseline_turns):
+        items = extract_key_information(baseline)
+        extracted += len(items)
+        if i < len(test_turns):
+            retained += sum(is_retained(item, test_turns[i]) for item in items)
+    return retained / extracted if extracted else 1.0
+
+
 # ---------------------------------------------------------------------------- aggregation
 
 

@@ -100,3 +100,23 @@ def test_percentiles_and_mean() -> None:
     assert m.percentiles([50, 10, 40, 20, 30]) == {"p25": 20, "p50": 30, "p75": 40, "p95": pytest.approx(48)}
     assert m.mean([1.0, None, 3.0]) == 2.0
     assert m.mean([None]) is None
+
+
+# ------------------------------------------------------------------------------- retention
+
+
+def test_extract_key_information() -> None:
+    text = 'The Eiffel Tower opened in 1889 and cost 7,799,401 francs. Then "iron lady" was coined by Paris Match. 5'
+    # Numbers first ("5" is too short), then the quote, then Capitalised phrases; a lone common word
+    # ("Then") is dropped, but a phrase that starts with one ("The Eiffel Tower") is kept whole.
+    assert m.extract_key_information(text) == ["1889", "7,799,401", "iron lady", "The Eiffel Tower", "Paris Match"]
+    assert len(m.extract_key_information(" ".join(f"Name{c} {i}0" for i, c in enumerate("abcdefghijkl")))) == 10
+
+
+def test_retention_rule() -> None:
+    baseline = ["Paris has 2,100,000 people.", "Rome is older.", "Berlin."]
+    # Turn 1: "2,100,000" found without commas, "Paris" found -> 2/2; turn 2: "Rome" missing -> 0/1;
+    # turn 3 not answered: "Berlin" lost. 2 of 4.
+    assert m.retention(baseline, ["paris: 2100000 residents", "Milan is older."]) == pytest.approx(0.5)
+    assert m.retention(["no key items here"], ["whatever"]) == 1.0
+    assert m.is_retained("3.5", "about 3.5 kg") and not m.is_retained("Rome", "")
