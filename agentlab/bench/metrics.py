@@ -309,6 +309,28 @@ def retention(baseline_turns: Sequence[str], test_turns: Sequence[str]) -> float
     return retained / extracted if extracted else 1.0
 
 
+# ------------------------------------------------------------------------ evidence retrieval
+
+
+@_register("evidence_recall", "evidence-recall-v1", "share of gold evidence ids among the top-k retrieved ids")
+def evidence_recall_at_k(ranked_ids: Sequence[str], relevant_ids: Iterable[str], k: int) -> float | None:
+    """Fraction of the relevant ids found in the first ``k`` retrieved ids (LoCoMo's recall_acc
+    style); ``None`` when there is no gold evidence (such questions are left out, not scored 1)."""
+    relevant = set(relevant_ids)
+    if not relevant:
+        return None
+    top = set(ranked_ids[:k])
+    return len(relevant & top) / len(relevant)
+
+
+@_register("evidence_hit", "evidence-hit-v1", "1 if any gold evidence id is among the top-k retrieved ids")
+def evidence_hit_at_k(ranked_ids: Sequence[str], relevant_ids: Iterable[str], k: int) -> float | None:
+    relevant = set(relevant_ids)
+    if not relevant:
+        return None
+    return 1.0 if relevant & set(ranked_ids[:k]) else 0.0
+
+
 # ---------------------------------------------------------------------------- aggregation
 
 

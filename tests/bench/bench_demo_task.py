@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,20 @@ class DemoTask(Task):
             return [self.prompts(case, mode, settings, "")]
         # Before any model output exists only the summariser's prompt is known.
         return [[Message.user("Summarise the transcript.")]]
+
+    def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
+        return retrieval_only_impl(list(cases), 1)
+
+
+def retrieval_only_impl(cases: list[Case], k: int) -> dict[str, Any]:
+    from agentlab.bench.metrics import evidence_recall_at_k
+
+    # A fake "retriever" that ranks transcript lines by item number distance to the question.
+    values = []
+    for case in cases:
+        ranked = sorted(range(1, len(cases) + 1), key=lambda i: (abs(i - int(case.data)), i))
+        values.append(evidence_recall_at_k([str(i) for i in ranked], [str(case.data)], k))
+    return {f"recall@{k}": sum(v for v in values if v is not None) / len(values)}
 
 
 def patch_models() -> None:

@@ -102,6 +102,12 @@ def test_dry_run_json(tmp_path: Path) -> None:
     assert "dry run (no model called): 6 cases of 6 loaded" in out
 
 
+def test_retrieval_only_json() -> None:
+    code, out, _ = run_cli("demo", "--mode", "recall", "--retrieval-only", "--json", "--limit", "3")
+    assert code == 0
+    assert json.loads(out) == {"benchmark": "demo", "mode": "recall", "cases": 3, "recall@1": 1.0}
+
+
 def test_report_prints_three_tables_and_smoke_label(tmp_path: Path) -> None:
     db = str(tmp_path / "r.duckdb")
     for mode in ("long_context", "summary", "recall"):

@@ -120,3 +120,11 @@ def test_retention_rule() -> None:
     assert m.retention(baseline, ["paris: 2100000 residents", "Milan is older."]) == pytest.approx(0.5)
     assert m.retention(["no key items here"], ["whatever"]) == 1.0
     assert m.is_retained("3.5", "about 3.5 kg") and not m.is_retained("Rome", "")
+
+
+def test_evidence_recall_and_hit_at_k() -> None:
+    ranked = ["D1:3", "D2:1", "D5:7", "D1:4"]
+    assert m.evidence_recall_at_k(ranked, ["D1:3", "D1:4"], 2) == pytest.approx(0.5)
+    assert m.evidence_recall_at_k(ranked, ["D1:3", "D1:4"], 4) == pytest.approx(1.0)
+    assert m.evidence_hit_at_k(ranked, ["D5:7"], 2) == 0.0 and m.evidence_hit_at_k(ranked, ["D5:7"], 3) == 1.0
+    assert m.evidence_recall_at_k(ranked, [], 5) is None
