@@ -32,6 +32,8 @@ else:  # pragma: no cover
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS_DIR = REPO_ROOT / "benchmarks"
 PUBLISHED_SECTION = "published"
+#: Settings sections that tune how a run executes, not what it computes: left out of the run id.
+EXECUTION_SECTIONS = frozenset({"run"})
 
 
 class SettingsError(ValueError):
@@ -91,6 +93,10 @@ class Settings:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return copy.deepcopy(self._sections)
+
+    def identity(self) -> dict[str, dict[str, Any]]:
+        """The sections that change results (everything but :data:`EXECUTION_SECTIONS`)."""
+        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_SECTIONS}
 
     def with_values(self, section: str, **fields: Any) -> Settings:
         """A copy with fields set (used by code, not by users: no schema check)."""

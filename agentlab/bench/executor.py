@@ -1,7 +1,8 @@
 """Runs a task's cases: bounded concurrency, call capture, one-transaction writes, resume, Ctrl-C.
 
 * **Identity and resume.** A run is identified by :func:`run_config`'s hash (benchmark, mode, model
-  spec, judge spec, settings, dataset sha256, task version; not ``--limit`` or ``--concurrency``).
+  spec, judge spec, settings, dataset sha256, task version; not ``--limit``, ``--concurrency`` or
+  the ``[run]`` settings section).
   Rerunning the same command skips cases already stored with status ``ok``; cases stored as
   ``failed`` are attempted again (and replace their old rows), so a transient error heals on rerun.
 * **Per case.** ``run_case`` and ``score`` run inside :func:`agentlab.model.base.observe_calls`, so
@@ -85,7 +86,7 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str
         "mode": request.mode,
         "model": request.model_spec,
         "judge_model": request.judge_spec,
-        "settings": request.settings.to_dict(),
+        "settings": request.settings.identity(),  # [run] (concurrency...) does not change results
         "dataset_sha256": dataset_sha256,
         "task_version": task.version,
     }

@@ -77,10 +77,10 @@ async def test_run_stores_cases_calls_scores_and_resumes(tmp_path: Path) -> None
         assert other.run_id != first.run_id and other.selected == 2
 
 
-async def test_limit_does_not_change_the_run_id(tmp_path: Path) -> None:
+async def test_limit_and_concurrency_do_not_change_the_run_id(tmp_path: Path) -> None:
     with ResultStore(tmp_path / "r.duckdb") as store:
         small = await run(store, limit=2)
-        full = await run(store)
+        full = await run(store, settings=request().settings.with_values("run", concurrency=7))
         assert small.run_id == full.run_id
         assert (full.already_done, full.attempted) == (2, 4)
         assert counts(store, full.run_id) == (6, 6, 6)
