@@ -18,6 +18,10 @@ One pass over a session:
    against the current store, in order, so two similar adds in one reply reconcile with
    each other too.
 6. **Cursor.** After success the newest delta timestamp is written to session state.
+
+With ``policy.delta_chunk_tokens > 0`` a long delta (a whole LongMemEval or LoCoMo session for
+a small-window model) is split into consecutive chunks, one model call each; the cursor moves
+after each chunk, so a failure in chunk 3 does not redo chunks 1 and 2 next time.
 """
 
 from __future__ import annotations
@@ -165,6 +169,28 @@ def format_existing(memories: list[Memory]) -> str:
         extra = f" (when: {m.event_time})" if m.event_time else ""
         lines.append(f"- {m.id} | {m.kind} | {m.text}{extra}")
     return "\n".join(lines)
+
+
+def split_delta(delta: list[Event], chunk_tokens: int) -> list[list[Event]]:
+    """Consecutive chunks of at most ``chunk_tokens`` conversation tokens (0 = one chunk).
+
+    A single message larger than the budget forms its own chunk rather than being cut: the
+    extractor should see each message whole.
+    """
+    if chunk_tokens <= 0 or not delta:
+        return [delta] if delta else []
+    from agentlab.model.tokens import count_text
+
+    chunks: list[list[Event]] = [[]]
+    used = 0
+    for event in delta:
+        size = count_text(format_conversation([event])) + 1
+        if chunks[-1] and used + size > chunk_tokens:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(event)
+        used += size
+    return chunks
 
 
 def bounded_tail(text: str, max_bytes: int) -> str:
@@ -373,29 +399,55 @@ class MemoryExtractor:
         if policy.needs_embedder:
             memory_service.ensure_embedder(policy.embedder)
         scope = Scope(session.app_name, session.user_id, session.id)
-        existing = await self._existing_memories(memory_service, scope, delta)
+        chunks = split_delta(delta, policy.delta_chunk_tokens)
+        for number, chunk in enumerate(chunks, start=1):
+            where = f" (chunk {number} of {len(chunks)})" if len(chunks) > 1 else ""
+            failure = await self._extract_chunk(chunk, memory_service, scope, result)
+            if failure is not None:
+                # Earlier chunks stay applied and their cursor stays written: no work is redone.
+                return await self._fail(result, session, session_service, failure + where, started)
+            result.cursor = max(e.timestamp for e in chunk)
+            if session_service is not None:
+                await session_service.update_state(session, {LAST_EXTRACTED_AT_KEY: result.cursor})
+
+        result.status = "extracted"
+        result.reason = (f"{len(result.operations)} operation(s) from {len(delta)} message(s)"
+                         + (f" in {len(chunks)} chunks" if len(chunks) > 1 else ""))
+        result.latency_ms = (time.perf_counter() - started) * 1000
+        if session_service is not None:
+            await session_service.update_state(session, {
+                LAST_ERROR_KEY: None,
+                "memory:last_extraction": {"at": clock, "counts": result.counts(), "problems": len(result.problems),
+                                           "prompt_version": policy.extraction_prompt_version},
+            })
+        return result
+
+    async def _extract_chunk(self, chunk: list[Event], memory_service: MemoryService, scope: Scope,
+                             result: ExtractionResult) -> str | None:
+        """One model call over one chunk of the delta; returns an error message or ``None``."""
+        policy = self.policy
+        existing = await self._existing_memories(memory_service, scope, chunk)
         request = ModelRequest(
             messages=[Message.system(system_prompt(policy)),
                       Message.user(USER_TEMPLATE.format(existing=format_existing(existing),
-                                                        conversation=format_conversation(delta)))],
-            config=GenerationConfig(temperature=0.0, response_format="json"),
+                                                        conversation=format_conversation(chunk)))],
+            config=GenerationConfig(temperature=0.0, response_format="json",
+                                    max_tokens=policy.extract_max_tokens or None),
             purpose="memory",
         )
         try:
             response = await self.model.generate(request)
         except ModelError as exc:
-            return await self._fail(result, session, session_service, f"model call failed: {exc}", started)
-        result.usage = response.usage
+            return f"model call failed: {exc}"
+        result.usage = response.usage if result.usage is None else result.usage + response.usage
         result.raw_reply = response.message.content
         try:
             operations, problems = parse_operations(response.message)
         except ExtractionParseError as exc:
             preview = response.message.content.strip().replace("\n", " ")[:200]
-            return await self._fail(result, session, session_service,
-                                    f"malformed extraction output: {exc}; reply starts: {preview!r}", started)
-        result.operations = operations
+            return f"malformed extraction output: {exc}; reply starts: {preview!r}"
+        result.operations.extend(operations)
         result.problems.extend(problems)
-
         for operation in operations:
             try:
                 decision = await decide(operation, memory_service, scope, policy)
@@ -407,19 +459,7 @@ class MemoryExtractor:
                 decision = Decision("error", operation, f"{type(exc).__name__}: {exc}")
                 result.problems.append(f"{operation.op} failed: {exc}")
             result.decisions.append(decision)
-
-        result.status = "extracted"
-        result.cursor = max(e.timestamp for e in delta)
-        result.reason = f"{len(operations)} operation(s) from {len(delta)} message(s)"
-        result.latency_ms = (time.perf_counter() - started) * 1000
-        if session_service is not None:
-            await session_service.update_state(session, {
-                LAST_EXTRACTED_AT_KEY: result.cursor,
-                LAST_ERROR_KEY: None,
-                "memory:last_extraction": {"at": clock, "counts": result.counts(), "problems": len(result.problems),
-                                           "prompt_version": policy.extraction_prompt_version},
-            })
-        return result
+        return None
 
     async def _existing_memories(self, memory_service: MemoryService, scope: Scope, delta: list[Event]) -> list[Memory]:
         policy = self.policy

@@ -75,6 +75,11 @@ class MemoryPolicy:
     existing_memories_limit: int = 10
     #: Bound on the query built from the delta's user text to find those memories (7 KiB).
     existing_query_max_bytes: int = 7 * 1024
+    #: Split a long delta into chunks of at most this many conversation tokens, one model call
+    #: each (0 = off: one call for the whole delta). The reference LongMemEval runs used 6,000.
+    delta_chunk_tokens: int = 0
+    #: Output cap of an extraction call (0 = the model's default).
+    extract_max_tokens: int = 0
 
     # -- update policy ------------------------------------------------------------------------
     #: ``merge_similar`` (default) | ``preserve_history`` | ``append_only``.
@@ -181,7 +186,7 @@ def policy_problems(policy: MemoryPolicy) -> list[str]:
                  "existing_memories_limit", "existing_query_max_bytes"):
         if int(getattr(policy, name)) < 1:
             problems.append(f"{name} must be >= 1, got {getattr(policy, name)!r}")
-    for name in ("preload_limit", "kind_fallback_min_hits"):
+    for name in ("preload_limit", "kind_fallback_min_hits", "delta_chunk_tokens", "extract_max_tokens"):
         if int(getattr(policy, name)) < 0:
             problems.append(f"{name} must be >= 0, got {getattr(policy, name)!r}")
     if policy.message_threshold is not None and policy.message_threshold < 0:

@@ -188,3 +188,29 @@ async def test_the_update_policy_shapes_the_prompt_and_the_outcome():
 def test_unknown_prompt_version_fails_at_construction():
     with pytest.raises(ValueError, match="unknown extraction_prompt_version 'v9'"):
         MemoryExtractor(ScriptedModel([]), MemoryPolicy(extraction_prompt_version="v9"))
+
+
+async def test_long_delta_is_chunked_and_the_cursor_moves_per_chunk():
+    svc = InMemorySessionService()
+    session = await svc.create_session("app", "u1", "s1")
+    lines = [f"Message number {i}: " + "word " * 30 for i in range(4)]
+    for i, line in enumerate(lines):
+        await say(svc, session, "user", line, 100.0 + i)
+    model = ScriptedModel([ops({"op": "add", "text": "The user sent messages 0 and 1"}), "not json at all",
+                           ops({"op": "add", "text": "The user sent messages 2 and 3"})])
+    policy = MemoryPolicy(delta_chunk_tokens=110, extract_max_tokens=256)  # ~51 tokens a message
+    extractor = MemoryExtractor(model, policy)
+
+    failed = await extractor.extract(session, InMemoryMemoryService(), svc)
+    assert failed.status == "error" and failed.error.endswith("(chunk 2 of 2)")
+    assert [d.action for d in failed.decisions] == ["add"]  # chunk 1 was applied ...
+    state = (await svc.get_session("app", "u1", "s1")).state
+    assert state[LAST_EXTRACTED_AT_KEY] == 101.0  # ... and its cursor kept
+    first, second = (conversation_part(r) for r in model.requests)
+    assert "Message number 1" in first and "Message number 2" not in first
+    assert "Message number 2" in second and "Message number 3" in second
+    assert model.requests[0].config.max_tokens == 256
+
+    retried = await extractor.extract(session, InMemoryMemoryService(), svc)
+    assert retried.status == "extracted" and retried.messages_read == 2
+    assert "Message number 1" not in conversation_part(model.requests[2])
