@@ -193,6 +193,12 @@ def policy_problems(policy: MemoryPolicy) -> list[str]:
         problems.append(f"message_threshold must be >= 0 or None, got {policy.message_threshold!r}")
     if policy.time_interval_seconds is not None and policy.time_interval_seconds < 0:
         problems.append(f"time_interval_seconds must be >= 0 or None, got {policy.time_interval_seconds!r}")
+    try:
+        from agentlab.recall.embed import check_embedder_spec
+
+        check_embedder_spec(policy.embedder)  # parses only: no model load, no network
+    except ValueError as exc:
+        problems.append(f"embedder: {exc}")
     if policy.job_timeout_seconds <= 0:
         problems.append(f"job_timeout_seconds must be > 0, got {policy.job_timeout_seconds!r}")
     return problems

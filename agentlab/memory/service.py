@@ -271,6 +271,9 @@ class UserIndexes:
     def __init__(self, embedder: Embedder | None) -> None:
         self.embedder = embedder
         self._indexes: dict[tuple[str, str], tuple[SearchIndex, dict[str, Memory]]] = {}
+        # Writes that happen while a user's index is being loaded from storage are replayed on
+        # top of the loaded rows, so a memory written mid-load is never missing from search.
+        self._building: dict[tuple[str, str], list[tuple[str, Memory | str]]] = {}
         self._lock = threading.Lock()
 
     def set_embedder(self, embedder: Embedder | None) -> None:
@@ -285,21 +288,33 @@ class UserIndexes:
 
     def put(self, memory: Memory) -> None:
         with self._lock:
-            entry = self._indexes.get((memory.app_name, memory.user_id))
+            key = (memory.app_name, memory.user_id)
+            if key in self._building:
+                self._building[key].append(("put", memory))
+            entry = self._indexes.get(key)
             if entry is None:
                 return  # built from storage on the first search
-            index, memories = entry
-            previous = memories.get(memory.id)
-            memories[memory.id] = memory
-            if previous is None or previous.search_text() != memory.search_text():
-                index.add(memory.id, memory.search_text(), timestamp=memory.updated_at)
+            self._put(entry, memory)
+
+    @staticmethod
+    def _put(entry: tuple[SearchIndex, dict[str, Memory]], memory: Memory) -> None:
+        index, memories = entry
+        previous = memories.get(memory.id)
+        memories[memory.id] = memory
+        if previous is None or previous.search_text() != memory.search_text():
+            index.add(memory.id, memory.search_text(), timestamp=memory.updated_at)
 
     def drop(self, app_name: str, user_id: str, memory_id: str | None = None) -> None:
+        key = (app_name, user_id)
         with self._lock:
             if memory_id is None:
-                self._indexes.pop((app_name, user_id), None)
+                self._indexes.pop(key, None)
+                if key in self._building:
+                    self._building[key].append(("clear", ""))
                 return
-            entry = self._indexes.get((app_name, user_id))
+            if key in self._building:
+                self._building[key].append(("drop", memory_id))
+            entry = self._indexes.get(key)
             if entry is not None:
                 entry[0].remove(memory_id)
                 entry[1].pop(memory_id, None)
@@ -310,15 +325,35 @@ class UserIndexes:
         entry = self._indexes.get(key)
         if entry is not None:
             return entry
-        rows = await load()
+        with self._lock:
+            self._building.setdefault(key, [])
+        try:
+            rows = await load()
+        except BaseException:
+            with self._lock:
+                self._building.pop(key, None)
+            raise
         index = self._new_index()
         memories: dict[str, Memory] = {}
+        built = (index, memories)
         for memory in rows:
             memories[memory.id] = memory
             index.add(memory.id, memory.search_text(), timestamp=memory.updated_at)
         with self._lock:
-            # Another task may have built it meanwhile; keep the first so writes are not lost.
-            entry = self._indexes.setdefault(key, (index, memories))
+            for action, item in self._building.pop(key, []):
+                if action == "put":
+                    assert isinstance(item, Memory)
+                    self._put(built, item)
+                elif action == "drop":
+                    assert isinstance(item, str)
+                    index.remove(item)
+                    memories.pop(item, None)
+                else:
+                    for memory_id in list(memories):
+                        index.remove(memory_id)
+                    memories.clear()
+            # Another task may have built it meanwhile; keep the first (writes went to it too).
+            entry = self._indexes.setdefault(key, built)
         return entry
 
     async def search(self, app_name: str, user_id: str, query: str, *, top_k: int, kind: str | None,

@@ -192,6 +192,7 @@ def test_policy_round_trips_through_json_exactly():
     ("skip_jaccard", 1.5, "skip_jaccard must be in [0, 1]"),
     ("workers", 0, "workers must be >= 1"),
     ("trigger_combine", "some", "trigger_combine must be"),
+    ("embedder", "word2vec", "embedder: unknown embedder spec 'word2vec'"),
 ])
 def test_invalid_policy_fields_are_named(field, value, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):

@@ -139,3 +139,19 @@ def test_memory_round_trips_through_dict():
                event_time="2024-01-01", participants=("Bo",), location="Oslo", source_session_id="s",
                created_at=1.0, updated_at=2.0, superseded_by="mem-2")
     assert Memory.from_dict(m.to_dict()) == m
+
+
+async def test_a_write_during_the_first_index_load_is_not_lost(memory_service):
+    await memory_service.add(APP, USER, "The user plays the cello")
+    original_load = memory_service._load
+
+    async def load_with_a_concurrent_write(app_name, user_id):
+        rows = await original_load(app_name, user_id)
+        # Another task writes after the rows were read but before the index is installed.
+        await memory_service.add(APP, USER, "The user plays the violin too")
+        return rows
+
+    memory_service._load = load_with_a_concurrent_write
+    assert [h.memory.text for h in await memory_service.search(APP, USER, "cello")] == ["The user plays the cello"]
+    memory_service._load = original_load
+    assert [h.memory.text for h in await memory_service.search(APP, USER, "violin")] == ["The user plays the violin too"]
