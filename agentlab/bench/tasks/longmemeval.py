@@ -1,0 +1,419 @@
+"""LongMemEval — long-term memory of chat assistants (Wu et al., "LongMemEval: Benchmarking Chat
+Assistants on Long-Term Interactive Memory", ICLR 2025; github.com/xiaowu0162/LongMemEval).
+
+Reproduces the LongMemEval part of the trpc-agent-go summary benchmark
+(``print-happy/trpc-agent-go-benchmark@1edee87``, ``summary/results/REPORT.md`` Table 6/7;
+reference §5.1, §5.2, §5.5): ``longmemeval_s_cleaned.json``, question type
+``single-session-user``, the first 70 questions after the type filter (other types and files by
+``--set dataset.question_types=...`` / ``dataset.variant`` / ``dataset.path``).
+
+For each question its haystack sessions (~50 sessions, ~500 turns, ~103K tokens) are flattened in
+order into one session, as events with their real roles, timestamped with their session dates.
+The three modes mirror QMSum:
+
+``long_context``
+    instruction + every haystack event + the question, one call (103,565 prompt tokens published;
+    a prompt beyond the model's window is recorded as a ``context_length`` failure).
+``summary``
+    the summary is force-built over the whole seeded history right after seeding (rolling steps
+    when the summary model's window is small), then the question is answered from instruction +
+    summary + question (445 prompt tokens published). ``[summary] prompt`` = ``compact`` (the
+    framework default) or ``nine_section`` (Table 7).
+``recall``
+    ``summary`` plus ``session_search`` / ``session_load`` over the summarised-away history
+    (search ``current_hidden`` first, at most 6 tool rounds).
+
+Scores: ``rougeL``, ``f1``, ``bleu1`` (reference §5.2 normalisation), ``exact_match`` (the
+lowercased gold is a substring of the answer), ``llm_score`` (1.0 on exact match without a
+call, else judge confidence when judged correct). Prompt savings vs ``long_context`` are the
+mean of per-case savings (store ``token_savings``). ``--retrieval-only`` measures evidence
+recall@k / hit@k of the ``session_search`` machinery against the ``has_answer`` turns, with no
+model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from agentlab.bench.config import Settings
+from agentlab.bench.datasets.base import DatasetError
+from agentlab.bench.datasets.longmemeval import (
+    FILES,
+    PUBLISHED_CASES,
+    PUBLISHED_QUESTION_TYPE,
+    LongMemEvalData,
+    LongMemEvalQuestion,
+    load_longmemeval,
+    parse_file,
+)
+from agentlab.bench.metrics import Score, evidence_hit_at_k, evidence_recall_at_k, summary_scores
+from agentlab.bench.tasks import (
+    Case,
+    CaseError,
+    CaseResult,
+    CaseSelection,
+    RunContext,
+    Task,
+    collect_run,
+    register,
+)
+from agentlab.events import Event, Message, user_event
+from agentlab.model.base import GenerationConfig
+
+APP_NAME = "longmemeval"
+USER_ID = "lme-user"
+AGENT_NAME = "assistant"
+#: The published "summary at 40" trigger: moot for the answer (the summary is force-built), but it
+#: keeps the runner from summarising again after the one answer.
+EVENTS_OVER = 40
+#: A long-context prompt estimated above window x this is failed without being sent (the cl100k
+#: estimate and the model's own tokenizer differ by a few percent).
+PRECHECK_SLACK = 1.10
+EVIDENCE_RECALL_VERSION = "lme-evidence-recall-v1/has_answer"
+
+# --------------------------------------------------------------------------------- prompts
+
+INSTRUCTION_VERSION = "lme-answer-v1"
+INSTRUCTION = """You are a chat assistant answering a question about your earlier conversations with this user.
+Answer only from what those conversations contain; never invent details. If they do not contain
+the answer, say that you do not know. Answer briefly and directly.
+The question is being asked on {question_date}."""
+
+RECALL_ADDON_VERSION = "lme-recall-addon-v1"
+RECALL_ADDON = """Part of the earlier conversation is hidden behind the summary, and detail questions usually need it:
+- Unless the summary already states the fact, call session_search with scope "current_hidden",
+  using the real names and entities of the question as the query.
+- If it finds nothing, rephrase the query once and search again.
+- Read the context returned with the hits first; call session_load on the best hit only if that
+  is not enough.
+- Never say something is absent when the hits mention it, and never paste raw tool output."""
+
+
+# ------------------------------------------------------------------------------------ data
+
+
+@dataclass(frozen=True)
+class HaystackEvent:
+    """Where a seeded event came from (for evidence recall)."""
+
+    session_index: int
+    turn_index: int
+    has_answer: bool
+
+
+def parse_haystack_date(text: str) -> float | None:
+    """Epoch seconds of ``2023/05/20 (Sat) 02:21`` (UTC), else None."""
+    raw = " ".join(str(text).split())
+    for layout in ("%Y/%m/%d (%a) %H:%M", "%Y/%m/%d %H:%M", "%Y/%m/%d"):
+        try:
+            return datetime.strptime(raw, layout).replace(tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+def event_id_for(question_id: str, session_index: int, turn_index: int) -> str:
+    return f"{question_id}/s{session_index}/t{turn_index}"
+
+
+def haystack_events(question: LongMemEvalQuestion) -> list[Event]:
+    """Every haystack turn in order as an event with its real role and its session's date.
+
+    Assistant turns are authored by the agent, so they stay assistant messages in every request.
+    """
+    events: list[Event] = []
+    clock = datetime(2000, 1, 1, tzinfo=timezone.utc).timestamp()
+    for si, session in enumerate(question.sessions):
+        start = parse_haystack_date(session.date)
+        clock = start if start is not None and start > clock else clock + 3_600
+        for ti, turn in enumerate(session.turns):
+            meta = {"haystack_session_id": session.session_id, "has_answer": turn.has_answer}
+            # Turns of a session 1 ms apart: the ledger order is also the time order.
+            timestamp = clock + ti / 1000
+            if turn.role == "assistant":
+                events.append(Event(author=AGENT_NAME, choices=[Message.assistant(turn.content)],
+                                    id=event_id_for(question.question_id, si, ti), timestamp=timestamp, metadata=meta))
+            else:
+                event = user_event(turn.content, timestamp=timestamp)
+                event.id, event.metadata = event_id_for(question.question_id, si, ti), meta
+                events.append(event)
+        clock += len(session.turns) / 1000 + 1
+    return [e for e in events if e.text]
+
+
+def evidence_ids(question: LongMemEvalQuestion) -> list[str]:
+    return [event_id_for(question.question_id, si, ti) for si, ti in question.evidence_turns()]
+
+
+async def seed_session(service: Any, question: LongMemEvalQuestion, session_id: str) -> Any:
+    session = await service.create_session(APP_NAME, USER_ID, session_id)
+    for event in haystack_events(question):
+        await service.append_event(session, event)
+    return session
+
+
+def instruction_for(question: LongMemEvalQuestion, mode: str) -> str:
+    text = INSTRUCTION.format(question_date=question.question_date)
+    return f"{text}\n\n{RECALL_ADDON}" if mode == "recall" else text
+
+
+# ------------------------------------------------------------------------------------ task
+
+
+@register
+class LongMemEvalTask(Task):
+    name = "longmemeval"
+    version = "1"
+    modes = ("long_context", "summary", "recall")
+    default_mode = "recall"
+    description = "LongMemEval single-session-user (70): long context vs summary vs summary + session recall"
+
+    def default_settings(self) -> dict[str, dict[str, Any]]:
+        return {
+            "dataset": {"variant": "s_cleaned", "path": "", "question_types": [PUBLISHED_QUESTION_TYPE],
+                        "max_cases": PUBLISHED_CASES},
+            "answer": {"temperature": 0.0, "max_tokens": 384},
+            "agent": {"max_tool_iterations": 6},
+            "summary": {"prompt": "compact", "max_steps": 64},
+            "recall": {"scope": "current_hidden", "top_k": 5, "max_top_k": 10, "search_mode": "lexical",
+                       "embedder": "", "load_before": 1, "load_after": 1},
+            "retrieval": {"ks": [1, 5, 10]},
+            "judge": {"enabled": True, "model": ""},
+            "run": {"concurrency": 4},
+        }
+
+    # ---------------------------------------------------------------------------- cases
+
+    def load_data(self, settings: Settings) -> LongMemEvalData:
+        dataset = settings["dataset"]
+        path = str(dataset["path"]).strip()
+        if path:
+            file = Path(path).expanduser()
+            if not file.is_file():
+                raise DatasetError(f"longmemeval: [dataset] path {file} is not a file")
+            return parse_file(file, variant=str(dataset["variant"]))
+        variant = str(dataset["variant"])
+        if variant not in FILES:
+            raise DatasetError(f"longmemeval: unknown [dataset] variant {variant!r}; known: {', '.join(FILES)}")
+        try:
+            return load_longmemeval(variant)
+        except DatasetError as exc:
+            raise DatasetError(f"{exc} Or pass a file in the same schema with --set dataset.path=FILE.") from None
+
+    def load_cases(self, settings: Settings) -> CaseSelection:
+        data = self.load_data(settings)
+        types = [str(t) for t in settings["dataset"]["question_types"]]
+        try:
+            picked = data.select(types, limit=int(settings["dataset"]["max_cases"]))
+        except ValueError as exc:
+            raise DatasetError(f"longmemeval: [dataset] question_types: {exc}") from None
+        cases = [Case(
+            id=q.question_id, question=q.question, reference=q.answer, data=q,
+            metadata={"question_type": q.question_type, "question_date": q.question_date,
+                      "sessions": len(q.sessions), "turns": sum(len(s.turns) for s in q.sessions),
+                      "evidence_turns": len(q.evidence_turns()), "abstention": q.is_abstention,
+                      "answer_session_ids": list(q.answer_session_ids)},
+        ) for q in picked]
+        sha = data.sha256
+        if not sha:  # a file given by path is not hashed by the loader: fingerprint it here
+            import hashlib
+
+            sha = hashlib.sha256(Path(str(settings["dataset"]["path"])).expanduser().read_bytes()).hexdigest()
+        limit = int(settings["dataset"]["max_cases"])
+        note = (f"{len(cases)} of {len(data.questions)} questions ({data.variant}; types {', '.join(types)}"
+                + (f"; first {limit}" if limit else "") + ")")
+        return CaseSelection(cases, dataset_sha256=sha, loaded=len(data.questions), note=note)
+
+    # ----------------------------------------------------------------------------- modes
+
+    def _policies(self, settings: Settings, mode: str) -> tuple[Any, Any]:
+        from agentlab.recall import RecallPolicy
+        from agentlab.summary import SummaryPolicy
+
+        if mode == "long_context":
+            return None, None
+        summary = SummaryPolicy(prompt=str(settings["summary"]["prompt"]), events_over=EVENTS_OVER)
+        if mode != "recall":
+            return summary, None
+        recall = settings["recall"]
+        policy = RecallPolicy(tools_enabled=True, search_top_k=int(recall["top_k"]),
+                              max_search_top_k=int(recall["max_top_k"]),
+                              search_mode=str(recall["search_mode"]) or None,
+                              embedder=str(recall["embedder"]).strip() or None,
+                              window_before=int(recall["load_before"]), window_after=int(recall["load_after"]))
+        return summary, policy
+
+    async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        from agentlab.runtime import LLMAgent, Runner
+
+        if mode not in self.modes:
+            raise CaseError(f"unknown mode {mode!r}", code="bad_mode")
+        question: LongMemEvalQuestion = case.data
+        settings = ctx.settings
+        summary_policy, recall_policy = self._policies(settings, mode)
+        answer = settings["answer"]
+        agent = LLMAgent(AGENT_NAME, ctx.model, instruction=instruction_for(question, mode), summary=summary_policy,
+                         recall=recall_policy,
+                         generation=GenerationConfig(temperature=float(answer["temperature"]),
+                                                     max_tokens=int(answer["max_tokens"])),
+                         max_tool_iterations=int(settings["agent"]["max_tool_iterations"]))
+        service = ctx.new_session_service()
+        runner = Runner(APP_NAME, agent, service)
+        session_id = f"{case.id}-{mode}"
+        metadata: dict[str, Any] = {"prompt_version": INSTRUCTION_VERSION}
+        if mode == "long_context":
+            self._fail_fast_if_too_long(case, settings, ctx)
+        try:
+            session = await seed_session(service, question, session_id)
+            if recall_policy is not None:
+                # Before the run: afterwards the session also holds the question and tool results.
+                ks = [int(k) for k in settings["retrieval"]["ks"] if int(k) <= recall_policy.max_search_top_k]
+                metadata.update(await evidence_recall(service, session, question, recall_policy, ks))
+            if summary_policy is not None:
+                metadata.update(await self._force_summary(runner, service, session, int(settings["summary"]["max_steps"])))
+            outcome = await collect_run(runner.run(USER_ID, session_id, case.question))
+        finally:
+            await runner.close()
+        metadata["tool_calls"] = outcome.tool_calls
+        if recall_policy is not None:
+            metadata["recall_prompt_version"] = RECALL_ADDON_VERSION
+        return CaseResult(prediction=outcome.answer, compactions=outcome.compactions, metadata=metadata)
+
+    def _fail_fast_if_too_long(self, case: Case, settings: Settings, ctx: RunContext) -> None:
+        """A context-length failure without sending ~100k tokens to a model that cannot take them."""
+        from agentlab.model import tokens
+
+        window = int(getattr(ctx.model.info, "context_window", 0) or 0)
+        if window <= 0:
+            return
+        estimate = tokens.count_messages(self.dry_run_prompts(case, "long_context", settings)[0])
+        if estimate > window * PRECHECK_SLACK:
+            raise CaseError(f"the long-context prompt needs about {estimate} tokens (cl100k estimate) but "
+                            f"{ctx.model.info.name} has a {window}-token window; not sent", code="context_length")
+
+    async def _force_summary(self, runner: Any, service: Any, session: Any, max_steps: int) -> dict[str, Any]:
+        """Summarise the whole seeded history, in rolling steps when the summary model's window is small."""
+        from agentlab.summary import delta_after_boundary
+
+        worker = runner.summary_worker
+        steps = 0
+        while steps < max_steps:
+            current = await service.get_session(APP_NAME, USER_ID, session.id)
+            summary = current.summaries.get("") if current is not None else None
+            if not delta_after_boundary(current, summary.boundary if summary else None, ""):
+                break
+            steps += 1
+            if not await worker.summarize(current, "", force=True):
+                break
+        current = await service.get_session(APP_NAME, USER_ID, session.id)
+        summary = current.summaries.get("") if current is not None else None
+        remaining = len(delta_after_boundary(current, summary.boundary if summary else None, ""))
+        if summary is None or not summary.text:
+            raise CaseError("the summary could not be built (the summariser returned nothing)", code="summary_failed")
+        return {"summary_steps": steps, "summary_chars": len(summary.text), "events_not_summarised": remaining}
+
+    # ---------------------------------------------------------------------------- scores
+
+    async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        scores = summary_scores(result.prediction, case.reference, exact=True)
+        for name, value in sorted(result.metadata.items()):
+            if name.startswith(("evidence_recall@", "evidence_hit@")):
+                scores.append(Score(name, float(value), EVIDENCE_RECALL_VERSION))
+        if ctx.judge is not None:
+            scores += (await ctx.judge.longmemeval(case.question, case.reference, result.prediction)).to_scores("llm_score")
+        return scores
+
+    # ------------------------------------------------------------------------ dry run
+
+    def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
+        """``long_context``: the answer prompt. ``summary`` / ``recall``: the summariser's prompt over the
+        whole seeded history (a model with a small window splits it into rolling steps)."""
+        from agentlab.runtime.context import events_to_messages
+
+        question: LongMemEvalQuestion = case.data
+        events = haystack_events(question)
+        if mode == "long_context":
+            return [[Message.system(instruction_for(question, mode)), *events_to_messages(events),
+                     Message.user(case.question)]]
+        from agentlab.summary import Summarizer, render_event_line
+
+        summary_policy, _ = self._policies(settings, mode)
+        summariser = Summarizer(None, summary_policy)  # type: ignore[arg-type] - rendering needs no model
+        return [summariser.render_prompt([render_event_line(e) for e in events], "")]
+
+    # ---------------------------------------------------------------------- retrieval only
+
+    def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
+        """Evidence recall@k / hit@k of ``session_search`` (query = the question) against the
+        ``has_answer`` turns, searching the whole flattened history as ``current_hidden`` sees it
+        once the summary covers everything. Questions without evidence (abstention) are left out."""
+        ks = sorted({int(k) for k in settings["retrieval"]["ks"]})
+        if not ks or ks[0] < 1:
+            raise ValueError(f"[retrieval] ks must be positive integers, got {settings['retrieval']['ks']!r}")
+        _, policy = self._policies(settings, "recall")
+        if ks[-1] > policy.max_search_top_k:
+            raise ValueError(f"[retrieval] ks go up to {ks[-1]} but session_search returns at most "
+                             f"{policy.max_search_top_k} hits ([recall] max_top_k)")
+        rows = asyncio.run(_retrieve_all(cases, policy, ks))
+        out: dict[str, Any] = {"retrieval": "session_search (query = the question, whole history)",
+                               "search_mode": policy.effective_search_mode, "ks": ks, "questions": len(cases),
+                               "with_evidence": len(rows)}
+        for k in ks:
+            for name in (f"evidence_recall@{k}", f"evidence_hit@{k}"):
+                values = [r[name] for r in rows]
+                out[name.removeprefix("evidence_")] = sum(values) / len(values) if values else None
+        return out
+
+
+class _SearchOnlyAgent:
+    """Stands in for an agent in an invocation that only runs ``session_search``."""
+
+    name = AGENT_NAME
+
+    def run(self, inv: Any) -> Any:  # pragma: no cover - never run
+        raise NotImplementedError
+
+
+async def evidence_recall(service: Any, session: Any, question: LongMemEvalQuestion, policy: Any,
+                          ks: Sequence[int]) -> dict[str, float]:
+    """Model-free retrieval quality of the ``session_search`` tool for one question.
+
+    The tool's own function runs with the question as the query over the seeded history
+    (``scope=current_session``: before the run nothing is hidden yet; once the summary covers
+    everything, ``current_hidden`` searches the same events), once per ``k``.
+    ``evidence_recall@k`` = share of the ``has_answer`` turns among the top k hits,
+    ``evidence_hit@k`` = 1 if any of them is. Empty for questions without evidence (abstention).
+    """
+    from agentlab.recall.search import session_search
+    from agentlab.runtime.invocation import Invocation
+
+    evidence = evidence_ids(question)
+    if not evidence:
+        return {}
+    inv = Invocation(app_name=APP_NAME, user_id=USER_ID, session=session, session_service=service,
+                     agent=_SearchOnlyAgent(), message=Message.user(question.question))
+    out: dict[str, float] = {}
+    for k in ks:
+        result = await session_search(inv, policy, question.question, scope="current_session", top_k=k)
+        retrieved = [str(r.get("event_id")) for r in result["results"]]
+        out[f"evidence_recall@{k}"] = evidence_recall_at_k(retrieved, evidence, k) or 0.0
+        out[f"evidence_hit@{k}"] = evidence_hit_at_k(retrieved, evidence, k) or 0.0
+    return out
+
+
+async def _retrieve_all(cases: Sequence[Case], policy: Any, ks: Sequence[int]) -> list[dict[str, float]]:
+    from agentlab.session.inmemory import InMemorySessionService
+
+    rows = []
+    for case in cases:
+        service = InMemorySessionService()
+        session = await seed_session(service, case.data, f"{case.id}-probe")
+        found = await evidence_recall(service, session, case.data, policy, ks)
+        if found:
+            rows.append(found)
+    return rows
