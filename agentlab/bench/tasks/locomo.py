@@ -765,6 +765,9 @@ def _current_cases(store: Any, benchmark: str) -> Any:
         cases = cases.merge(wide.reset_index(), on=["run_id", "case_id"], how="left")
     cases["category"] = [int(json.loads(m).get("category", 0)) if isinstance(m, str) else int((m or {}).get("category", 0))
                          for m in cases["metadata"]]
+    for metric in ("locomo_f1", "set_f1", "bleu1"):
+        if metric not in cases.columns:
+            cases[metric] = float("nan")  # a run whose cases all failed has no score rows
     for metric in ("locomo_f1", "set_f1", "bleu1", "llm_score"):
         if metric in cases.columns:
             cases.loc[cases["status"] != "ok", metric] = 0.0
