@@ -189,7 +189,7 @@ async def test_long_context_scores_follow_the_official_category_rules(tmp_path: 
     assert per_category.loc[1, "official"] == "multi-hop" and per_category.loc[1, "memory_report"] == "single-hop"
     assert per_category.loc[3, "locomo_f1"] == pytest.approx(2 / 3)
     cost = tables["cost_per_question"].iloc[0]
-    assert cost["answer_calls_per_q"] == 1.0 and cost["latency_p50_ms"] is not None
+    assert cost["answer_calls_per_q"] == 1.0 and cost["answer_latency_p95_ms"] >= cost["answer_latency_p50_ms"] >= 0
 
 
 async def test_long_context_beyond_the_window_is_a_context_length_failure(tmp_path: Path) -> None:

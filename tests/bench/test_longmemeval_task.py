@@ -145,6 +145,24 @@ async def test_recall_mode_searches_hidden_history_and_records_evidence_recall(f
     assert got["evidence_hit@10"] == 1.0 and got["evidence_recall@10"] == 1.0
 
 
+async def test_report_table_pairs_modes_with_long_context(fixture_file: Path, tmp_path: Path) -> None:
+    model = scripted()
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        await run("long_context", fixture_file, store, model, limit=2)
+        await run("summary", fixture_file, store, model, limit=2)
+        long_prompts = [r[0] for r in store.query(
+            "SELECT sum(prompt_tokens) FROM calls JOIN runs USING (run_id) WHERE mode = 'long_context' "
+            "AND purpose = 'answer' GROUP BY case_id ORDER BY case_id")]
+        short_prompts = [r[0] for r in store.query(
+            "SELECT sum(prompt_tokens) FROM calls JOIN runs USING (run_id) WHERE mode = 'summary' "
+            "AND purpose = 'answer' GROUP BY case_id ORDER BY case_id")]
+        table = get_task("longmemeval").report_tables(store)["modes"].set_index("mode")
+    expected = sum(1 - s / lp for s, lp in zip(short_prompts, long_prompts, strict=True)) / 2
+    assert table.loc["summary", "prompt_savings_vs_long"] == pytest.approx(expected)
+    assert table.loc["summary", "avg_summary_chars"] == len(SUMMARY_TEXT)
+    assert table.loc["long_context", "exact_match"] == 1.0 and table.loc["summary", "exact_match"] == 0.0
+
+
 async def test_long_context_beyond_the_window_is_a_context_length_failure(fixture_file: Path, tmp_path: Path) -> None:
     model = scripted(window=100)
     with ResultStore(tmp_path / "r.duckdb") as store:

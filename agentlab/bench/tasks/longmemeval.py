@@ -346,6 +346,58 @@ class LongMemEvalTask(Task):
         summariser = Summarizer(None, summary_policy)  # type: ignore[arg-type] - rendering needs no model
         return [summariser.render_prompt([render_event_line(e) for e in events], "")]
 
+    # ---------------------------------------------------------------------------- report
+
+    def report_tables(self, store: Any) -> dict[str, Any]:
+        """Table 6 of the report: quality, prompt tokens and savings, summary size, tool use, latency."""
+        import json
+
+        import pandas as pd
+
+        cases = store.df(
+            """
+            WITH current_runs AS (
+                SELECT * FROM (SELECT r.*, row_number() OVER (PARTITION BY benchmark, model, mode
+                               ORDER BY started DESC, run_id) AS rn FROM runs r WHERE benchmark = ?) WHERE rn = 1)
+            SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata,
+                COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
+                COALESCE(SUM(k.latency_ms) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_latency_ms
+            FROM current_runs r JOIN cases c ON c.run_id = r.run_id
+            LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
+            GROUP BY ALL
+            """, [self.name])
+        if cases.empty:
+            return {}
+        scores = store.df("SELECT run_id, case_id, metric, value FROM scores WHERE run_id IN "
+                          "(SELECT run_id FROM runs WHERE benchmark = ?)", [self.name])
+        if not scores.empty:
+            wide = scores.pivot_table(index=["run_id", "case_id"], columns="metric", values="value", aggfunc="first")
+            cases = cases.merge(wide.reset_index(), on=["run_id", "case_id"], how="left")
+        meta = [json.loads(m) if isinstance(m, str) else (m or {}) for m in cases["metadata"]]
+        cases["summary_chars"] = [m.get("summary_chars") for m in meta]
+        cases["search_calls"] = [(m.get("tool_calls") or {}).get("session_search", 0) for m in meta]
+        cases["load_calls"] = [(m.get("tool_calls") or {}).get("session_load", 0) for m in meta]
+        metrics = [m for m in ("rougeL", "f1", "bleu1", "llm_score", "exact_match") if m in cases.columns]
+        rows = []
+        for (model, mode), group in cases.groupby(["model", "mode"]):
+            ok = group[group["status"] == "ok"]
+            row: dict[str, Any] = {"model": model, "mode": mode, "n": len(group), "failed": len(group) - len(ok)}
+            # Failed cases score 0: they stay in the denominator.
+            row.update({m: group[m].where(group["status"] == "ok", 0.0).fillna(0.0).mean() for m in metrics})
+            row["avg_prompt_tokens"] = ok["answer_prompt"].mean() if len(ok) else None
+            long = cases[(cases["model"] == model) & (cases["mode"] == "long_context") & (cases["status"] == "ok")]
+            paired = ok.merge(long[["case_id", "answer_prompt"]], on="case_id", suffixes=("", "_long"))
+            paired = paired[paired["answer_prompt_long"] > 0]
+            row["prompt_savings_vs_long"] = (
+                (1 - paired["answer_prompt"] / paired["answer_prompt_long"]).mean()
+                if mode != "long_context" and len(paired) else None)
+            row["avg_summary_chars"] = ok["summary_chars"].dropna().mean() if len(ok) else None
+            row["search_calls_per_case"] = ok["search_calls"].mean() if len(ok) else None
+            row["load_calls_per_case"] = ok["load_calls"].mean() if len(ok) else None
+            row["avg_answer_latency_ms"] = ok["answer_latency_ms"].mean() if len(ok) else None
+            rows.append(row)
+        return {"modes": pd.DataFrame(rows)}
+
     # ---------------------------------------------------------------------- retrieval only
 
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
