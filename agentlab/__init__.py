@@ -1,1 +1,55 @@
-"""agentlab: a lab for agent context governance."""
+"""agentlab: a notebook-first lab for agent context governance.
+
+The public API, re-exported here (loaded on first use so ``import agentlab`` stays cheap)::
+
+    from agentlab import Runner, LLMAgent, FunctionTool, RunOptions
+    from agentlab import SummaryPolicy, CompactionPolicy, RecallPolicy, MemoryPolicy
+    from agentlab import InMemorySessionService, DuckDBSessionService, get_model
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Event": "agentlab.events",
+    "Message": "agentlab.events",
+    "ToolCall": "agentlab.events",
+    "Usage": "agentlab.events",
+    "Runner": "agentlab.runtime",
+    "LLMAgent": "agentlab.runtime",
+    "Agent": "agentlab.runtime",
+    "FunctionTool": "agentlab.runtime",
+    "RunOptions": "agentlab.runtime",
+    "Invocation": "agentlab.runtime",
+    "SummaryPolicy": "agentlab.summary",
+    "CompactionPolicy": "agentlab.compaction",
+    "RecallPolicy": "agentlab.recall",
+    "MemoryPolicy": "agentlab.memory",
+    "InMemorySessionService": "agentlab.session",
+    "DuckDBSessionService": "agentlab.session",
+    "InMemoryMemoryService": "agentlab.memory",
+    "DuckDBMemoryService": "agentlab.memory",
+    "get_model": "agentlab.model",
+    "ScriptedModel": "agentlab.model.scripted",
+    "CallCache": "agentlab.model",
+    "GenerationConfig": "agentlab.model",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

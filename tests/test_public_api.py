@@ -1,0 +1,15 @@
+"""The names the README and notebooks use are importable from the package root."""
+
+import agentlab
+
+
+def test_every_exported_name_resolves():
+    for name in agentlab.__all__:
+        assert getattr(agentlab, name) is not None, name
+
+
+def test_policies_round_trip_through_json():
+    for cls in (agentlab.SummaryPolicy, agentlab.CompactionPolicy, agentlab.RecallPolicy, agentlab.MemoryPolicy):
+        policy = cls()
+        data = policy.to_dict()
+        assert cls.from_dict(data) == policy, cls.__name__
