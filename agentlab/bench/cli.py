@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -201,9 +203,18 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if judge_enabled:
         judge = Judge(model if judge_spec == model_spec else get_model(judge_spec), judge_spec)
     store = ResultStore(args.db)
+
+    async def run_with_sigterm() -> executor.RunSummary:
+        # SIGTERM (a CI timeout, `kill`) stops the run as cleanly as Ctrl-C does.
+        main_task = asyncio.current_task()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            if main_task is not None:
+                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
+        return await executor.run_task(task, request, model=model, store=store, judge=judge)
+
     try:
-        summary = asyncio.run(executor.run_task(task, request, model=model, store=store, judge=judge))
-    except KeyboardInterrupt:
+        summary = asyncio.run(run_with_sigterm())
+    except (KeyboardInterrupt, asyncio.CancelledError):
         rows = store.query("SELECT run_id, count(*) FILTER (WHERE status = 'ok'), count(*) FROM cases "
                            "WHERE run_id IN (SELECT run_id FROM runs WHERE status = 'interrupted' "
                            "AND benchmark = ? AND mode = ?) GROUP BY run_id", [task.name, mode])

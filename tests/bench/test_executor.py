@@ -140,7 +140,8 @@ async def test_cancellation_marks_run_interrupted(tmp_path: Path, monkeypatch: p
         assert status == "interrupted" and 2 <= stored < 6
 
 
-def test_sigint_in_a_subprocess_then_rerun_completes_only_missing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_in_a_subprocess_then_rerun_completes_only_missing(tmp_path: Path, sig: signal.Signals) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
     db = tmp_path / "r.duckdb"
@@ -155,7 +156,7 @@ def test_sigint_in_a_subprocess_then_rerun_completes_only_missing(tmp_path: Path
     deadline = time.time() + 30
     while len(list(markers.iterdir())) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Rerun the same command" in err
