@@ -141,7 +141,9 @@ class UserEventIndex:
 
     def __init__(self, service: SessionService, app_name: str, user_id: str,
                  embedder: Embedder | None = None) -> None:
-        self.service = service
+        # A weak reference: the registry maps service -> indexes weakly, and a strong reference
+        # from the value back to its key would keep every service (and its data) alive forever.
+        self._service_ref = weakref.ref(service)
         self.app_name = app_name
         self.user_id = user_id
         self.index = SearchIndex(embedder)
@@ -152,6 +154,13 @@ class UserEventIndex:
         self._sessions: dict[str, _IndexedSession] = {}
         #: Events indexed so far (for diagnostics and tests).
         self.indexed_events = 0
+
+    @property
+    def service(self) -> SessionService:
+        service = self._service_ref()
+        if service is None:
+            raise RuntimeError(f"the session service of the recall index for user {self.user_id!r} is gone")
+        return service
 
     @property
     def embedder(self) -> Embedder | None:
