@@ -262,7 +262,9 @@ class SessionSearchTool:
                 "top_k": {"type": "integer",
                           "description": f"Results to return (default {self.policy.search_top_k}, "
                                          f"at most {self.policy.max_search_top_k})."},
-                "min_score": {"type": "number", "description": "Optional minimum relevance score."},
+                "min_score": {"type": "number",
+                              "description": "Optional minimum score: a cosine similarity (-1..1) in dense and "
+                                             "hybrid mode, a BM25 score (unbounded, often 0..10) in lexical mode."},
                 "search_mode": {"type": "string", "enum": list(SEARCH_MODES),
                                 "description": f"Retrieval mode (default {self.policy.effective_search_mode})."},
             },
