@@ -203,6 +203,10 @@ class SummaryPolicy:
     input_budget_ratio: float = 0.7
     #: Upper bound on the summary's output tokens; ``None`` = the model's default.
     max_output_tokens: int | None = None
+    #: Cut each tool result in the summariser's input to at most this many tokens (head + tail
+    #: around a marker); 0 = off. Not a reference knob (the reference leaves this to a
+    #: pre-summary hook); it keeps a small summary model from spending its budget on payloads.
+    input_tool_result_max_tokens: int = 0
     #: Also refresh the full-session summary when a branch filter key is summarised (cascade).
     cascade_full_session: bool = False
     #: Branch filter keys that may be summarised (hierarchical prefix match either way); empty = all.
@@ -227,7 +231,7 @@ class SummaryPolicy:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"SummaryPolicy.{name} must be >= 0 or None, got {value}")
-        for name in ("max_summary_words", "skip_recent", "context_floor_tokens"):
+        for name in ("max_summary_words", "skip_recent", "context_floor_tokens", "input_tool_result_max_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SummaryPolicy.{name} must be >= 0, got {getattr(self, name)}")
         if self.context_fallback_window <= 0:
@@ -508,6 +512,16 @@ class Summarizer:
         )
         return [Message.system(SUMMARY_SYSTEM_PROMPT), Message.user(text)]
 
+    def render_line(self, event: Event) -> str:
+        limit = self.policy.input_tool_result_max_tokens
+        message = event.message
+        if limit > 0 and message is not None and message.role == "tool" \
+                and tokens.count_text(message.content) > limit:
+            short = truncate_middle(message.content, limit,
+                                    marker="[... {n} characters of this tool result omitted ...]")
+            event = event.copy_with(choices=[message.with_content(short)])
+        return render_event_line(event)
+
     def _cost(self, lines: Sequence[str], previous: str) -> int:
         return tokens.count_messages(self.render_prompt(lines, previous))
 
@@ -519,7 +533,7 @@ class Summarizer:
         not even the first event fits, that one event truncated around a marker so the
         boundary can still move past it.
         """
-        lines = [render_event_line(e) for e in events]
+        lines = [self.render_line(e) for e in events]
         cost = self._cost(lines, previous)
         if cost <= budget:
             return _Plan(self.render_prompt(lines, previous), len(lines), cost)
@@ -1102,17 +1116,35 @@ def _calls_of_split_round(covered: list[Event], kept: list[Event]) -> list[Event
     A safe-prefix update may end between a tool call and its result. The result is not covered,
     so it stays in the context, and it needs its call in view to stay a well-formed tool round.
     """
-    pending = {e.message.tool_call_id for e in kept if e.is_tool_result() and e.message}
+    pending = set()
+    for e in kept:  # results of a split round sit at the very start of the kept events
+        if not e.is_tool_result():
+            break
+        pending.add(e.message.tool_call_id)  # type: ignore[union-attr]
     if not pending:
         return []
-    pulled = [e for e in covered if e.is_tool_call() and e.message
-              and any(c.id in pending for c in e.message.tool_calls)]
+    pulled: list[Event] = []
+    # Walk back from the boundary only as far as the round goes (a round never spans a user turn),
+    # so the cost does not grow with the covered history.
+    for e in reversed(covered):
+        m = e.message
+        if m is None:
+            continue
+        if m.role == "user":
+            break
+        if m.tool_calls and any(c.id in pending for c in m.tool_calls):
+            pulled.append(e)
+    pulled.reverse()
     return pulled
 
 
 def _resumed_tool_round(inv: Invocation, covered: list[Event]) -> list[Event]:
     """Copies of this run's latest complete tool round that the summary covered, payloads elided."""
-    mine = [e for e in covered if e.invocation_id == inv.id]
+    # This run's events are the tail of the covered part: walk back only over them.
+    start = len(covered)
+    while start > 0 and covered[start - 1].invocation_id == inv.id:
+        start -= 1
+    mine = covered[start:]
     if not any(e.is_tool_result() for e in mine):
         return []
     results = {e.message.tool_call_id: e for e in mine if e.is_tool_result() and e.message}

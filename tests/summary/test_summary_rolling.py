@@ -454,3 +454,17 @@ async def test_a_model_error_in_a_background_job_is_contained(svc):
     await worker.drain()
     assert worker.stats.failed == 1 and await svc.get_summary(session) is None
     await worker.close()
+
+
+async def test_tool_results_can_be_cut_in_the_summariser_input(svc):
+    payload = "START " + "row of data " * 500 + " END"
+    session = await seeded(svc, [user("fetch", "r1"), call("fetch", "c1", "r1"),
+                                 result("fetch", "c1", payload, "r1"), answer("fetched", "r1")])
+    model = ScriptedModel(["s"])
+    worker = worker_with(model, svc, input_tool_result_max_tokens=40)
+    assert await worker.summarize(session)
+    prompt = prompt_of(model)
+    assert "START" in prompt and "END" in prompt and "of this tool result omitted" in prompt
+    assert tokens.count_text(prompt) < 300
+    # the whole delta was covered: cutting is not a partial advance
+    assert (await svc.get_summary(session)).boundary.last_event_id == session.events[-1].id
