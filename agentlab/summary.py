@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import hashlib
 import json
 import logging
 import re
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from agentlab.events import Event, Message
@@ -134,8 +135,6 @@ BUILTIN_PROMPTS = {"compact": (COMPACT_PROMPT, COMPACT_PROMPT_VERSION),
 
 
 def _stable_hash(text: str) -> str:
-    import hashlib
-
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
@@ -604,8 +603,6 @@ class Summarizer:
                     f"tool_call_id={m.tool_call_id}]"
                 )
             else:
-                from dataclasses import replace
-
                 messages[i] = replace(m, tool_calls=tuple(
                     replace(c, arguments=CURRENT_RUN_ARGS_NOTE) for c in m.tool_calls))
             cost = tokens.count_messages(messages)
@@ -786,7 +783,11 @@ class SummaryWorker:
     async def summarize(self, session: Session, filter_key: str = FULL_SESSION_KEY, force: bool = False, *,
                         context_window: int | None = None, parent_request: ModelRequest | None = None,
                         idle_seconds: float | None = None) -> bool:
-        """Update the summary of ``filter_key`` (and cascade targets); True iff a boundary advanced."""
+        """Update the summary of ``filter_key`` (and cascade targets); True iff a boundary advanced.
+
+        ``force`` skips the trigger checks; with no new events there is still nothing to summarise
+        and no model call. A partial (safe-prefix) advance returns True; call again to continue.
+        """
         targets: list[str] = []
         if self.policy.allows_key(filter_key):
             targets.append(filter_key)
@@ -1152,8 +1153,6 @@ def _resumed_tool_round(inv: Invocation, covered: list[Event]) -> list[Event]:
         m = call_event.message
         if m is None or not m.tool_calls or not all(c.id in results for c in m.tool_calls):
             continue
-        from dataclasses import replace
-
         call_copy = call_event.copy_with(
             choices=[replace(m, tool_calls=tuple(replace(c, arguments=CURRENT_RUN_ARGS_NOTE) for c in m.tool_calls))],
             metadata={**call_event.metadata, "projection": "current_invocation_summary"},
@@ -1180,6 +1179,7 @@ __all__ = [
     "EventsOverCheck",
     "IdleOverCheck",
     "SummaryInjectionProcessor",
+    "SummaryInputTooLarge",
     "SummaryOutcome",
     "SummaryPolicy",
     "SummaryWorker",
@@ -1187,6 +1187,7 @@ __all__ = [
     "TokensOverCheck",
     "TriggerCheck",
     "TriggerObservation",
+    "WorkerStats",
     "checks_pass",
     "delta_after_boundary",
     "pick_summary",
