@@ -139,14 +139,41 @@ class InstructionProcessor:
 
 
 class HistoryProcessor:
-    """All message events of the session visible under the invocation's filter key."""
+    """All message events of the session visible under the invocation's filter key.
+
+    When a summary processor follows, only the tail that can survive it is scanned: from the
+    last user turn at or before the summary boundary onwards (the summary processor needs that
+    round to keep split tool rounds well-formed). Projection cost then grows with the events
+    after the boundary, not with the whole history.
+    """
 
     name = "history"
 
     async def process(self, inv: Invocation, draft: RequestDraft) -> None:
+        events = inv.session.events
+        start = projection_start(inv)
         draft.events = [
-            e for e in inv.session.events if is_history_event(e) and in_filter(e.filter_key, inv.filter_key)
+            e for e in events[start:] if is_history_event(e) and in_filter(e.filter_key, inv.filter_key)
         ]
+
+
+def projection_start(inv: Invocation) -> int:
+    """Index of the first ledger event a request can still show (0 without a summary)."""
+    processors = getattr(inv.agent, "processors", ())
+    if not any(getattr(p, "name", "") == "summary" for p in processors):
+        return 0
+    session = inv.session
+    summary = session.summaries.get(inv.filter_key)
+    if (summary is None or not summary.text) and inv.filter_key:
+        summary = session.summaries.get("")
+    if summary is None or not summary.text or summary.boundary is None or not summary.boundary.last_event_id:
+        return 0
+    index = session.event_index(summary.boundary.last_event_id)
+    if index < 0:
+        return 0
+    while index > 0 and session.events[index].role != "user":
+        index -= 1
+    return index
 
 
 class CurrentInputProcessor:
