@@ -11,7 +11,7 @@ ifneq ($(wildcard ../shared/datasets),)
 export AGENTLAB_DATA_DIR ?= $(abspath ../shared/datasets)
 endif
 
-.PHONY: install test test-fast lint demo example clean
+.PHONY: install test test-slow lint demo example clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,12 +26,14 @@ install: $(STAMP)
 lint: install
 	$(VENV)/bin/ruff check agentlab tests benchmarks
 
+# Unit and contract tests (scripted models, local servers), then every notebook top to bottom.
 test: install lint
-	$(PY) -m pytest -q --durations=15 tests
-	$(PY) -m pytest -q --nbmake notebooks
+	$(PY) -m pytest -q --durations=10 -m "not slow" tests
+	$(PY) -m pytest -q --durations=10 --nbmake notebooks
 
-test-fast: install
-	$(PY) -m pytest -q -m "not slow" tests
+# End-to-end checks on the embedded SmolLM2 model (a few minutes on 2 cores); CI runs these too.
+test-slow: install
+	$(PY) -m pytest -q --durations=10 -m slow tests
 
 demo: install
 	$(PY) -m agentlab.bench qmsum --mode recall
