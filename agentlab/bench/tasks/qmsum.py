@@ -1,0 +1,539 @@
+"""QMSum: query-based meeting summarisation with a long context, a summary, and summary + recall.
+
+Paper: Zhong et al., "QMSum: A New Benchmark for Query-based Multi-domain Meeting Summarization",
+NAACL 2021 (github.com/Yale-LILY/QMSum, MIT). Reproduced experiment: the QMSum part of the
+trpc-agent-go summary benchmark report (``print-happy/trpc-agent-go-benchmark``,
+``summary/results/REPORT.md``; reference §5.1, §5.2, §5.4): 189 cases, gpt-4o-mini, temperature 0,
+384 answer tokens; long context ROUGE-L 0.193, summary 0.152, summary + on-demand recall 0.177
+(61.5 % of the lost ROUGE-L recovered), 18,986 / 888 / 3,857 average prompt tokens.
+
+Setup (reference §5.1):
+
+* **Cases.** Test split, all domains, specific queries (244); keep those whose evidence ends at
+  least 80 turns before the end of the transcript (189), ordered round-robin by meeting
+  (:mod:`agentlab.bench.datasets.qmsum`). Case ids ``<meeting>_specific_<NN>``.
+* **Seeding.** Every transcript turn becomes one user-role event ``[Turn 001] Speaker: content``,
+  1 ms apart, in a fresh session per case.
+* **Modes.** ``long_context``: the whole transcript is the history, then the question, one answer
+  call. ``summary``: a summary is forced over the whole seeded transcript (in several rolling steps
+  when the summary model's window is small), and the answer prompt holds instruction + summary +
+  question with no raw tail. ``recall``: the same plus ``session_search`` / ``session_load`` and the
+  on-demand instruction (search ``scope=current_hidden`` first), at most 6 tool iterations.
+  A meeting's summary is built once per run and reused by every question on that meeting.
+  The published "keep 20 visible events" setting is moot here: the forced summary's boundary is
+  the last seeded turn, so no raw turn is ever after it.
+* **Scores.** ROUGE-1/2/L, F1, BLEU-1 (:mod:`agentlab.bench.metrics`, the reference's
+  normalisation), the judge's ``llm_score`` when a judge is configured, and in ``recall`` mode the
+  model-free ``evidence_recall@5/@10`` of ``session_search`` (see :func:`evidence_recall`).
+
+Dry runs (``--dry-run``) count, per case, the prompts a mode sends before any model output exists
+(see :meth:`QMSumTask.dry_run_prompts` for exactly which).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentlab.bench.config import Settings, SettingsError
+from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, load_qmsum, select_cases
+from agentlab.bench.metrics import Score, summary_scores
+from agentlab.bench.tasks import (
+    Case,
+    CaseError,
+    CaseResult,
+    CaseSelection,
+    RunContext,
+    Task,
+    collect_run,
+    register,
+)
+from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message
+from agentlab.model import tokens
+from agentlab.model.base import CallRecord, GenerationConfig, ModelError, ModelInfo, observe_calls
+from agentlab.recall import RecallPolicy
+from agentlab.recall.search import session_search
+from agentlab.recall.tools import recall_overview
+from agentlab.runtime import LLMAgent, Runner, RunOptions
+from agentlab.runtime.invocation import Invocation
+from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
+from agentlab.summary import Summarizer, SummaryOutcome, SummaryPolicy, SummaryWorker, render_injection
+
+# ------------------------------------------------------------------------------------ prompts
+# Paraphrased from the reference (§5.1); a change of wording is a new version.
+
+ANSWER_INSTRUCTION_VERSION = "qmsum-answer-v1"
+ANSWER_INSTRUCTION = """\
+You answer questions that ask for a summary of (part of) a meeting, using only the meeting \
+transcript in this conversation.
+- Respond to the query directly and state only what the transcript supports.
+- For a general query, summarise the whole meeting briefly; for a specific query, summarise only \
+the discussion or point of view it asks about.
+- Keep the people, decisions, numbers, dates and reasons that matter.
+- Write one concise paragraph, with no bullet points and no remarks about the task.
+- When tools are available and the details you need may be hidden behind the conversation \
+summary, look them up in the earlier history before you answer."""
+
+ON_DEMAND_INSTRUCTION_VERSION = "qmsum-ondemand-v1"
+ON_DEMAND_INSTRUCTION = """\
+Earlier turns of this meeting are hidden behind a summary; recover the details you need with the \
+session tools.
+- For a question about specific details, call session_search with scope={scope} before \
+answering, unless the summary already states the exact fact asked for.
+- Search with the real names, entities and topics of the question. If a search finds nothing, \
+rephrase the query once and search again.
+- A search result may carry a context field with the raw turns around the match: read it first \
+and answer from it when it already holds the evidence.
+- If the hits are relevant but their context is not enough, call session_load on the best hit \
+before answering.
+- When a search returned hits that mention the people or topics asked about, never claim that \
+they were not discussed or that the answer is unavailable.
+- Never paste raw tool output, JSON or snippets into the answer; use tool results only as \
+evidence for a plain-language answer."""
+
+# ------------------------------------------------------------------------------------ constants
+
+APP_NAME = "agentlab-qmsum"
+USER_ID = "qmsum"
+AGENT_NAME = "qmsum-answerer"
+#: Seeded turns get fixed timestamps (this epoch + 1 ms per turn) rather than wall-clock ones:
+#: search results show each hit's time, so fixed times keep recall-mode tool results, and the
+#: answer calls that read them, byte-identical across runs — the call cache can replay them.
+SEED_EPOCH = 1_700_000_000.0
+SEED_SPACING_SECONDS = 0.001
+#: ``session_search`` depths of the model-free evidence recall.
+EVIDENCE_KS = (5, 10)
+EVIDENCE_RECALL_VERSION = "qmsum-evidence-recall-v1/span"
+#: Window of the published model (gpt-4o-mini, 128k): dry runs plan the summariser's input with
+#: it, so the whole transcript goes into one summary call as in the published run.
+PUBLISHED_CONTEXT_WINDOW = 128_000
+#: Long-context prompts are failed before sending only when our estimate exceeds the model's
+#: window by this factor: the estimate uses cl100k, the model its own tokenizer, so near the edge
+#: the real call decides (and a refusal comes back as the same ``context_length`` failure).
+PRECHECK_SLACK = 1.10
+
+
+# ------------------------------------------------------------------------------------ seeding
+
+
+def session_id_for(mode: str, case_id: str) -> str:
+    return f"{mode}-{case_id}"
+
+
+def seed_events(meeting: Meeting, session_id: str) -> list[Event]:
+    """One user-role event per transcript turn, 1 ms apart, with ids ``<session>-0000``.
+
+    Ids and times are deterministic so that what the recall tools return (event ids, times) is the
+    same on every run.
+    """
+    return [
+        Event(author="user", choices=[Message.user(text)], object=OBJ_USER,
+              id=f"{session_id}-{i:04d}", timestamp=SEED_EPOCH + i * SEED_SPACING_SECONDS)
+        for i, text in enumerate(meeting.turn_texts())
+    ]
+
+
+async def seed_session(service: SessionService, meeting: Meeting, session_id: str) -> Session:
+    """A new session holding the meeting transcript (one event per turn)."""
+    session = await service.create_session(APP_NAME, USER_ID, session_id)
+    for event in seed_events(meeting, session_id):
+        await service.append_event(session, event)
+    return session
+
+
+# ------------------------------------------------------------------------------------ summary
+
+
+@dataclass(frozen=True)
+class MeetingSummary:
+    """A forced summary over one meeting's transcript, built once per run."""
+
+    meeting_id: str
+    text: str
+    #: Transcript turns the summary covers (all of them, or the build failed).
+    covered_turns: int
+    #: Rolling summariser steps it took (1 when the whole transcript fits the summary model).
+    steps: int
+    model_calls: int
+    build_ms: float
+    #: The case whose run built it (the others reused it).
+    built_by: str
+
+
+class _ErrorKeepingSummarizer(Summarizer):
+    """Remembers the last summariser error; the worker swallows errors and we want to report it."""
+
+    last_error: Exception | None = None
+
+    async def summarize(self, delta: Sequence[Event], previous_summary: str = "", **kwargs: Any) -> SummaryOutcome:
+        try:
+            return await super().summarize(delta, previous_summary, **kwargs)
+        except Exception as exc:
+            self.last_error = exc
+            raise
+
+
+async def build_meeting_summary(meeting: Meeting, ctx: RunContext, policy: SummaryPolicy, built_by: str) -> MeetingSummary:
+    """Seed the transcript and force rolling summaries until the boundary reaches the last turn.
+
+    Each forced update summarises the longest prefix of the remaining turns that fits the summary
+    model's input budget (the safe prefix), so a small-window model needs several steps. Stops
+    when the last turn is covered or an update no longer advances; the latter is a failed case.
+    """
+    service = ctx.new_session_service()
+    session = await seed_session(service, meeting, f"summary-{meeting.meeting_id}")
+    summarizer = _ErrorKeepingSummarizer(ctx.model, policy)
+    worker = SummaryWorker(service, summarizer, policy)
+    last_turn_id = session.events[-1].id
+    positions = {e.id: i for i, e in enumerate(session.events)}
+    started = time.perf_counter()
+    steps = 0
+    summary: Summary | None = None
+    # Every advancing step covers at least one turn, so this bound is never the reason to stop.
+    for _ in range(len(session.events) + 1):
+        advanced = await worker.summarize(session, FULL_SESSION_KEY, force=True)
+        steps += 1
+        summary = await service.get_summary(session, FULL_SESSION_KEY)
+        if summary is not None and summary.boundary is not None and summary.boundary.last_event_id == last_turn_id:
+            break
+        if not advanced:
+            break
+    covered = 0
+    if summary is not None and summary.text and summary.boundary is not None:
+        covered = positions.get(summary.boundary.last_event_id, -1) + 1
+    if covered < len(session.events):
+        reason = f"{type(summarizer.last_error).__name__}: {summarizer.last_error}" if summarizer.last_error else \
+            "an update produced no text"
+        code = summarizer.last_error.code if isinstance(summarizer.last_error, ModelError) else "summary_incomplete"
+        raise CaseError(f"the summary of meeting {meeting.meeting_id} covers {covered} of {len(session.events)} "
+                        f"turns after {steps} forced updates ({reason})", code=code)
+    assert summary is not None
+    return MeetingSummary(meeting.meeting_id, summary.text, covered, steps, worker.stats.model_calls,
+                          (time.perf_counter() - started) * 1000, built_by)
+
+
+async def install_summary(service: SessionService, session: Session, built: MeetingSummary) -> None:
+    """Give a freshly seeded case session the meeting's summary, its boundary on the last covered turn."""
+    last = session.events[built.covered_turns - 1]
+    boundary = SummaryBoundary(FULL_SESSION_KEY, cutoff_at=last.timestamp, last_event_id=last.id)
+    await service.write_summary(session, FULL_SESSION_KEY, Summary(built.text, time.time(), boundary))
+
+
+# ------------------------------------------------------------------------------ evidence recall
+
+
+class _SearchOnlyAgent:
+    """Stands in for an agent in an invocation that only runs ``session_search``."""
+
+    name = "qmsum-evidence"
+
+    def run(self, inv: Invocation) -> Any:  # pragma: no cover - never run
+        raise NotImplementedError
+
+
+def span_hits(turns: Sequence[int], item: QMSumCase) -> tuple[int, bool]:
+    """(relevant spans containing at least one of ``turns``, whether any turn is relevant)."""
+    last = len(item.meeting.turns) - 1
+    spans = [(max(0, s.start), min(s.end, last)) for s in item.spans]
+    found = sum(1 for start, end in spans if any(start <= t <= end for t in turns))
+    relevant = any(any(start <= t <= end for start, end in spans) for t in turns)
+    return found, relevant
+
+
+async def evidence_recall(service: SessionService, session: Session, item: QMSumCase, policy: RecallPolicy,
+                          ks: Sequence[int] = EVIDENCE_KS) -> dict[str, float]:
+    """Model-free retrieval quality of ``session_search`` for the case's question.
+
+    Runs the search tool's function with the question as the query over the seeded session
+    (``scope=current_session``: nothing is hidden yet), once per ``k``. A hit is relevant when its
+    turn lies in a ``relevant_text_span``. ``evidence_recall@k`` = share of the question's relevant
+    spans with at least one hit among the top k; ``evidence_hit@k`` = 1 if any top-k hit is relevant.
+    """
+    if not item.spans:
+        return {}  # no gold evidence: left out rather than scored (the selected cases all have spans)
+    positions = {e.id: i for i, e in enumerate(session.events)}
+    inv = Invocation(app_name=APP_NAME, user_id=USER_ID, session=session, session_service=service,
+                     agent=_SearchOnlyAgent(), message=Message.user(item.query))
+    out: dict[str, float] = {}
+    n_spans = len(item.spans)
+    for k in ks:
+        result = await session_search(inv, policy, item.query, scope="current_session", top_k=k)
+        turns = [positions[r["event_id"]] for r in result["results"] if r.get("event_id") in positions]
+        found, relevant = span_hits(turns, item)
+        out[f"evidence_recall@{k}"] = found / n_spans
+        out[f"evidence_hit@{k}"] = 1.0 if relevant else 0.0
+    return out
+
+
+# ------------------------------------------------------------------------------------ the task
+
+
+@dataclass
+class _CallTally:
+    """Answer calls of one case (the executor records every call; this is for the case row)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __call__(self, record: CallRecord) -> None:
+        if record.purpose == "answer":
+            self.calls += 1
+            self.prompt_tokens += record.usage.prompt_tokens
+            self.completion_tokens += record.usage.completion_tokens
+
+
+@register
+class QMSumTask(Task):
+    name = "qmsum"
+    version = "1"
+    modes = ("long_context", "summary", "recall")
+    default_mode = "recall"
+    description = ("QMSum specific queries (189 cases): long context vs forced summary vs summary + "
+                   "session recall (Zhong et al., NAACL 2021)")
+
+    # ------------------------------------------------------------------------------ settings
+
+    def default_settings(self) -> dict[str, dict[str, Any]]:
+        """Defaults; ``benchmarks/qmsum.toml`` holds the published values and overrides these."""
+        return {
+            "dataset": {"split": "test", "domain": "ALL", "query_type": "specific", "min_distance_from_end": 80},
+            "answer": {"temperature": 0.0, "max_tokens": 384},
+            "agent": {"max_tool_iterations": 6},
+            "summary": {
+                "prompt": "compact", "force_build": True, "event_threshold": 40, "visible_events": 20,
+                # Ours: the published run left summary length to gpt-4o-mini's default; 1,024
+                # tokens is > 2x its average summary (1,776 chars) and only stops a small model
+                # that loops. 0 = the model's default.
+                "max_output_tokens": 1024,
+            },
+            "recall": {"scope": "current_hidden", "top_k": 5, "max_top_k": 10, "search_mode": "lexical",
+                       "load_before": 1, "load_after": 1},
+            "judge": {"enabled": True, "model": ""},
+            "run": {"concurrency": 4},
+        }
+
+    @staticmethod
+    def summary_policy(settings: Settings) -> SummaryPolicy:
+        max_output = int(settings.get("summary", "max_output_tokens", 0) or 0)
+        return SummaryPolicy(
+            prompt=str(settings.get("summary", "prompt", "compact")),
+            # The published "summary at 40" trigger; moot for the forced build, and it keeps the
+            # runner's background worker from re-summarising after the answer.
+            events_over=int(settings.get("summary", "event_threshold", 40)),
+            max_output_tokens=max_output or None,
+        )
+
+    @staticmethod
+    def recall_policy(settings: Settings) -> RecallPolicy:
+        return RecallPolicy(
+            search_top_k=int(settings.get("recall", "top_k", 5)),
+            max_search_top_k=int(settings.get("recall", "max_top_k", 10)),
+            search_mode=str(settings.get("recall", "search_mode", "lexical")),
+            window_before=int(settings.get("recall", "load_before", 1)),
+            window_after=int(settings.get("recall", "load_after", 1)),
+        )
+
+    @staticmethod
+    def generation(settings: Settings) -> GenerationConfig:
+        return GenerationConfig(temperature=float(settings.get("answer", "temperature", 0.0)),
+                                max_tokens=int(settings.get("answer", "max_tokens", 384)))
+
+    @staticmethod
+    def instruction(mode: str, settings: Settings) -> str:
+        """The agent instruction of a mode: recall mode appends the on-demand add-on."""
+        if mode != "recall":
+            return ANSWER_INSTRUCTION
+        scope = str(settings.get("recall", "scope", "current_hidden"))
+        return ANSWER_INSTRUCTION + "\n\n" + ON_DEMAND_INSTRUCTION.format(scope=scope)
+
+    # -------------------------------------------------------------------------------- cases
+
+    def load_cases(self, settings: Settings) -> CaseSelection:
+        dataset = settings["dataset"]
+        if dataset.get("split", "test") != "test" or dataset.get("domain", "ALL") != "ALL":
+            raise SettingsError(f"qmsum: only split 'test' and domain 'ALL' are available, got "
+                                f"split {dataset.get('split')!r}, domain {dataset.get('domain')!r}")
+        if not settings.get("summary", "force_build", True):
+            raise SettingsError("qmsum: [summary] force_build = false is not implemented; the published "
+                                "setup force-builds the summary after seeding")
+        query_type = str(dataset.get("query_type", "specific"))
+        min_distance = int(dataset.get("min_distance_from_end", 80))
+        data = load_qmsum()
+        loaded = len(data.cases(query_type))
+        selected = select_cases(data, query_type=query_type, min_distance_from_end=min_distance)
+        cases = [self.case_from(item) for item in selected]
+        note = (f"test split, ALL domains, {query_type} queries: {loaded} loaded, {len(cases)} with evidence "
+                f">= {min_distance} turns before the end, round-robin by meeting")
+        return CaseSelection(cases, dataset_sha256=data.sha256, loaded=loaded, note=note)
+
+    @staticmethod
+    def case_from(item: QMSumCase) -> Case:
+        window = item.support_window
+        return Case(
+            id=item.case_id, question=item.query, reference=item.answer, data=item,
+            metadata={"meeting_id": item.meeting_id, "domain": item.meeting.domain, "turns": len(item.meeting.turns),
+                      "support_start": window[0] if window else None, "support_end": window[1] if window else None,
+                      "support_distance_from_end": item.support_distance_from_end, "spans": len(item.spans)},
+        )
+
+    # ------------------------------------------------------------------------------ prompts
+
+    def answer_messages(self, item: QMSumCase, mode: str, settings: Settings, summary_text: str = "") -> list[Message]:
+        """The first answer request's messages, exactly as the agent projects them.
+
+        long_context: instruction, every turn, question. summary/recall: one system message
+        (instruction [+ on-demand add-on], the summary in its injection wrapper [, the recall
+        overview]) and the question. Tests check these against what the model receives.
+        """
+        instruction = self.instruction(mode, settings)
+        if mode == "long_context":
+            return [Message.system(instruction), *(Message.user(t) for t in item.meeting.turn_texts()),
+                    Message.user(item.query)]
+        parts = [instruction, render_injection(summary_text, self.summary_policy(settings).injection)]
+        if mode == "recall":
+            parts.append(recall_overview(self.recall_policy(settings).tool_names()))
+        return [Message.system("\n\n".join(parts)), Message.user(item.query)]
+
+    def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
+        """What each mode sends before any model output exists, per case.
+
+        * ``long_context``: the single answer prompt (instruction + every turn + question).
+        * ``summary`` / ``recall``: (1) the summariser's first request over the freshly seeded
+          transcript, planned with the published model's 128k window, i.e. the whole transcript
+          in one call (a small-window model would start with a prefix of it); (2) the answer
+          prompt with an empty summary inside the injection wrapper (recall: with the on-demand
+          add-on and the recall overview). Tool schemas are not counted (prompts are messages
+          only), and the summary is counted for every case although a run builds it once per
+          meeting — as the published harness did, which summarised per case.
+        """
+        item: QMSumCase = case.data
+        if mode == "long_context":
+            return [self.answer_messages(item, mode, settings)]
+        policy = self.summary_policy(settings)
+        from agentlab.model.scripted import ScriptedModel  # a window holder; it is never called
+
+        summarizer = Summarizer(ScriptedModel(info=ModelInfo("dry-run", PUBLISHED_CONTEXT_WINDOW)), policy)
+        plan = summarizer.plan_standalone(seed_events(item.meeting, "dry-run"), "", summarizer.input_budget)
+        return [plan.messages, self.answer_messages(item, mode, settings, "")]
+
+    # -------------------------------------------------------------------------------- a case
+
+    async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        item: QMSumCase = case.data
+        settings = ctx.settings
+        service = ctx.new_session_service()
+        session_id = session_id_for(mode, case.id)
+        metadata: dict[str, Any] = {"prompt_version": ANSWER_INSTRUCTION_VERSION}
+
+        started = time.perf_counter()
+        session = await seed_session(service, item.meeting, session_id)
+        metadata["seed_ms"] = round((time.perf_counter() - started) * 1000, 3)
+
+        if mode == "long_context":
+            self._fail_fast_if_too_long(item, settings, ctx)
+            agent = LLMAgent(AGENT_NAME, ctx.model, instruction=self.instruction(mode, settings),
+                             generation=self.generation(settings))
+        else:
+            policy = self.summary_policy(settings)
+            built = await ctx.once(("qmsum-summary", item.meeting_id),
+                                   lambda: build_meeting_summary(item.meeting, ctx, policy, case.id))
+            await install_summary(service, session, built)
+            metadata.update(summary_chars=len(built.text), summary_build_ms=round(built.build_ms, 3),
+                            summary_steps=built.steps, summary_model_calls=built.model_calls,
+                            summary_built_by_this_case=built.built_by == case.id,
+                            summary_prompt_version=policy.prompt_version)
+            recall = None
+            if mode == "recall":
+                recall = self.recall_policy(settings)
+                metadata["prompt_version"] += "+" + ON_DEMAND_INSTRUCTION_VERSION
+                # Before the run: afterwards the session also holds the question and tool results.
+                metadata.update(await evidence_recall(service, session, item, recall))
+            agent = LLMAgent(AGENT_NAME, ctx.model, instruction=self.instruction(mode, settings),
+                             summary=policy, recall=recall, generation=self.generation(settings),
+                             max_tool_iterations=int(settings.get("agent", "max_tool_iterations", 6)))
+
+        runner = Runner(APP_NAME, agent, service)
+        tally = _CallTally()
+        started = time.perf_counter()
+        try:
+            with observe_calls(tally):
+                outcome = await collect_run(runner.run(USER_ID, session_id, item.query, options=RunOptions()))
+        finally:
+            await runner.close()
+        tool_errors = sum(1 for e in outcome.events if e.object == OBJ_TOOL_RESPONSE and e.metadata.get("tool_error"))
+        metadata.update(
+            query_ms=round((time.perf_counter() - started) * 1000, 3),
+            answer_calls=tally.calls, answer_prompt_tokens=tally.prompt_tokens,
+            answer_completion_tokens=tally.completion_tokens,
+            session_search_calls=outcome.tool_calls.get("session_search", 0),
+            session_load_calls=outcome.tool_calls.get("session_load", 0),
+            tool_errors=tool_errors,
+        )
+        return CaseResult(prediction=outcome.answer, metadata=metadata, compactions=outcome.compactions)
+
+    def _fail_fast_if_too_long(self, item: QMSumCase, settings: Settings, ctx: RunContext) -> None:
+        """A context-length failure without sending ~19k tokens to a model that cannot take them."""
+        window = int(getattr(ctx.model.info, "context_window", 0) or 0)
+        if window <= 0:
+            return
+        estimate = tokens.count_messages(self.answer_messages(item, "long_context", settings))
+        if estimate > window * PRECHECK_SLACK:
+            raise CaseError(f"the long-context prompt needs about {estimate} tokens (cl100k estimate) but "
+                            f"{ctx.model.info.name} has a {window}-token window; not sent", code="context_length")
+
+    # ------------------------------------------------------------------------------- scores
+
+    async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        scores = summary_scores(result.prediction, result.reference or case.reference)
+        for k in EVIDENCE_KS:
+            key = f"evidence_recall@{k}"
+            if key in result.metadata:
+                scores.append(Score(key, float(result.metadata[key]), EVIDENCE_RECALL_VERSION))
+        if ctx.judge is not None:
+            judged = await ctx.judge.qmsum(case.question, result.reference or case.reference, result.prediction)
+            scores += judged.to_scores("llm_score")
+        return scores
+
+    # ----------------------------------------------------------------------- retrieval only
+
+    def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
+        """Mean evidence recall@k of ``session_search`` over ``cases`` (the same in every mode)."""
+        return asyncio.run(self._retrieval_only(cases, settings))
+
+    async def _retrieval_only(self, cases: Sequence[Case], settings: Settings) -> dict[str, Any]:
+        policy = self.recall_policy(settings)
+        from agentlab.session.inmemory import InMemorySessionService
+
+        by_meeting: dict[str, list[QMSumCase]] = {}
+        for case in cases:
+            by_meeting.setdefault(case.data.meeting_id, []).append(case.data)
+        totals: dict[str, float] = {}
+        for meeting_id, items in by_meeting.items():
+            # One seeded session (and one search index) per meeting serves all of its questions.
+            service = InMemorySessionService()
+            session = await seed_session(service, items[0].meeting, f"retrieval-{meeting_id}")
+            for item in items:
+                for key, value in (await evidence_recall(service, session, item, policy)).items():
+                    totals[key] = totals.get(key, 0.0) + value
+        n = len(cases)
+        return {"search_mode": policy.effective_search_mode, "metric_version": EVIDENCE_RECALL_VERSION,
+                **{key: (value / n if n else 0.0) for key, value in sorted(totals.items())}}
+
+
+__all__ = [
+    "ANSWER_INSTRUCTION",
+    "ANSWER_INSTRUCTION_VERSION",
+    "ON_DEMAND_INSTRUCTION",
+    "ON_DEMAND_INSTRUCTION_VERSION",
+    "MeetingSummary",
+    "QMSumTask",
+    "build_meeting_summary",
+    "evidence_recall",
+    "install_summary",
+    "seed_events",
+    "seed_session",
+]
