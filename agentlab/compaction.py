@@ -25,12 +25,13 @@ only if the summary boundary advanced.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentlab.events import Event
 from agentlab.model import tokens
 from agentlab.model.base import ModelRequest
+from agentlab.policy import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.runtime.context import RequestDraft
@@ -72,7 +73,7 @@ TRUNCATION_MARKER_COMPACT = "[... {n} chars truncated; event_id={event_id}; see 
 
 
 @dataclass(frozen=True)
-class CompactionPolicy:
+class CompactionPolicy(PolicyJSON):
     """Knobs of request-side compaction. Defaults are the reference defaults."""
 
     #: Master switch (reference: off).
@@ -109,20 +110,6 @@ class CompactionPolicy:
             if isinstance(value, str):
                 raise ValueError(f"CompactionPolicy.{name} must be a list of tool names, not a string")
             object.__setattr__(self, name, tuple(value))
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["force_clean_tools"] = list(self.force_clean_tools)
-        out["keep_tools"] = list(self.keep_tools)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CompactionPolicy:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"CompactionPolicy got unknown field(s): {', '.join(unknown)}")
-        return cls(**data)
 
     def sync_threshold(self, window: int) -> int:
         """Tokens at which the pressure path fires: ratio x window, floored, capped at the window."""

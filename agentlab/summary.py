@@ -25,12 +25,13 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from agentlab.events import Event, Message
 from agentlab.model import tokens
 from agentlab.model.base import ContextLengthError, GenerationConfig, Model, ModelRequest
+from agentlab.policy import PolicyJSON
 from agentlab.runtime.context import in_filter, is_history_event
 from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
 
@@ -162,7 +163,7 @@ def validate_prompt_template(template: str, max_summary_words: int) -> None:
 
 
 @dataclass(frozen=True)
-class SummaryPolicy:
+class SummaryPolicy(PolicyJSON):
     """Every knob of the rolling summary. Defaults are the reference defaults.
 
     Trigger checks are off unless set (the reference has no default check: with no check the
@@ -260,19 +261,6 @@ class SummaryPolicy:
         if self.idle_over is not None:
             checks.append(IdleOverCheck(self.idle_over))
         return checks
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["filter_key_allowlist"] = list(self.filter_key_allowlist)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SummaryPolicy:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"SummaryPolicy got unknown field(s): {', '.join(unknown)}")
-        return cls(**data)
 
     def allows_key(self, filter_key: str) -> bool:
         """Whether this filter key may be summarised (the full-session key always may)."""

@@ -27,13 +27,14 @@ cosine of word-count vectors when search is lexical; both live in [0, 1] for non
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+
+from agentlab.policy import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.memory.service import Memory, MemoryService
@@ -52,7 +53,7 @@ MEMORY_KINDS: tuple[str, ...] = ("fact", "episode")
 
 
 @dataclass(frozen=True)
-class MemoryPolicy:
+class MemoryPolicy(PolicyJSON):
     """Every knob of cross-session memory. Defaults follow the reference implementation."""
 
     # -- automatic extraction after a run -----------------------------------------------------
@@ -136,30 +137,6 @@ class MemoryPolicy:
         if problems:
             raise ValueError("invalid MemoryPolicy: " + "; ".join(problems))
 
-    # -- JSON round trip ----------------------------------------------------------------------
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["tags"] = list(self.tags)
-        return out
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MemoryPolicy:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown MemoryPolicy field(s): {', '.join(unknown)}")
-        values = dict(data)
-        if "tags" in values:
-            values["tags"] = tuple(values["tags"] or ())
-        return cls(**values)
-
-    @classmethod
-    def from_json(cls, text: str) -> MemoryPolicy:
-        return cls.from_dict(json.loads(text))
 
     @property
     def needs_embedder(self) -> bool:

@@ -15,10 +15,9 @@ search primitives), :mod:`~agentlab.recall.search` (event index + ``session_sear
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
+from agentlab.policy import PolicyJSON
 from agentlab.recall.embed import check_embedder_spec
 
 __all__ = ["SCOPES", "SEARCH_MODES", "RecallPolicy"]
@@ -30,7 +29,7 @@ INJECTION_MODES: tuple[str, ...] = ("system", "user")
 
 
 @dataclass(frozen=True)
-class RecallPolicy:
+class RecallPolicy(PolicyJSON):
     """Every knob of Session Recall. Defaults are the reference's unless marked "ours"."""
 
     #: Offer the recall tools to the model (and add the recall overview to the system message).
@@ -142,20 +141,3 @@ class RecallPolicy:
 
     # --------------------------------------------------------------------------------- JSON
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RecallPolicy:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"RecallPolicy: unknown field(s) {', '.join(unknown)}")
-        return cls(**data)
-
-    @classmethod
-    def from_json(cls, text: str) -> RecallPolicy:
-        return cls.from_dict(json.loads(text))

@@ -200,7 +200,7 @@ def test_invalid_policy_fields_are_named(field, value, message):
 
 
 def test_unknown_fields_in_json_are_rejected():
-    with pytest.raises(ValueError, match="unknown MemoryPolicy field"):
+    with pytest.raises(ValueError, match="MemoryPolicy got unknown field"):
         MemoryPolicy.from_dict({"update_polcy": "append_only"})
 
 
