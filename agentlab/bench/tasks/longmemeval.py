@@ -179,7 +179,7 @@ class LongMemEvalTask(Task):
                         "max_cases": PUBLISHED_CASES},
             "answer": {"temperature": 0.0, "max_tokens": 384},
             "agent": {"max_tool_iterations": 6},
-            "summary": {"prompt": "compact", "max_steps": 64},
+            "summary": {"prompt": "compact", "max_steps": 64, "max_output_tokens": 0},
             "recall": {"scope": "current_hidden", "top_k": 5, "max_top_k": 10, "search_mode": "lexical",
                        "embedder": "", "load_before": 1, "load_after": 1},
             "retrieval": {"ks": [1, 5, 10]},
@@ -237,7 +237,8 @@ class LongMemEvalTask(Task):
 
         if mode == "long_context":
             return None, None
-        summary = SummaryPolicy(prompt=str(settings["summary"]["prompt"]), events_over=EVENTS_OVER)
+        summary = SummaryPolicy(prompt=str(settings["summary"]["prompt"]), events_over=EVENTS_OVER,
+                                max_output_tokens=int(settings["summary"]["max_output_tokens"]) or None)
         if mode != "recall":
             return summary, None
         recall = settings["recall"]

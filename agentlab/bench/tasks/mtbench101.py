@@ -139,7 +139,8 @@ def summary_policy(settings: Settings) -> Any:
     summary = settings["summary"]
     return SummaryPolicy(events_over=int(summary["events_over"]), checks_mode=summary["checks_mode"],
                          prompt=summary["prompt"], workers=int(summary["workers"]),
-                         queue_size=int(summary["queue_size"]), job_timeout=float(summary["job_timeout"]))
+                         queue_size=int(summary["queue_size"]), job_timeout=float(summary["job_timeout"]),
+                         max_output_tokens=int(summary["max_output_tokens"]) or None)
 
 
 class BaselineMissing(Exception):
@@ -193,7 +194,7 @@ class MTBench101Task(Task):
             "dataset": {"tasks": list(PUBLISHED_TASKS)},
             "answer": {"temperature": 0.0, "max_tokens": 2000, "instruction": ANSWER_INSTRUCTION},
             "summary": {"events_over": 2, "checks_mode": "any", "prompt": "compact", "workers": 1,
-                        "queue_size": 10, "job_timeout": 30.0, "wait_between_turns": True},
+                        "queue_size": 10, "job_timeout": 30.0, "wait_between_turns": True, "max_output_tokens": 0},
             "consistency": {"pass_threshold": PASS_THRESHOLD},
             "retention": {"llm": False},
             "suitability": {"enable_min_turns": 4.0, "enable_min_prompt": 2000.0,
@@ -293,7 +294,8 @@ class MTBench101Task(Task):
                 pass
         raise CaseError(
             f"no baseline answers for {case.id} with model {ctx.model_spec!r} and these [answer] settings: run "
-            f"`python -m agentlab.bench mtbench101 --mode baseline` (same model, settings and --limit) first",
+            f"`python -m agentlab.bench mtbench101 --mode baseline` (same model, settings and --limit) first; "
+            f"if it ran, its case {case.id} failed and has no answers to compare with",
             code="baseline_missing",
         )
 
