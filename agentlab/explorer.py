@@ -1,0 +1,600 @@
+"""The compaction-policy explorer behind ``notebooks/02_compaction_explorer.ipynb``.
+
+It answers one question by looking: *for this long session and this policy, how many tokens
+would the next request carry, and which mechanism took how many away?* Every number comes from
+the real runtime code — the request processors of :class:`~agentlab.runtime.LLMAgent`
+(:meth:`~agentlab.runtime.LLMAgent.build_draft`), the rolling
+:class:`~agentlab.summary.SummaryWorker` with its trigger checks and safe prefix, the
+compaction passes and the pre-model synchronous-summary path — with one substitution: the
+summariser is a deterministic stand-in (:class:`~agentlab.model.ScriptedModel` writing a
+fixed-size digest of its input), so no model is called and a control change redraws at once.
+
+Pieces:
+
+* :class:`Ledger` — a long session as events, built from real turns (``ledger_from_locomo``,
+  ``ledger_from_turns``) with synthetic large tool results interleaved (a plain conversation has
+  none, and compaction only acts on tool results);
+* :class:`PolicyChoice` — the knobs one side of the comparison sets;
+* :func:`project` — the request's token count per stage (history → summary → pass 0 → pass 1 →
+  pass 2 → sent);
+* :class:`Explorer` — the ipywidgets controls for two policies side by side; its callback
+  (:meth:`Explorer.refresh`) is a plain method, so tests drive it by setting control values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from agentlab.compaction import CompactionPolicy, relieve_context_pressure
+from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message, ToolCall
+from agentlab.model import tokens
+from agentlab.model.base import ModelInfo, ModelRequest
+from agentlab.model.scripted import ScriptedModel
+from agentlab.recall import RecallPolicy
+from agentlab.runtime import Invocation, LLMAgent, RunOptions
+from agentlab.session.base import FULL_SESSION_KEY, Session, Summary
+from agentlab.summary import Summarizer, SummaryPolicy, SummaryWorker
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from agentlab.bench.datasets.locomo import Conversation
+
+APP = "explorer"
+USER = "researcher"
+SESSION = "long-session"
+INSTRUCTION = "You are a helpful assistant. Answer the user's question from the conversation."
+
+#: Words of the stand-in summary (about 260 tokens; the published QMSum summaries averaged
+#: ~1,780 characters, i.e. a few hundred tokens).
+STANDIN_SUMMARY_WORDS = 200
+#: Sizes (tokens) of the synthetic tool results, used in turn; one in four is oversized.
+DEFAULT_TOOL_SIZES = (900, 1600, 2400, 10000)
+#: Every n-th request unit gets a synthetic tool call and result.
+DEFAULT_TOOL_EVERY = 5
+RECALL_CHOICES = ("none", "search+load", "load only", "search only")
+STAGES = ("history", "summary", "pass 0", "pass 1", "pass 2", "sent")
+STAGE_NOTES = {
+    "history": "instruction + every ledger event + the question (no governance)",
+    "summary": "summary injected; only the events after its boundary stay raw",
+    "pass 0": "results of force_clean_tools replaced by a policy placeholder",
+    "pass 1": "older tool results over tool_result_max_tokens replaced by a recoverable placeholder",
+    "pass 2": "any result over oversized_tool_result_max_tokens cut to head + tail",
+    "sent": "after the pre-model path: at >= 70 % of the window a synchronous summary runs and the request is rebuilt",
+}
+
+
+# ================================================================================ the ledger
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """A long session ready to be projected: its events (token counts set) and the next question."""
+
+    name: str
+    events: tuple[Event, ...]
+    question: str
+    #: How many tool results are synthetic (all of them: the source conversation has none).
+    synthetic_tool_results: int = 0
+    source: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return sum(e.token_count or 0 for e in self.events)
+
+    def describe(self) -> str:
+        turns = sum(1 for e in self.events if e.role in ("user", "assistant") and not e.is_tool_call())
+        tool_tokens = sum(e.token_count or 0 for e in self.events if e.is_tool_result())
+        return (f"{self.name}: {len(self.events):,} events ({turns:,} conversation turns from {self.source or 'the source'}, "
+                f"{self.synthetic_tool_results} synthetic tool results = {tool_tokens:,} tokens), "
+                f"{self.tokens:,} tokens in all. Next question: {self.question!r}")
+
+
+def _synthetic_payload(target_tokens: int, words: Sequence[str], index: int) -> str:
+    """A JSON list of search records of about ``target_tokens`` tokens, made of conversation words."""
+    records: list[str] = []
+    used = 0
+    k = 0
+    while used < target_tokens:
+        start = (index * 97 + k * 13) % max(1, len(words))
+        snippet = " ".join(words[start:start + 24]) or "no text"
+        record = json.dumps({"id": f"rec-{index:03d}-{k:04d}", "score": round(1 / (k + 1), 4),
+                             "source": f"archive/page-{(index * 7 + k) % 50}", "text": snippet})
+        records.append(record)
+        used += tokens.count_text(record) + 1
+        k += 1
+    return "[" + ",\n".join(records) + "]"
+
+
+def ledger_from_turns(turns: Sequence[tuple[str, str, float]], question: str, *, name: str = "session",
+                      source: str = "", tool_every: int = DEFAULT_TOOL_EVERY,
+                      tool_sizes: Sequence[int] = DEFAULT_TOOL_SIZES) -> Ledger:
+    """A ledger from ``(role, text, timestamp)`` turns, ``role`` being ``user`` or ``assistant``.
+
+    A request unit starts at every user turn (assistant turns join the current unit). Every
+    ``tool_every``-th unit gets a synthetic tool round before its assistant turn — a call to
+    ``archive_search`` and a result of ``tool_sizes[i % len]`` tokens — and the last completed
+    unit always gets one, the largest, so that pass 2 has something to cut in a protected unit.
+    Ids and timestamps are deterministic.
+    """
+    if tool_every < 1:
+        raise ValueError(f"tool_every must be >= 1, got {tool_every}")
+    words = " ".join(text for _, text, _ in turns).split()
+    events: list[Event] = []
+    unit = -1
+    n_tools = 0
+    unit_has_tool: set[int] = set()
+    starts = [i for i, (role, _, _) in enumerate(turns) if role == "user"]
+    last_unit = len(starts) - 1
+
+    def add_tool_round(unit_index: int, timestamp: float, query: str) -> None:
+        nonlocal n_tools
+        size = max(tool_sizes) if unit_index == last_unit else tool_sizes[n_tools % len(tool_sizes)]
+        call = ToolCall(id=f"call-{unit_index:04d}", name="archive_search",
+                        arguments=json.dumps({"query": " ".join(query.split()[:8])}))
+        request_id = f"req-{unit_index:04d}"
+        events.append(Event(author="assistant", choices=[Message.assistant("", [call])], id=f"ev-{len(events):05d}",
+                            request_id=request_id, timestamp=timestamp))
+        payload = _synthetic_payload(size, words, n_tools)
+        events.append(Event(author="assistant", object=OBJ_TOOL_RESPONSE, choices=[Message.tool(call.id, call.name, payload)],
+                            id=f"ev-{len(events):05d}", request_id=request_id, timestamp=timestamp))
+        n_tools += 1
+        unit_has_tool.add(unit_index)
+
+    last_user_text = ""
+    for role, text, timestamp in turns:
+        if role == "user":
+            unit += 1
+            last_user_text = text
+            events.append(Event(author="user", choices=[Message.user(text)], object=OBJ_USER, id=f"ev-{len(events):05d}",
+                                request_id=f"req-{unit:04d}", timestamp=timestamp))
+            continue
+        if role != "assistant":
+            raise ValueError(f"turn role must be 'user' or 'assistant', got {role!r}")
+        if unit < 0:
+            unit = 0  # a conversation that opens with the assistant: that turn is unit 0
+        wants_tool = unit not in unit_has_tool and (unit % tool_every == tool_every - 1 or unit == last_unit)
+        if wants_tool:
+            add_tool_round(unit, timestamp, last_user_text)
+        events.append(Event(author="assistant", choices=[Message.assistant(text)], id=f"ev-{len(events):05d}",
+                            request_id=f"req-{unit:04d}", timestamp=timestamp))
+    for e in events:
+        e.token_count = tokens.count_event(e)
+    return Ledger(name=name, events=tuple(events), question=question, synthetic_tool_results=n_tools, source=source)
+
+
+def ledger_from_locomo(conversation: Conversation, *, question_index: int = 0, tool_every: int = DEFAULT_TOOL_EVERY,
+                       tool_sizes: Sequence[int] = DEFAULT_TOOL_SIZES) -> Ledger:
+    """A ledger from one LoCoMo conversation: first speaker = user, second = assistant, each turn
+    timestamped with its session date; the next question is one of the conversation's QA items."""
+    from agentlab.bench.tasks.locomo import parse_session_date
+
+    turns: list[tuple[str, str, float]] = []
+    base = 1_700_000_000.0
+    for session in conversation.sessions:
+        start = parse_session_date(session.date_time) or base + session.number * 86_400
+        for j, turn in enumerate(session.turns):
+            role = "user" if turn.speaker == conversation.speaker_a else "assistant"
+            turns.append((role, f"{turn.speaker}: {turn.text}", start + j))
+    question = conversation.qa[question_index].question if conversation.qa else "What did we talk about?"
+    return ledger_from_turns(turns, question, name=f"LoCoMo {conversation.sample_id}",
+                             source=f"LoCoMo {conversation.sample_id} ({len(conversation.sessions)} sessions)",
+                             tool_every=tool_every, tool_sizes=tool_sizes)
+
+
+# ============================================================================ the policy knobs
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """What one side of the explorer sets. Zero switches a summary check off; all three off =
+    no summary at all (a SummaryPolicy without checks would summarise at every chance)."""
+
+    summary_events_over: int = 0
+    summary_tokens_over: int = 0
+    summary_context_ratio: float = 0.0
+    compaction: bool = True
+    keep_recent_requests: int = 1
+    tool_result_max_tokens: int = 1024
+    oversized_tool_result_max_tokens: int = 0
+    recall_tools: str = "search+load"
+    #: The runner's background worker keeps the summary up to date as events are appended. Off:
+    #: the history arrived without it (e.g. imported or seeded), so only the pre-model path can
+    #: summarise — the synchronous summary then does the work right before the request is sent.
+    background_summary: bool = True
+
+    def __post_init__(self) -> None:
+        if self.recall_tools not in RECALL_CHOICES:
+            raise ValueError(f"recall_tools must be one of {', '.join(RECALL_CHOICES)}, got {self.recall_tools!r}")
+
+    def summary_policy(self) -> SummaryPolicy | None:
+        if not (self.summary_events_over or self.summary_tokens_over or self.summary_context_ratio):
+            return None
+        return SummaryPolicy(
+            events_over=self.summary_events_over or None,
+            tokens_over=self.summary_tokens_over or None,
+            context_ratio=self.summary_context_ratio or None,
+            checks_mode="any",
+        )
+
+    def compaction_policy(self) -> CompactionPolicy:
+        return CompactionPolicy(enabled=self.compaction, keep_recent_requests=self.keep_recent_requests,
+                                tool_result_max_tokens=self.tool_result_max_tokens,
+                                oversized_tool_result_max_tokens=self.oversized_tool_result_max_tokens)
+
+    def recall_policy(self) -> RecallPolicy | None:
+        if self.recall_tools == "none":
+            return None
+        return RecallPolicy(search_tool=self.recall_tools in ("search+load", "search only"),
+                            load_tool=self.recall_tools in ("search+load", "load only"))
+
+
+# ======================================================================== summary stand-in
+
+
+def _standin_reply(request: ModelRequest) -> str:
+    """A deterministic digest of the summariser's input: the opening words of its lines."""
+    prompt = request.messages[-1].content if request.messages else ""
+    found = re.search(r"<conversation>\n(.*)\n</conversation>", prompt, flags=re.DOTALL)
+    lines = (found.group(1) if found else prompt).splitlines()
+    words: list[str] = []
+    for line in lines:
+        words.extend(line.split()[:10])
+        if len(words) >= STANDIN_SUMMARY_WORDS:
+            break
+    return f"[stand-in summary of {len(lines)} lines] " + " ".join(words[:STANDIN_SUMMARY_WORDS])
+
+
+def standin_summariser(window: int) -> ScriptedModel:
+    """The summary model of the explorer: no model call, a fixed-size digest, the given window."""
+    return ScriptedModel(info=ModelInfo("stand-in summariser", window), default_reply=_standin_reply)
+
+
+class _SessionSummaries:
+    """The two SessionService methods a SummaryWorker uses, kept on the Session object itself."""
+
+    async def get_summary(self, session: Session, filter_key: str = FULL_SESSION_KEY) -> Summary | None:
+        return session.summaries.get(filter_key)
+
+    async def write_summary(self, session: Session, filter_key: str, summary: Summary) -> None:
+        session.summaries[filter_key] = summary
+
+
+@dataclass(frozen=True)
+class SummaryState:
+    """Where the rolling summary stands when the next question arrives."""
+
+    summary: Summary | None
+    updates: int
+    #: Ledger position of the boundary's last covered event (-1 = no summary).
+    boundary_position: int
+
+
+async def simulate_summary(ledger: Ledger, policy: SummaryPolicy | None, window: int) -> SummaryState:
+    """Replay the ledger as a runner would append it, running the summary worker after every
+    event that may trigger it (the runner's rule); returns the summary in force at the end."""
+    if policy is None:
+        return SummaryState(None, 0, -1)
+    session = Session(APP, USER, SESSION)
+    worker = SummaryWorker(_SessionSummaries(), Summarizer(standin_summariser(window), policy), policy)  # type: ignore[arg-type]
+    for event in ledger.events:
+        session.events.append(event)
+        if SummaryWorker.qualifies(session, event):
+            await worker.summarize(session, FULL_SESSION_KEY, context_window=window, idle_seconds=0.0)
+    summary = session.summaries.get(FULL_SESSION_KEY)
+    position = -1
+    if summary is not None and summary.boundary is not None:
+        position = session.event_index(summary.boundary.last_event_id)
+    return SummaryState(summary, worker.stats.advanced, position)
+
+
+# ============================================================================ the projection
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Token counts of the next request, stage by stage, for one policy."""
+
+    stages: dict[str, int]
+    window: int
+    sync_threshold: int
+    summary_updates: int
+    summary_boundary: int
+    summary_tokens: int
+    raw_events_in_request: int
+    compacted: dict[str, int] = field(default_factory=dict)
+    sync_summary: bool = False
+
+    @property
+    def sent(self) -> int:
+        return self.stages["sent"]
+
+
+def _request_tokens(request: ModelRequest) -> int:
+    return tokens.count_messages(request.messages, request.tools or None)
+
+
+async def project(ledger: Ledger, choice: PolicyChoice, window: int, state: SummaryState | None = None) -> Projection:
+    """The next request under ``choice``, counted after each mechanism (see :data:`STAGES`)."""
+    summary_policy = choice.summary_policy()
+    if state is None:
+        state = await simulate_summary(ledger, summary_policy if choice.background_summary else None, window)
+    recall = choice.recall_policy()
+    compaction = choice.compaction_policy()
+    model = standin_summariser(window)
+
+    def agent(summary: SummaryPolicy | None, compact: CompactionPolicy | None) -> LLMAgent:
+        return LLMAgent("explorer", model, instruction=INSTRUCTION, summary=summary, compaction=compact, recall=recall)
+
+    session = Session(APP, USER, SESSION, events=list(ledger.events),
+                      summaries={FULL_SESSION_KEY: state.summary} if state.summary is not None else {})
+    full = agent(summary_policy, compaction)
+    inv = Invocation(app_name=APP, user_id=USER, session=session, session_service=_SessionSummaries(),  # type: ignore[arg-type]
+                     agent=full, message=Message.user(ledger.question), options=RunOptions(context_window=window))
+    question = Event(author="user", choices=[Message.user(ledger.question)], object=OBJ_USER, id="ev-question",
+                     invocation_id=inv.id, request_id=inv.request_id,
+                     timestamp=(ledger.events[-1].timestamp + 1) if ledger.events else 0.0)
+    question.token_count = tokens.count_event(question)
+    session.events.append(question)
+    inv.user_event = question
+
+    async def tokens_with(stage_agent: LLMAgent) -> int:
+        # Processors read the invocation's agent (its instruction, which processors run), so the
+        # invocation must name the agent whose projection is being counted.
+        inv.agent = stage_agent
+        return _request_tokens((await stage_agent.build_draft(inv)).to_model_request())
+
+    history = await tokens_with(agent(None, None))
+    summarised = await tokens_with(agent(summary_policy, None))
+    inv.agent = full
+    draft = await full.build_draft(inv)
+    request = draft.to_model_request()
+    saved = {"pass0": 0, "pass1": 0, "pass2": 0}
+    counts = {"pass0": 0, "pass1": 0, "pass2": 0}
+    originals = {e.id: e for e in ledger.events}
+    for e in draft.events:
+        mark = e.metadata.get("compacted")
+        if mark in saved and e.id in originals:
+            saved[mark] += tokens.count_event(originals[e.id]) - tokens.count_event(e)
+            counts[mark] += 1
+    after_pass2 = _request_tokens(request)
+    after_pass1 = after_pass2 + saved["pass2"]
+    after_pass0 = after_pass1 + saved["pass1"]
+
+    sync = False
+    sent = after_pass2
+    if compaction.enabled:
+        if summary_policy is not None:
+            inv.summary_worker = SummaryWorker(_SessionSummaries(), Summarizer(model, summary_policy),  # type: ignore[arg-type]
+                                               summary_policy)
+        final, _ = await relieve_context_pressure(full, inv, request, draft, allow_tools=True)
+        sent = _request_tokens(final)
+        sync = final is not request
+    return Projection(
+        stages={"history": history, "summary": summarised, "pass 0": after_pass0, "pass 1": after_pass1,
+                "pass 2": after_pass2, "sent": sent},
+        window=window,
+        sync_threshold=compaction.sync_threshold(window),
+        summary_updates=state.updates,
+        summary_boundary=state.boundary_position,
+        summary_tokens=tokens.count_text(state.summary.text) if state.summary is not None else 0,
+        raw_events_in_request=sum(1 for e in draft.events if not e.metadata.get("compacted")),
+        compacted=counts,
+        sync_summary=sync,
+    )
+
+
+def _run(coro: Any) -> Any:
+    from agentlab.notebook_helpers import run_sync
+
+    return run_sync(coro)
+
+
+# ============================================================================== the widgets
+
+
+DEFAULT_POLICIES: dict[str, PolicyChoice] = {
+    # A: compaction only: reference defaults plus pass 2 at the recommended 8,192 (no summary).
+    "A": PolicyChoice(compaction=True, keep_recent_requests=1, tool_result_max_tokens=1024,
+                      oversized_tool_result_max_tokens=8192),
+    # B: a rolling summary at half the window plus compaction with pass 2 at the recommended 8,192.
+    "B": PolicyChoice(summary_context_ratio=0.5, compaction=True, keep_recent_requests=1,
+                      tool_result_max_tokens=1024, oversized_tool_result_max_tokens=8192),
+}
+WINDOWS = (4096, 8192, 16384, 32768, 65536, 131072)
+
+
+class Explorer:
+    """Two policies over one ledger, each with its own controls; every change redraws both.
+
+    ``controls[name][field]`` are the widgets of policy ``name`` (fields of :class:`PolicyChoice`);
+    ``window`` is the shared context-window control. :meth:`refresh` is the observer callback:
+    it recomputes the projections (summary simulations are cached per summary setting) and
+    redraws the table (:attr:`table`, an HTML widget) and the plot (:attr:`plot`, an Output).
+    :attr:`results` holds the numbers last shown.
+    """
+
+    def __init__(self, ledger: Ledger, *, window: int = 8192,
+                 policies: dict[str, PolicyChoice] | None = None, draw: bool = True) -> None:
+        import ipywidgets as w
+
+        self.ledger = ledger
+        self.draw = draw
+        self.results: dict[str, Projection] = {}
+        self.refreshes = 0
+        self._summary_cache: dict[tuple[Any, int], SummaryState] = {}
+        style = {"description_width": "190px"}
+        layout = w.Layout(width="440px")
+        self.window = w.Dropdown(options=list(WINDOWS), value=window, description="context window (tokens)",
+                                 style=style, layout=layout)
+        self.controls: dict[str, dict[str, Any]] = {}
+        for name, choice in (policies or DEFAULT_POLICIES).items():
+            self.controls[name] = {
+                "summary_events_over": w.IntSlider(choice.summary_events_over, min=0, max=400, step=5,
+                                                   description="summary: events_over", style=style, layout=layout),
+                "summary_tokens_over": w.IntSlider(choice.summary_tokens_over, min=0, max=32000, step=500,
+                                                   description="summary: tokens_over", style=style, layout=layout),
+                "summary_context_ratio": w.FloatSlider(choice.summary_context_ratio, min=0.0, max=1.0, step=0.05,
+                                                       description="summary: context_ratio", style=style,
+                                                       layout=layout),
+                "background_summary": w.Checkbox(choice.background_summary,
+                                                 description="summary worker ran in the background", style=style,
+                                                 layout=layout),
+                "compaction": w.Checkbox(choice.compaction, description="compaction enabled", style=style,
+                                         layout=layout),
+                "keep_recent_requests": w.IntSlider(choice.keep_recent_requests, min=0, max=10,
+                                                    description="keep_recent_requests", style=style, layout=layout),
+                "tool_result_max_tokens": w.IntSlider(choice.tool_result_max_tokens, min=0, max=12000, step=64,
+                                                      description="pass 1: tool_result_max_tokens", style=style,
+                                                      layout=layout),
+                "oversized_tool_result_max_tokens": w.IntSlider(
+                    choice.oversized_tool_result_max_tokens, min=0, max=16384, step=256,
+                    description="pass 2: oversized (0 = off)", style=style, layout=layout),
+                "recall_tools": w.Dropdown(options=list(RECALL_CHOICES), value=choice.recall_tools,
+                                           description="recall tools", style=style, layout=layout),
+            }
+        self.table = w.HTML()
+        self.plot = w.Output()
+        self.window.observe(self.refresh, names="value")
+        for controls in self.controls.values():
+            for control in controls.values():
+                control.observe(self.refresh, names="value")
+        self.refresh()
+
+    # -- reading the controls ---------------------------------------------------------------
+
+    def choice(self, name: str) -> PolicyChoice:
+        return PolicyChoice(**{field: control.value for field, control in self.controls[name].items()})
+
+    def _state(self, choice: PolicyChoice, window: int) -> SummaryState:
+        policy = choice.summary_policy() if choice.background_summary else None
+        key = (policy, window)
+        if key not in self._summary_cache:
+            self._summary_cache[key] = _run(simulate_summary(self.ledger, policy, window))
+        return self._summary_cache[key]
+
+    # -- the callback -----------------------------------------------------------------------
+
+    def refresh(self, change: Any = None) -> None:
+        """Recompute both projections and redraw (the observer of every control)."""
+        window = int(self.window.value)
+        results = {}
+        for name in self.controls:
+            choice = self.choice(name)
+            results[name] = _run(project(self.ledger, choice, window, self._state(choice, window)))
+        self.results = results
+        self.refreshes += 1
+        self.table.value = self.table_frame().to_html(index=False)
+        if self.draw:
+            import matplotlib.pyplot as plt
+            from IPython.display import display
+
+            self.plot.clear_output(wait=True)
+            with self.plot:
+                fig = self.figure()
+                display(fig)
+                plt.close(fig)
+
+    # -- views ------------------------------------------------------------------------------
+
+    def table_frame(self) -> pd.DataFrame:
+        """Stages as rows, one token column per policy, plus what each stage means."""
+        rows = []
+        for stage in STAGES:
+            row: dict[str, Any] = {"stage": stage}
+            for name, p in self.results.items():
+                row[f"policy {name} tokens"] = p.stages[stage]
+            row["what happens"] = STAGE_NOTES[stage]
+            rows.append(row)
+        facts = {
+            "summary updates": lambda p: p.summary_updates,
+            "summary boundary (ledger position)": lambda p: p.summary_boundary,
+            "summary tokens": lambda p: p.summary_tokens,
+            "tool results compacted (pass 0/1/2)": lambda p: "/".join(str(p.compacted[k]) for k in ("pass0", "pass1", "pass2")),
+            "synchronous summary before sending": lambda p: "yes" if p.sync_summary else "no",
+            "fits the window": lambda p: "yes" if p.sent <= p.window else "NO",
+        }
+        for label, fact in facts.items():
+            row = {"stage": label}
+            for name, p in self.results.items():
+                row[f"policy {name} tokens"] = fact(p)
+            row["what happens"] = ""
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def figure(self) -> Figure:
+        """Grouped bars: tokens of the request per stage, one colour per policy; window lines."""
+        import matplotlib.pyplot as plt
+        import numpy as np
+
+        fig, ax = plt.subplots(figsize=(10, 3.8))
+        names = list(self.results)
+        x = np.arange(len(STAGES))
+        width = 0.8 / max(1, len(names))
+        colours = ["#4c72b0", "#dd8452", "#55a868", "#8172b3"]
+        for i, name in enumerate(names):
+            values = [self.results[name].stages[s] for s in STAGES]
+            bars = ax.bar(x + (i - (len(names) - 1) / 2) * width, values, width, label=f"policy {name}",
+                          color=colours[i % len(colours)])
+            for bar, value in zip(bars, values, strict=True):
+                ax.annotate(f"{value:,}", (bar.get_x() + bar.get_width() / 2, value), textcoords="offset points",
+                            xytext=(0, 2), ha="center", fontsize=7)
+        first = next(iter(self.results.values()))
+        ax.axhline(first.window, color="#c44e52", linestyle="-", linewidth=1.2, label=f"window {first.window:,}")
+        ax.axhline(first.sync_threshold, color="#c44e52", linestyle=":", linewidth=1.2,
+                   label=f"sync-summary threshold {first.sync_threshold:,}")
+        ax.set_yscale("log")
+        ax.set_xticks(x, STAGES)
+        ax.set_ylabel("request tokens (log)")
+        ax.set_title("Tokens of the next request after each mechanism")
+        ax.legend(fontsize=8, loc="upper right")
+        fig.tight_layout()
+        return fig
+
+    def widget(self) -> Any:
+        """The whole explorer: the window control, the two control columns, the table and the plot."""
+        import ipywidgets as w
+
+        columns = []
+        for name, controls in self.controls.items():
+            columns.append(w.VBox([w.HTML(f"<b>Policy {name}</b>"), *controls.values()]))
+        return w.VBox([w.HTML(f"<small>{self.ledger.describe()}</small>"), self.window, w.HBox(columns), self.plot,
+                       self.table])
+
+    def set(self, name: str, **values: Any) -> None:
+        """Set controls of policy ``name`` by field name (each set fires :meth:`refresh`)."""
+        for field_name, value in values.items():
+            self.controls[name][field_name].value = value
+
+
+def compare(ledger: Ledger, choices: dict[str, PolicyChoice], window: int = 8192) -> pd.DataFrame:
+    """Token counts per stage for several policies, without widgets (one row per policy)."""
+    rows = []
+    for name, choice in choices.items():
+        p = _run(project(ledger, choice, window))
+        rows.append({"policy": name, **p.stages, "sync_summary": p.sync_summary,
+                     "compacted (pass0/1/2)": "/".join(str(p.compacted[k]) for k in ("pass0", "pass1", "pass2"))})
+    return pd.DataFrame(rows)
+
+
+__all__ = [
+    "DEFAULT_POLICIES",
+    "Explorer",
+    "Ledger",
+    "PolicyChoice",
+    "Projection",
+    "STAGES",
+    "SummaryState",
+    "compare",
+    "ledger_from_locomo",
+    "ledger_from_turns",
+    "project",
+    "simulate_summary",
+    "standin_summariser",
+]
