@@ -1,0 +1,134 @@
+"""The notebooks' shared helpers: benchmark runs through the CLI, settings, manifests, and the
+runtime tour's pieces on a scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentlab import notebook_helpers as nh
+from agentlab.compaction import CompactionPolicy
+from agentlab.events import Message
+from agentlab.examples.support import read_certificate
+from agentlab.model.scripted import ScriptedModel
+from agentlab.recall import RecallPolicy
+from agentlab.recall.tools import session_load
+from agentlab.runtime import FunctionTool, Invocation, Runner, RunOptions
+from agentlab.session.inmemory import InMemorySessionService
+from agentlab.summary import SummaryPolicy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import bench_demo_task as demo  # noqa: E402  (the harness's own demo task, shared with tests/bench)
+
+
+@pytest.fixture()
+def scripted_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentlab.model.registry as registry
+
+    demo.reset()
+    monkeypatch.setattr(registry, "get_model", lambda spec=None, **_: demo.scripted_model())
+
+
+def test_ensure_results_runs_missing_modes_once(tmp_path: Path, scripted_cli: None) -> None:
+    db = tmp_path / "results.duckdb"
+    modes = ["long_context", "summary", "recall"]
+    first = nh.ensure_results("demo", modes, model="openai:fake", limit=2, db=db, echo=False)
+    assert list(first["action"]) == ["ran the CLI"] * 3
+    assert list(first["status"]) == [0, 0, 0] and list(first["cases_stored"]) == [2, 2, 2]
+    again = nh.ensure_results("demo", modes, model="openai:fake", limit=2, db=db, echo=False)
+    assert list(again["action"]) == ["kept stored results"] * 3
+    more = nh.ensure_results("demo", ["summary"], model="openai:fake", limit=3, db=db, echo=False)
+    assert more.iloc[0]["cases_stored"] == 3
+    # The derived tables were rebuilt with the task's own mode roles.
+    ours = nh.mode_quality_and_savings("demo", "rougeL", db=db, model="openai:fake")
+    assert set(ours["mode"]) == set(modes)
+    assert ours.set_index("mode").loc["long_context", "prompt_savings"] == 0.0
+    assert ours.set_index("mode").loc["summary", "prompt_savings"] > 0
+
+
+def test_run_cli_reports_a_bad_flag_without_raising() -> None:
+    status, text = nh.run_cli(["demo", "--limit", "-1", "--model", "openai:fake", "--no-progress"])
+    assert status == 2 and "--limit" in text
+
+
+def test_supported_settings_drops_unknown_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    kept = nh.supported_settings("qmsum", ["answer.max_tokens=128", "answer.nonsense=1", "nosection.x=2"])
+    assert kept == ["answer.max_tokens=128"]
+    assert "answer.nonsense" in capsys.readouterr().out
+
+
+def test_qmsum_subset_manifest_loads_only_those_meetings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir = os.environ.get("AGENTLAB_DATA_DIR", "")
+    if not (Path(data_dir) / "qmsum" / "test" / "IS1003a.json").is_file():
+        pytest.skip("needs AGENTLAB_DATA_DIR with the QMSum test split")
+    from agentlab.bench.datasets import load_qmsum
+
+    manifest = nh.qmsum_subset_manifest(["IS1003a"], tmp_path / "m.toml")
+    monkeypatch.setenv("AGENTLAB_MANIFEST", str(manifest))
+    data = load_qmsum()
+    assert [m.meeting_id for m in data.meetings] == ["IS1003a"]
+    with pytest.raises(ValueError, match="Nope001"):
+        nh.qmsum_subset_manifest(["Nope001"], tmp_path / "bad.toml")
+
+
+def test_run_sync_works_inside_a_running_loop() -> None:
+    async def inner() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    async def outer() -> int:
+        return nh.run_sync(inner())  # a running loop here: the helper uses a worker thread
+
+    assert nh.run_sync(inner()) == 7
+    assert asyncio.run(outer()) == 7
+
+
+async def test_the_tour_flow_on_a_scripted_model() -> None:
+    """Diagnostics as real tool events, a forced summary, compaction of the old log, session_load."""
+    tools = [FunctionTool(read_certificate), FunctionTool(nh.fetch_gateway_logs)]
+    recall = RecallPolicy()
+    llm = nh.ObservedLLMAgent("support", ScriptedModel(default_reply="It is the expired certificate."),
+                              instruction="Answer briefly.", tools=tools,
+                              summary=SummaryPolicy(events_over=40),
+                              compaction=CompactionPolicy(enabled=True, keep_recent_requests=0, tool_result_max_tokens=256),
+                              recall=recall)
+    agent = nh.DiagnosticAgent(llm, tools)
+    sessions = InMemorySessionService()
+    runner = Runner("desk", agent, sessions)
+    await runner.ask("u", "case", "TLS fails.", options=RunOptions(
+        metadata={"label": "t1", "diagnostics": [("read_certificate", {"host": "pay.example.com"})]}))
+    session = await sessions.get_session("desk", "u", "case")
+    assert await runner.summary_worker.summarize(session, "", force=True)
+    await runner.ask("u", "case", "Logs?", options=RunOptions(
+        metadata={"label": "t2", "diagnostics": [("fetch_gateway_logs", {"host": "pay.example.com"})]}))
+    _, events = await runner.ask("u", "case", "Same error?", options=RunOptions(metadata={"label": "t3"}))
+    await runner.close()
+
+    session = await sessions.get_session("desk", "u", "case")
+    ledger = nh.ledger_df(session, session.summaries[""])
+    assert list(ledger["kind"][:4]) == ["user input", "tool call", "tool result", "answer"]
+    assert ledger["covered_by_summary"].tolist()[:4] == [True] * 4 and not ledger["covered_by_summary"].iloc[4]
+    log_event = session.events[session.event_index("ev-t2-result0")]
+    assert log_event.token_count > 1000
+
+    request, draft = llm.projections[-1]
+    compacted = [e for e in draft.events if e.metadata.get("compacted")]
+    assert [e.id for e in compacted] == ["ev-t2-result0"]
+    assert "session_load" in compacted[0].text and "ev-t2-result0" in compacted[0].text
+    table = nh.request_df(request, draft)
+    assert table.loc[table["from_event"] == "ev-t2-result0", "compacted"].tolist() == ["pass1"]
+    assert not any(e.id.startswith("ev-t1") for e in draft.events)  # covered by the summary
+    assert any(e.object == "context.compaction" for e in events)
+
+    inv = Invocation(app_name="desk", user_id="u", session=session, session_service=sessions, agent=agent,
+                     message=Message.user("again"))
+    loaded = await session_load(inv, recall, event_id="ev-t2-result0")
+    anchor = next(m for m in loaded["messages"] if m.get("anchor"))
+    assert anchor["content"] == f"fetch_gateway_logs: {log_event.text}"
+
+    fig = nh.plot_history_and_context(session, session.summaries[""], draft, request)
+    assert len(fig.axes) == 2
