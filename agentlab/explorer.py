@@ -107,7 +107,7 @@ def _synthetic_payload(target_tokens: int, words: Sequence[str], index: int) -> 
         record = json.dumps({"id": f"rec-{index:03d}-{k:04d}", "score": round(1 / (k + 1), 4),
                              "source": f"archive/page-{(index * 7 + k) % 50}", "text": snippet})
         records.append(record)
-        used += tokens.count_text(record) + 1
+        used += tokens.count_text(record + ",\n")
         k += 1
     return "[" + ",\n".join(records) + "]"
 
@@ -118,52 +118,52 @@ def ledger_from_turns(turns: Sequence[tuple[str, str, float]], question: str, *,
     """A ledger from ``(role, text, timestamp)`` turns, ``role`` being ``user`` or ``assistant``.
 
     A request unit starts at every user turn (assistant turns join the current unit). Every
-    ``tool_every``-th unit gets a synthetic tool round before its assistant turn — a call to
+    ``tool_every``-th unit gets a synthetic tool round before its first assistant turn — a call to
     ``archive_search`` and a result of ``tool_sizes[i % len]`` tokens — and the last completed
-    unit always gets one, the largest, so that pass 2 has something to cut in a protected unit.
+    unit (the last with an assistant turn) always gets one, the largest, so that pass 2 has
+    something to cut in a protected unit.
     Ids and timestamps are deterministic.
     """
     if tool_every < 1:
         raise ValueError(f"tool_every must be >= 1, got {tool_every}")
     words = " ".join(text for _, text, _ in turns).split()
-    events: list[Event] = []
+    # Unit of every turn: a user turn opens one, assistant turns join it (an opening assistant
+    # turn is unit 0). The last unit with an assistant turn is the last *completed* one.
+    units: list[int] = []
     unit = -1
-    n_tools = 0
-    unit_has_tool: set[int] = set()
-    starts = [i for i, (role, _, _) in enumerate(turns) if role == "user"]
-    last_unit = len(starts) - 1
-
-    def add_tool_round(unit_index: int, timestamp: float, query: str) -> None:
-        nonlocal n_tools
-        size = max(tool_sizes) if unit_index == last_unit else tool_sizes[n_tools % len(tool_sizes)]
-        call = ToolCall(id=f"call-{unit_index:04d}", name="archive_search",
-                        arguments=json.dumps({"query": " ".join(query.split()[:8])}))
-        request_id = f"req-{unit_index:04d}"
-        events.append(Event(author="assistant", choices=[Message.assistant("", [call])], id=f"ev-{len(events):05d}",
-                            request_id=request_id, timestamp=timestamp))
-        payload = _synthetic_payload(size, words, n_tools)
-        events.append(Event(author="assistant", object=OBJ_TOOL_RESPONSE, choices=[Message.tool(call.id, call.name, payload)],
-                            id=f"ev-{len(events):05d}", request_id=request_id, timestamp=timestamp))
-        n_tools += 1
-        unit_has_tool.add(unit_index)
-
-    last_user_text = ""
-    for role, text, timestamp in turns:
-        if role == "user":
+    for role, _, _ in turns:
+        if role not in ("user", "assistant"):
+            raise ValueError(f"turn role must be 'user' or 'assistant', got {role!r}")
+        if role == "user" or unit < 0:
             unit += 1
+        units.append(unit)
+    answered = [u for (role, _, _), u in zip(turns, units, strict=True) if role == "assistant"]
+    last_completed = answered[-1] if answered else -1
+
+    events: list[Event] = []
+    n_tools = 0
+    with_tool: set[int] = set()
+    last_user_text = ""
+    for (role, text, timestamp), unit in zip(turns, units, strict=True):
+        request_id = f"req-{unit:04d}"
+        if role == "user":
             last_user_text = text
             events.append(Event(author="user", choices=[Message.user(text)], object=OBJ_USER, id=f"ev-{len(events):05d}",
-                                request_id=f"req-{unit:04d}", timestamp=timestamp))
+                                request_id=request_id, timestamp=timestamp))
             continue
-        if role != "assistant":
-            raise ValueError(f"turn role must be 'user' or 'assistant', got {role!r}")
-        if unit < 0:
-            unit = 0  # a conversation that opens with the assistant: that turn is unit 0
-        wants_tool = unit not in unit_has_tool and (unit % tool_every == tool_every - 1 or unit == last_unit)
-        if wants_tool:
-            add_tool_round(unit, timestamp, last_user_text)
+        if unit not in with_tool and (unit % tool_every == tool_every - 1 or unit == last_completed):
+            size = max(tool_sizes) if unit == last_completed else tool_sizes[n_tools % len(tool_sizes)]
+            call = ToolCall(id=f"call-{unit:04d}", name="archive_search",
+                            arguments=json.dumps({"query": " ".join(last_user_text.split()[:8])}))
+            events.append(Event(author="assistant", choices=[Message.assistant("", [call])],
+                                id=f"ev-{len(events):05d}", request_id=request_id, timestamp=timestamp))
+            events.append(Event(author="assistant", object=OBJ_TOOL_RESPONSE,
+                                choices=[Message.tool(call.id, call.name, _synthetic_payload(size, words, n_tools))],
+                                id=f"ev-{len(events):05d}", request_id=request_id, timestamp=timestamp))
+            n_tools += 1
+            with_tool.add(unit)
         events.append(Event(author="assistant", choices=[Message.assistant(text)], id=f"ev-{len(events):05d}",
-                            request_id=f"req-{unit:04d}", timestamp=timestamp))
+                            request_id=request_id, timestamp=timestamp))
     for e in events:
         e.token_count = tokens.count_event(e)
     return Ledger(name=name, events=tuple(events), question=question, synthetic_tool_results=n_tools, source=source)

@@ -24,6 +24,7 @@ import html
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -70,19 +71,32 @@ MODE_COLOURS: dict[str, str] = {
 # ============================================================================== set-up
 
 
-def setup(*, cache_db: str | os.PathLike[str] | None = None, data_dir: str | os.PathLike[str] | None = None) -> Path:
+#: ``$AGENTLAB_DATA_DIR`` as the kernel started (setup() returns to it, so rerunning a cell that
+#: pointed it elsewhere does not compound).
+_INITIAL_DATA_DIR = os.environ.get("AGENTLAB_DATA_DIR")
+
+
+def setup(*, cache_db: str | os.PathLike[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
+          manifest: str | os.PathLike[str] | None = None) -> Path:
     """Prepare a notebook kernel; returns the repository root.
 
     Works from the repository root so relative paths (``results/...``) mean the same thing in a
-    notebook, the CLI and CI. Points the dataset loaders at ``data_dir`` (else keeps
-    ``$AGENTLAB_DATA_DIR``, else uses the shared copies beside the checkout when they exist, as the
-    Makefile does) and the call cache at ``cache_db`` when given.
+    notebook, the CLI and CI. Points the dataset loaders at ``data_dir`` (else at
+    ``$AGENTLAB_DATA_DIR`` as the kernel started, else at the shared copies beside the checkout
+    when they exist, as the Makefile does), at ``manifest`` instead of ``data/manifest.toml`` when
+    given, and the call cache at ``cache_db`` when given.
     """
     os.chdir(REPO_ROOT)
     if data_dir is not None:
         os.environ["AGENTLAB_DATA_DIR"] = str(Path(data_dir).resolve())
-    elif not os.environ.get("AGENTLAB_DATA_DIR") and SHARED_DATASETS.is_dir():
+    elif _INITIAL_DATA_DIR:
+        os.environ["AGENTLAB_DATA_DIR"] = _INITIAL_DATA_DIR
+    elif SHARED_DATASETS.is_dir():
         os.environ["AGENTLAB_DATA_DIR"] = str(SHARED_DATASETS)
+    if manifest is not None:
+        os.environ["AGENTLAB_MANIFEST"] = str(Path(manifest).resolve())
+    else:
+        os.environ.pop("AGENTLAB_MANIFEST", None)
     if cache_db is not None:
         os.environ["AGENTLAB_CACHE_DB"] = str(Path(cache_db).resolve())
     import matplotlib.pyplot as plt
@@ -276,32 +290,89 @@ def supported_settings(benchmark: str, assignments: Iterable[str]) -> list[str]:
     return kept
 
 
-def qmsum_subset_manifest(meeting_ids: Sequence[str], target: str | os.PathLike[str]) -> Path:
-    """Write a copy of ``data/manifest.toml`` whose QMSum part lists only ``meeting_ids``.
-
-    Point ``$AGENTLAB_MANIFEST`` at it and the unchanged CLI loads just those meetings (still
-    sha256-checked), e.g. the shortest meeting for a smoke run on a small, slow model.
-    """
+def _load_manifest() -> dict[str, Any]:
     from agentlab.bench.datasets.base import DEFAULT_MANIFEST
 
     with DEFAULT_MANIFEST.open("rb") as fh:
-        manifest = tomllib.load(fh)
+        return tomllib.load(fh)
+
+
+def _write_manifest(manifest: Mapping[str, Any], target: str | os.PathLike[str], note: str) -> Path:
+    """A manifest in the shape of ``data/manifest.toml`` (dataset tables with ``[[files]]``)."""
+    lines = [f"# {note}"]
+    for name, spec in manifest.items():
+        lines.append(f"\n[{name}]")
+        lines.extend(f"{key} = {json.dumps(value)}" for key, value in spec.items() if key != "files")
+        for entry in spec.get("files", ()):
+            lines.append(f"\n[[{name}.files]]")
+            lines.extend(f"{key} = {json.dumps(value)}" for key, value in entry.items())
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def qmsum_subset_manifest(meeting_ids: Sequence[str], target: str | os.PathLike[str]) -> Path:
+    """Write a copy of ``data/manifest.toml`` whose QMSum part lists only ``meeting_ids``.
+
+    Point ``$AGENTLAB_MANIFEST`` at it and the unchanged CLI loads just those meetings (the
+    genuine files, still sha256-checked), e.g. the shortest meeting for a smoke run on a small,
+    slow model.
+    """
+    from agentlab.bench.datasets.base import DEFAULT_MANIFEST
+
+    manifest = _load_manifest()
     wanted = {f"test/{m}.json" for m in meeting_ids}
     files = [f for f in manifest["qmsum"]["files"] if f["path"] in wanted]
     missing = wanted - {f["path"] for f in files}
     if missing:
         raise ValueError(f"QMSum meetings not in {DEFAULT_MANIFEST}: {', '.join(sorted(missing))}")
-    lines = ["# QMSum subset written by agentlab.notebook_helpers.qmsum_subset_manifest", "[qmsum]"]
-    for key, value in manifest["qmsum"].items():
-        if key != "files":
-            lines.append(f"{key} = {json.dumps(value)}")
-    for f in files:
-        lines.append("\n[[qmsum.files]]")
-        lines.extend(f"{key} = {json.dumps(value)}" for key, value in f.items())
-    path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    manifest["qmsum"] = {**manifest["qmsum"], "files": files}
+    return _write_manifest(manifest, target, f"data/manifest.toml with QMSum limited to {', '.join(meeting_ids)}")
+
+
+_EVIDENCE_SESSION = re.compile(r"D(\d+)\s*:")
+
+
+def locomo_trimmed(sample_id: str, max_sessions: int, target_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """A trimmed LoCoMo file for smoke runs: one conversation, its first ``max_sessions`` sessions,
+    and only the questions whose evidence lies entirely in them.
+
+    Reads the genuine ``locomo10.json`` (sha256-checked), writes ``<target_dir>/locomo/locomo10.json``
+    and a manifest pinning the trimmed file's own sha256. Point ``$AGENTLAB_DATA_DIR`` at
+    ``target_dir`` and ``$AGENTLAB_MANIFEST`` at the returned manifest: the unchanged CLI then runs
+    on it, and its runs get their own ids (the data hash differs). Returns (data file, manifest).
+    """
+    import hashlib
+
+    from agentlab.bench.datasets.base import read_json, resolve_file
+
+    source = resolve_file("locomo", "locomo10.json")
+    raw = read_json(source.local_path, "LoCoMo")
+    chosen = next((c for c in raw if c.get("sample_id") == sample_id), None)
+    if chosen is None:
+        raise ValueError(f"no LoCoMo conversation {sample_id!r} in {source.local_path}")
+    conversation = {}
+    for key, value in chosen["conversation"].items():
+        found = re.match(r"session_(\d+)", key)
+        if found is None or int(found.group(1)) <= max_sessions:
+            conversation[key] = value
+
+    def inside(qa: Mapping[str, Any]) -> bool:
+        sessions = [int(n) for e in qa.get("evidence") or () for n in _EVIDENCE_SESSION.findall(str(e))]
+        return bool(sessions) and max(sessions) <= max_sessions
+
+    trimmed = [{"sample_id": sample_id, "conversation": conversation, "qa": [q for q in chosen["qa"] if inside(q)]}]
+    data_file = Path(target_dir) / "locomo" / "locomo10.json"
+    data_file.parent.mkdir(parents=True, exist_ok=True)
+    data_file.write_text(json.dumps(trimmed, ensure_ascii=False), encoding="utf-8")
+    body = data_file.read_bytes()
+    manifest = _load_manifest()
+    entry = {**manifest["locomo"]["files"][0], "sha256": hashlib.sha256(body).hexdigest(), "size": len(body),
+             "url": f"file://{data_file}"}
+    manifest["locomo"] = {**manifest["locomo"], "files": [entry]}
+    note = f"LoCoMo trimmed to {sample_id}, sessions 1-{max_sessions} and their {len(trimmed[0]['qa'])} questions"
+    return data_file, _write_manifest(manifest, Path(target_dir) / "manifest.toml", note)
 
 
 # ======================================================================== tables and plots
@@ -348,9 +419,12 @@ def plot_savings_distribution(per_case: pd.DataFrame, *, column: str = "prompt_s
     import numpy as np
 
     ax = ax or plt.subplots()[1]
+    published_points = {m: v for m, v in (published_points or {}).items() if v is not None and not pd.isna(v)}
     cases = per_case[per_case["level"] == "case"] if "level" in per_case else per_case
     modes = list(dict.fromkeys(cases["mode"])) if len(cases) else []
-    modes += [m for m in (published_points or {}) if m not in modes]
+    modes += [m for m in published_points if m not in modes]
+    order = list(MODE_COLOURS)
+    modes.sort(key=lambda m: order.index(m) if m in order else len(order))
     for i, mode in enumerate(modes):
         values = cases.loc[cases["mode"] == mode, column].dropna().astype(float).to_numpy()
         colour = MODE_COLOURS.get(mode, "grey")
@@ -394,6 +468,8 @@ def plot_quality_vs_savings(ours: pd.DataFrame, metric: str, *, published_frame:
             ax.scatter(x, row[column], s=80, facecolor="none", edgecolor=colour, linewidth=2, zorder=3)
             ax.annotate(f"{row['mode']} (published)", (x, row[column]), textcoords="offset points",
                         xytext=(6, -10), fontsize=8, color="dimgrey")
+    low, high = ax.get_xlim()
+    ax.set_xlim(min(low, -0.05), max(high, 1.15))  # room for the labels right of the points
     ax.set_xlabel("prompt savings vs the baseline mode (mean per case)")
     ax.set_ylabel(metric)
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
@@ -421,8 +497,10 @@ def plot_grouped_bars(frame: pd.DataFrame, category: str, columns: Sequence[str]
     if percent:
         ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.axhline(0, color="black", linewidth=0.8)
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.18 * (high - low))  # headroom so the legend does not cover bars
     ax.set_title(title)
-    ax.legend(fontsize=8, ncols=min(4, len(columns)))
+    ax.legend(fontsize=8, ncols=min(4, len(columns)), loc="upper right")
     return ax
 
 
@@ -659,6 +737,7 @@ __all__ = [
     "fetch_gateway_logs",
     "is_smoke",
     "ledger_df",
+    "locomo_trimmed",
     "mode_quality_and_savings",
     "mode_roles",
     "plot_grouped_bars",

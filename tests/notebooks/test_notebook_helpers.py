@@ -75,6 +75,24 @@ def test_qmsum_subset_manifest_loads_only_those_meetings(tmp_path: Path, monkeyp
         nh.qmsum_subset_manifest(["Nope001"], tmp_path / "bad.toml")
 
 
+def test_locomo_trimmed_keeps_early_sessions_and_their_questions(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir = os.environ.get("AGENTLAB_DATA_DIR", "")
+    if not (Path(data_dir) / "locomo" / "locomo10.json").is_file():
+        pytest.skip("needs AGENTLAB_DATA_DIR with LoCoMo")
+    from agentlab.bench.datasets import load_locomo
+    from agentlab.bench.datasets.base import clear_verification_memory
+
+    _, manifest = nh.locomo_trimmed("conv-26", 3, tmp_path)
+    monkeypatch.setenv("AGENTLAB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("AGENTLAB_MANIFEST", str(manifest))
+    clear_verification_memory()
+    [conversation] = load_locomo().conversations
+    assert conversation.sample_id == "conv-26" and [s.number for s in conversation.sessions] == [1, 2, 3]
+    assert conversation.qa and all(e.startswith(("D1:", "D2:", "D3:")) for q in conversation.qa for e in q.evidence)
+    assert conversation.qa[0].question == "When did Caroline go to the LGBTQ support group?"
+
+
 def test_run_sync_works_inside_a_running_loop() -> None:
     async def inner() -> int:
         await asyncio.sleep(0)
