@@ -317,3 +317,17 @@ def test_dry_run_prompts_per_mode() -> None:
     assert answer == task.answer_messages(item, "summary", settings, "")
     _, recall_answer = task.dry_run_prompts(case, "recall", settings)
     assert "## Session recall" in recall_answer[0].content and "## Session recall" not in answer[0].content
+
+
+async def test_rerunning_the_same_run_skips_finished_cases(tmp_path: Path) -> None:
+    m = meeting()
+    items = [qcase(m, 1), qcase(m, 2, query="What did Dave say about the schedule?")]
+    model = ScriptedModel(default_reply=reply_by_purpose())  # type: ignore[arg-type]
+    store, first = await run(tmp_path, "summary", items, model)
+    calls_after_first = len(model.requests)
+    store.close()
+    store, again = await run(tmp_path, "summary", items, model)
+    assert again.run_id == first.run_id
+    assert (again.already_done, again.attempted) == (2, 0)
+    assert len(model.requests) == calls_after_first
+    assert store.query("SELECT count(*), count(DISTINCT case_id) FROM cases WHERE run_id = ?", [first.run_id]) == [(2, 2)]
