@@ -188,26 +188,7 @@ def show_published(table_id: str) -> Any:
 # ============================================================================ benchmark runs
 
 
-def stored_cases(db: str | os.PathLike[str], benchmark: str, mode: str, model: str) -> int:
-    """Cases stored in the current run of (benchmark, mode, model); 0 when there is none."""
-    from agentlab.bench import analysis
-
-    if not Path(db).exists():
-        return 0
-    runs = analysis.runs_df(benchmark, mode, db=db)
-    runs = runs[runs["model"] == model] if len(runs) else runs
-    if len(runs) == 0:
-        return 0
-    current = runs.sort_values("started").iloc[-1]["run_id"]
-    return len(analysis.cases_df(benchmark, mode, run_id=current, db=db))
-
-
-def run_cli(args: Sequence[str]) -> tuple[int, str]:
-    """``python -m agentlab.bench <args>`` in-process; returns (exit status, printed text).
-
-    The CLI calls ``asyncio.run``, which a Jupyter kernel's running loop refuses, so it runs in a
-    worker thread; its output is captured and returned rather than printed from that thread.
-    """
+def _run_cli(args: Sequence[str]) -> tuple[int, str, str]:
     from agentlab.bench import cli
 
     out, err = io.StringIO(), io.StringIO()
@@ -218,41 +199,59 @@ def run_cli(args: Sequence[str]) -> tuple[int, str]:
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         status = pool.submit(call).result()
-    return status, out.getvalue() + err.getvalue()
+    return status, out.getvalue(), err.getvalue()
+
+
+def run_cli(args: Sequence[str]) -> tuple[int, str]:
+    """``python -m agentlab.bench <args>`` in-process; returns (exit status, printed text).
+
+    The CLI calls ``asyncio.run``, which a Jupyter kernel's running loop refuses, so it runs in a
+    worker thread; its output is captured and returned rather than printed from that thread.
+    """
+    status, out, err = _run_cli(args)
+    return status, out + err
 
 
 def ensure_results(benchmark: str, modes: Sequence[str], *, model: str, limit: int, db: str | os.PathLike[str],
-                   overrides: Iterable[str] = (), judge_model: str | None = None, force: bool = False,
-                   echo: bool = True) -> pd.DataFrame:
-    """Make sure ``db`` holds results of every mode; run the CLI for the ones that lack them.
+                   overrides: Iterable[str] = (), judge_model: str | None = None, echo: bool = True) -> pd.DataFrame:
+    """Make sure ``db`` holds results of every mode: run the CLI once per mode.
 
-    A mode counts as present when its current run for ``model`` stores at least ``limit`` cases
-    (``limit`` 0 = all: the CLI is always called, and it resumes). Runs are resumable, so calling
-    the CLI again only does the missing work. Returns one row per mode: what was done and the
-    CLI's exit status. The derived tables are rebuilt afterwards.
+    Runs are identified by their configuration and resumable, so the CLI itself decides what is
+    missing: cases already stored ``ok`` are skipped (a rerun costs a data load), missing or failed
+    ones are run (model calls replay from the call cache when they were made before). Returns one
+    row per mode — run id, cases selected / already done / run now / failed, failure codes — and
+    rebuilds the derived tables.
     """
     from agentlab.bench import analysis
 
     Path(db).parent.mkdir(parents=True, exist_ok=True)
-    log = []
+    rows = []
     for mode in modes:
-        have = stored_cases(db, benchmark, mode, model)
-        if not force and limit > 0 and have >= limit:
-            log.append({"mode": mode, "action": "kept stored results", "cases_stored": have, "status": 0})
-            continue
-        args = [benchmark, "--mode", mode, "--limit", str(limit), "--model", model, "--db", str(db), "--no-progress"]
+        args = [benchmark, "--mode", mode, "--limit", str(limit), "--model", model, "--db", str(db),
+                "--no-progress", "--json"]
         if judge_model:
             args += ["--judge-model", judge_model]
         for assignment in overrides:
             args += ["--set", assignment]
-        status, text = run_cli(args)
+        status, out, err = _run_cli(args)
         if echo:
-            print(f"$ python -m agentlab.bench {' '.join(args)}\n{text}")
-        log.append({"mode": mode, "action": "ran the CLI", "cases_stored": stored_cases(db, benchmark, mode, model),
-                    "status": status})
+            print(f"$ python -m agentlab.bench {' '.join(args)}")
+        if status != 0:
+            message = (err or out).strip().splitlines()[-1] if (err or out).strip() else f"exit status {status}"
+            print(f"  failed: {message}")
+            rows.append({"mode": mode, "status": status, "error": message})
+            continue
+        run = json.loads(out)
+        if echo:
+            print(f"  run {run['run_id']}: {run['already_done']} already stored, {run['ok']} ok and "
+                  f"{run['failed']} failed now, of {run['selected']} selected")
+        rows.append({"mode": mode, "status": status, "run_id": run["run_id"], "selected": run["selected"],
+                     "already_done": run["already_done"], "ran_ok": run["ok"], "ran_failed": run["failed"],
+                     "failures": ", ".join(f"{k} {v}" for k, v in sorted(run["errors"].items())),
+                     "prompt_tokens": run["prompt_tokens"], "completion_tokens": run["completion_tokens"]})
     if Path(db).exists():
         analysis.rebuild(db, roles=mode_roles())
-    return pd.DataFrame(log)
+    return pd.DataFrame(rows)
 
 
 def mode_roles() -> dict[str, Any]:
@@ -755,6 +754,5 @@ __all__ = [
     "show_published",
     "side_by_side",
     "smoke_banner",
-    "stored_cases",
     "supported_settings",
 ]

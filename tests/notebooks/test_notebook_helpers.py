@@ -37,17 +37,24 @@ def test_ensure_results_runs_missing_modes_once(tmp_path: Path, scripted_cli: No
     db = tmp_path / "results.duckdb"
     modes = ["long_context", "summary", "recall"]
     first = nh.ensure_results("demo", modes, model="openai:fake", limit=2, db=db, echo=False)
-    assert list(first["action"]) == ["ran the CLI"] * 3
-    assert list(first["status"]) == [0, 0, 0] and list(first["cases_stored"]) == [2, 2, 2]
+    assert list(first["status"]) == [0, 0, 0]
+    assert list(first["ran_ok"]) == [2, 2, 2] and list(first["already_done"]) == [0, 0, 0]
     again = nh.ensure_results("demo", modes, model="openai:fake", limit=2, db=db, echo=False)
-    assert list(again["action"]) == ["kept stored results"] * 3
+    assert list(again["already_done"]) == [2, 2, 2] and list(again["ran_ok"]) == [0, 0, 0]
+    assert list(again["run_id"]) == list(first["run_id"])  # resumed, not new runs
     more = nh.ensure_results("demo", ["summary"], model="openai:fake", limit=3, db=db, echo=False)
-    assert more.iloc[0]["cases_stored"] == 3
+    assert (more.iloc[0]["already_done"], more.iloc[0]["ran_ok"]) == (2, 1)
     # The derived tables were rebuilt with the task's own mode roles.
     ours = nh.mode_quality_and_savings("demo", "rougeL", db=db, model="openai:fake")
     assert set(ours["mode"]) == set(modes)
     assert ours.set_index("mode").loc["long_context", "prompt_savings"] == 0.0
     assert ours.set_index("mode").loc["summary", "prompt_savings"] > 0
+
+
+def test_ensure_results_reports_a_refused_run(tmp_path: Path, scripted_cli: None) -> None:
+    log = nh.ensure_results("demo", ["summary"], model="openai:fake", limit=1, db=tmp_path / "r.duckdb",
+                            overrides=["nosuch.field=1"], echo=False)
+    assert log.iloc[0]["status"] == 2 and "nosuch" in log.iloc[0]["error"]
 
 
 def test_run_cli_reports_a_bad_flag_without_raising() -> None:
