@@ -437,7 +437,6 @@ def plot_savings_distribution(per_case: pd.DataFrame, *, column: str = "prompt_s
                        zorder=4, label="published (aggregate)" if not ax.get_legend_handles_labels()[1].count(
                            "published (aggregate)") else None)
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_xlim(-0.6, max(1, len(modes)) - 0.4)
     ax.set_xticks(range(len(modes)), modes)
     ax.set_ylabel(column.replace("_", " "))
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
@@ -454,12 +453,11 @@ def plot_quality_vs_savings(ours: pd.DataFrame, metric: str, *, published_frame:
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots()[1]
-    for i, (_, row) in enumerate(ours.iterrows()):
+    for _, row in ours.iterrows():
         colour = MODE_COLOURS.get(row["mode"], "grey")
         ax.scatter(row["prompt_savings"], row[metric], s=80, color=colour, zorder=3)
-        # alternate the label above and below so neighbouring points stay readable
         ax.annotate(f"{row['mode']} (ours)", (row["prompt_savings"], row[metric]), textcoords="offset points",
-                    xytext=(6, 5 if i % 2 == 0 else -12), fontsize=8)
+                    xytext=(6, 4), fontsize=8)
     if published_frame is not None and len(published_frame):
         column = published_metric or metric
         for _, row in published_frame.iterrows():
@@ -488,7 +486,6 @@ def plot_grouped_bars(frame: pd.DataFrame, category: str, columns: Sequence[str]
     ax = ax or plt.subplots()[1]
     x = np.arange(len(frame))
     width = 0.8 / max(1, len(columns))
-    every = np.concatenate([frame[c].astype(float).to_numpy() for c in columns]) if columns else np.array([])
     for i, column in enumerate(columns):
         values = frame[column].astype(float).to_numpy()
         colour = colours[i] if colours else MODE_COLOURS.get(column)
@@ -499,10 +496,6 @@ def plot_grouped_bars(frame: pd.DataFrame, category: str, columns: Sequence[str]
     if percent:
         ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.axhline(0, color="black", linewidth=0.8)
-    if not np.any(np.nan_to_num(every, nan=0.0)):
-        # nothing to draw (every value 0 or missing): say so instead of an empty, centred axis
-        ax.set_ylim(0, 1)
-        ax.text(0.5, 0.5, "every value is 0 or missing", transform=ax.transAxes, ha="center", color="dimgrey")
     low, high = ax.get_ylim()
     ax.set_ylim(low, high + 0.18 * (high - low))  # headroom so the legend does not cover bars
     ax.set_title(title)
