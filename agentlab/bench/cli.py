@@ -24,7 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentlab.bench.config import SettingsError, apply_overrides, code_version, load_settings, settings_path
+from agentlab.bench.config import (
+    SettingsError,
+    apply_overrides,
+    apply_smoke,
+    code_version,
+    load_settings,
+    settings_path,
+)
 from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.store import DEFAULT_DB, ResultStore
 from agentlab.bench.tasks import Task, UnknownBenchmark, discover, get_task
@@ -58,6 +65,8 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--retrieval-only", action="store_true", help="LLM-free evidence recall@k of the retrieval")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--published-settings", action="store_true",
+                   help="with the embedded model, keep the published output caps (skip the [smoke] caps)")
     return p
 
 
@@ -106,8 +115,15 @@ def _banner(text: str, out: TextIO) -> None:
     out.write(f"{line}\n!!! {text}\n{line}\n")
 
 
-def _load(task: Task, overrides: Sequence[str]) -> Any:
+def _load(task: Task, overrides: Sequence[str], smoke: bool = False, out: TextIO | None = None) -> Any:
+    """Task defaults < settings file < (smoke caps, embedded model only) < ``--set``."""
     settings = load_settings(task.name, task.default_settings())
+    if smoke and settings.smoke:
+        settings, changed = apply_smoke(settings)
+        if changed and out is not None:
+            caps = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            _banner(f"smoke caps for the embedded model (benchmarks/{task.name}.toml [smoke]; "
+                    f"--published-settings keeps the published values): {caps}", out)
     return apply_overrides(settings, overrides)
 
 
@@ -136,8 +152,12 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _is_embedded(model_spec: str) -> bool:
+    return model_spec.strip() == "embedded"
+
+
 def _resolve_limit(args: argparse.Namespace, model_spec: str, out: TextIO, quiet: bool) -> tuple[int | None, bool]:
-    smoke = model_spec.strip() == "embedded"
+    smoke = _is_embedded(model_spec)
     if args.limit is not None and args.limit < 0:
         raise CliError(f"--limit must be >= 0 (0 = all cases), got {args.limit}")
     if args.limit == 0:
@@ -151,8 +171,13 @@ def _resolve_limit(args: argparse.Namespace, model_spec: str, out: TextIO, quiet
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    from agentlab.model.registry import default_spec
+
     task = get_task(args.benchmark)
-    settings = _load(task, args.overrides)
+    model_spec = args.model or default_spec()
+    calls_model = not (args.dry_run or args.retrieval_only)
+    smoke_caps = calls_model and _is_embedded(model_spec) and not args.published_settings
+    settings = _load(task, args.overrides, smoke=smoke_caps, out=out if not args.json else sys.stderr)
     mode = args.mode or task.default_mode
     if mode not in task.modes:
         raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
@@ -186,9 +211,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         return 0
 
     from agentlab.bench.judge import Judge
-    from agentlab.model.registry import default_spec, get_model
+    from agentlab.model.registry import get_model
 
-    model_spec = args.model or default_spec()
     limit, smoke = _resolve_limit(args, model_spec, out if not args.json else sys.stderr, quiet=False)
     judge_spec = args.judge_model or settings.get("judge", "model") or model_spec
     judge_enabled = bool(settings.get("judge", "enabled", True))

@@ -7,6 +7,12 @@ parsed as int / float / bool / str (or a comma-separated list) and checked again
 A ``[published]`` section, if present, holds the published numbers to compare with; it is kept
 apart from the settings (not settable, not part of the run identity).
 
+A ``[smoke]`` section holds ``"section.field" = value`` caps that the CLI applies only when the
+answer model is the embedded SmolLM2-135M (a smoke test): that model does not stop on its own, so
+at the published output caps (2,000 answer tokens for MT-Bench-101, open-ended summaries) most of a
+run's time goes into generated text that loops. The caps change the run's settings, so they are
+part of its id and stored with it; ``--set`` still wins, and ``--published-settings`` skips them.
+
 Mode roles: every benchmark names its baseline mode (full context), its lossy mode (summary) and
 its recovered mode (summary + recall). The derived report tables read these roles from a table
 (:data:`MODE_ROLES`, written into DuckDB by ``report``) instead of hard-coding mode names in SQL.
@@ -32,6 +38,7 @@ else:  # pragma: no cover
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS_DIR = REPO_ROOT / "benchmarks"
 PUBLISHED_SECTION = "published"
+SMOKE_SECTION = "smoke"
 #: Settings sections that tune how a run executes, not what it computes: left out of the run id.
 EXECUTION_SECTIONS = frozenset({"run"})
 
@@ -71,9 +78,12 @@ class Settings:
     """Sections of fields; read with ``settings["answer"]["max_tokens"]`` or ``settings.get(...)``."""
 
     def __init__(self, sections: Mapping[str, Mapping[str, Any]] | None = None,
-                 published: Mapping[str, Any] | None = None, source: str = "") -> None:
+                 published: Mapping[str, Any] | None = None, source: str = "",
+                 smoke: Mapping[str, Any] | None = None) -> None:
         self._sections: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (sections or {}).items()}
         self.published: dict[str, Any] = dict(published or {})
+        #: ``{"section.field": value}`` caps for smoke runs on the embedded model (not yet applied).
+        self.smoke: dict[str, Any] = dict(smoke or {})
         #: Where the values came from (for messages).
         self.source = source
 
@@ -102,7 +112,7 @@ class Settings:
         """A copy with fields set (used by code, not by users: no schema check)."""
         data = self.to_dict()
         data.setdefault(section, {}).update(fields)
-        return Settings(data, self.published, self.source)
+        return Settings(data, self.published, self.source, self.smoke)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Settings) and self._sections == other._sections
@@ -138,8 +148,43 @@ def load_settings(benchmark: str, defaults: Mapping[str, Mapping[str, Any]] | No
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
         published = dict(raw.pop(PUBLISHED_SECTION, {}) or {})
+        smoke = dict(raw.pop(SMOKE_SECTION, {}) or {})
         _merge(merged, raw, str(path))
-    return Settings(merged, published, str(path) if path.is_file() else "task defaults")
+        if defaults:  # without the task's defaults a cap may name a field the file does not list
+            _check_smoke(smoke, merged, str(path))
+    return Settings(merged, published, str(path) if path.is_file() else "task defaults",
+                    smoke if path.is_file() else None)
+
+
+def _check_smoke(smoke: Mapping[str, Any], sections: Mapping[str, Mapping[str, Any]], origin: str) -> None:
+    """Every ``[smoke]`` key names an existing ``section.field`` and keeps its type."""
+    for key, value in smoke.items():
+        section, _, field = key.partition(".")
+        if not field or "." in field or section in {PUBLISHED_SECTION, SMOKE_SECTION}:
+            raise SettingsError(f"{origin}: [smoke] key {key!r} must be \"section.field\"")
+        if field not in sections.get(section, {}):
+            raise SettingsError(f"{origin}: [smoke] {key}: no such setting")
+        current = sections[section][field]
+        if isinstance(current, bool) != isinstance(value, bool) or (
+                isinstance(current, int | float) and not isinstance(value, int | float)) or (
+                isinstance(current, str) and not isinstance(value, str)):
+            raise SettingsError(f"{origin}: [smoke] {key} = {value!r} does not match the type of {current!r}")
+
+
+def apply_smoke(settings: Settings) -> tuple[Settings, dict[str, tuple[Any, Any]]]:
+    """The settings with the ``[smoke]`` caps applied, and ``{key: (published, smoke)}`` that changed."""
+    data = settings.to_dict()
+    _check_smoke(settings.smoke, data, settings.source)
+    changed: dict[str, tuple[Any, Any]] = {}
+    for key, value in settings.smoke.items():
+        section, field = key.split(".")
+        old = data[section][field]
+        if isinstance(old, float) and not isinstance(value, bool):
+            value = float(value)
+        if old != value:
+            changed[key] = (old, value)
+            data[section][field] = value
+    return Settings(data, settings.published, settings.source, settings.smoke), changed
 
 
 def parse_value(raw: str) -> int | float | bool | str:
@@ -197,13 +242,16 @@ def apply_overrides(settings: Settings, assignments: Iterable[str]) -> Settings:
         section, field = key.split(".")
         if section == PUBLISHED_SECTION:
             raise SettingsError(f"--set {key}: [published] holds reference numbers and cannot be set")
+        if section == SMOKE_SECTION:
+            raise SettingsError(f"--set {key}: [smoke] caps are set in the settings file; use --set on the "
+                                f"setting itself (e.g. answer.max_tokens=64)")
         if section not in data:
             raise SettingsError(f"--set {key}: unknown section [{section}]; known sections: {', '.join(sorted(data))}")
         if field not in data[section]:
             known = ", ".join(sorted(data[section]))
             raise SettingsError(f"--set {key}: [{section}] has no field {field!r}; known fields: {known}")
         data[section][field] = _coerce(raw, data[section][field], key)
-    return Settings(data, settings.published, settings.source)
+    return Settings(data, settings.published, settings.source, settings.smoke)
 
 
 # --------------------------------------------------------------------------------- identity

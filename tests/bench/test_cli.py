@@ -169,3 +169,70 @@ def test_qmsum_toml_holds_the_published_settings() -> None:
     assert settings["recall"]["scope"] == "current_hidden"
     assert settings.published["cases"] == 189 and settings.published["long_context_avg_prompt_tokens"] == 18985.56
     assert "published" not in settings.sections()
+
+
+# ------------------------------------------------------------------------------ smoke caps
+
+
+def test_smoke_caps_come_from_the_settings_file_and_set_wins() -> None:
+    from agentlab.bench.tasks import get_task
+
+    task = get_task("qmsum")
+    published = cli._load(task, [])
+    assert published.get("answer", "max_tokens") == 384 and published.get("summary", "max_output_tokens") == 1024
+    out = io.StringIO()
+    smoke = cli._load(task, [], smoke=True, out=out)
+    assert smoke.get("answer", "max_tokens") == 128 and smoke.get("summary", "max_output_tokens") == 256
+    assert "answer.max_tokens 384 -> 128" in out.getvalue() and "--published-settings" in out.getvalue()
+    mine = cli._load(task, ["answer.max_tokens=200"], smoke=True)
+    assert mine.get("answer", "max_tokens") == 200 and mine.get("summary", "max_output_tokens") == 256
+    # The caps change the settings, so a smoke run and a published-settings run have different ids.
+    assert smoke.identity() != published.identity()
+
+
+def test_every_benchmark_has_valid_smoke_caps() -> None:
+    from agentlab.bench.config import apply_smoke
+    from agentlab.bench.tasks import get_task
+
+    for name in ("qmsum", "mtbench101", "longmemeval", "locomo"):
+        settings = load_settings(name, get_task(name).default_settings())
+        capped, changed = apply_smoke(settings)
+        assert changed, name
+        for key, (old, new) in changed.items():
+            section, field = key.split(".")
+            assert settings.get(section, field) == old and capped.get(section, field) == new
+            assert type(old) is type(new)
+
+
+def test_bad_smoke_keys_are_errors(tmp_path: Path) -> None:
+    defaults = {"answer": {"max_tokens": 384}}
+    (tmp_path / "x.toml").write_text('[smoke]\n"answer.nope" = 1\n')
+    with pytest.raises(SettingsError, match=r"\[smoke\] answer.nope: no such setting"):
+        load_settings("x", defaults, directory=tmp_path)
+    (tmp_path / "x.toml").write_text('[smoke]\nanswer = 1\n')
+    with pytest.raises(SettingsError, match="must be"):
+        load_settings("x", defaults, directory=tmp_path)
+    (tmp_path / "x.toml").write_text('[smoke]\n"answer.max_tokens" = "many"\n')
+    with pytest.raises(SettingsError, match="does not match the type"):
+        load_settings("x", defaults, directory=tmp_path)
+    with pytest.raises(SettingsError, match=r"\[smoke\] caps are set in the settings file"):
+        apply_overrides(Settings(defaults), ["smoke.answer=1"])
+
+
+def test_cli_applies_smoke_caps_only_to_embedded_model_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "demo.toml").write_text('[smoke]\n"answer.max_tokens" = 8\n')
+    monkeypatch.setattr(cli, "load_settings", lambda name, defaults: load_settings(name, defaults, directory=tmp_path))
+    db = tmp_path / "r.duckdb"
+
+    def stored_caps() -> list[int]:
+        with ResultStore(db) as store:
+            rows = store.query("SELECT config FROM runs ORDER BY started")
+        return [json.loads(r[0])["settings"]["answer"]["max_tokens"] for r in rows]
+
+    code, out, _ = run_cli("demo", "--limit", "1", "--db", str(db), "--no-progress")
+    assert code == 0 and "answer.max_tokens 32 -> 8" in out
+    code, out, _ = run_cli("demo", "--limit", "1", "--db", str(db), "--no-progress", "--published-settings")
+    assert code == 0 and "smoke caps" not in out
+    code, out, _ = run_cli("demo", "--model", "openai:fake", "--limit", "1", "--db", str(db), "--no-progress")
+    assert code == 0 and "smoke caps" not in out
+    assert sorted(stored_caps()) == [8, 32, 32]
