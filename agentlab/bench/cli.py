@@ -5,6 +5,7 @@
                                          [--dry-run] [--retrieval-only] [--json] [--no-progress]
     python -m agentlab.bench report <benchmark> [--db PATH] [--json]
     python -m agentlab.bench list [--json]
+    python -m agentlab.bench fixture longmemeval PATH [--questions N] [--sessions N] [--turns N]
 
 Published settings come from ``benchmarks/<benchmark>.toml``; flags and ``--set`` override them.
 With the embedded model (the offline smoke-test model) and no ``--limit``, only the first 5 cases
@@ -84,6 +85,24 @@ def _list_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+def _fixture_parser(prog: str) -> argparse.ArgumentParser:
+    from agentlab.bench.datasets.longmemeval import QUESTION_TYPES
+
+    p = argparse.ArgumentParser(
+        prog=f"{prog} fixture",
+        description="Write a small generated data file in a benchmark's real schema, for runs without the "
+                    "real data (LongMemEval only: it cannot be downloaded everywhere). Run on it with "
+                    "--set dataset.path=PATH.")
+    p.add_argument("benchmark", choices=["longmemeval"])
+    p.add_argument("path", type=Path, help="JSON file to write")
+    p.add_argument("--questions", type=int, default=6, help="questions (default 6)")
+    p.add_argument("--sessions", type=int, default=3, help="haystack sessions per question (default 3)")
+    p.add_argument("--turns", type=int, default=4, help="turns per session (default 4)")
+    p.add_argument("--question-type", action="append", dest="types", choices=QUESTION_TYPES,
+                   help="question types to cycle through (repeatable; default all six)")
+    return p
+
+
 # ------------------------------------------------------------------------------------ helpers
 
 
@@ -128,6 +147,19 @@ def _load(task: Task, overrides: Sequence[str], smoke: bool = False, out: TextIO
 
 
 # --------------------------------------------------------------------------------- commands
+
+
+def cmd_fixture(args: argparse.Namespace, out: TextIO) -> int:
+    from agentlab.bench.datasets.longmemeval import QUESTION_TYPES, write_longmemeval_fixture
+
+    for flag, value in (("--questions", args.questions), ("--sessions", args.sessions), ("--turns", args.turns)):
+        if value < 1:
+            raise CliError(f"{flag} must be >= 1, got {value}")
+    path = write_longmemeval_fixture(args.path, args.questions, sessions_per_question=args.sessions,
+                                     turns_per_session=args.turns, question_types=args.types or QUESTION_TYPES)
+    out.write(f"wrote {args.questions} GENERATED questions (not the LongMemEval data) to {path}\n"
+              f"run on it with: python -m agentlab.bench longmemeval --set dataset.path={path}\n")
+    return 0
 
 
 def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
@@ -344,6 +376,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_list(_list_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "report":
             return cmd_report(_report_parser(prog).parse_args(argv[1:]), out)
+        if argv[0] == "fixture":
+            return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)
     except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError) as exc:
         message = exc.args[0] if isinstance(exc, UnknownBenchmark | FileNotFoundError) and exc.args else str(exc)

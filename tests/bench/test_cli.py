@@ -236,3 +236,16 @@ def test_cli_applies_smoke_caps_only_to_embedded_model_runs(tmp_path: Path, monk
     code, out, _ = run_cli("demo", "--model", "openai:fake", "--limit", "1", "--db", str(db), "--no-progress")
     assert code == 0 and "smoke caps" not in out
     assert sorted(stored_caps()) == [8, 32, 32]
+
+
+def test_fixture_command_writes_a_loadable_longmemeval_file(tmp_path: Path) -> None:
+    from agentlab.bench.datasets.longmemeval import parse_file
+
+    path = tmp_path / "lme" / "fixture.json"
+    code, out, _ = run_cli("fixture", "longmemeval", str(path), "--questions", "3",
+                           "--question-type", "single-session-user")
+    assert code == 0 and "GENERATED" in out and f"dataset.path={path}" in out
+    data = parse_file(path)
+    assert [q.question_type for q in data.questions] == ["single-session-user"] * 3
+    code, _, err = run_cli("fixture", "longmemeval", str(path), "--turns", "0")
+    assert code == 2 and "--turns must be >= 1" in err
