@@ -10,6 +10,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
+if [ -z "${AGENTLAB_DATA_DIR:-}" ] && [ -d ../shared/datasets ]; then
+    export AGENTLAB_DATA_DIR=$(cd ../shared/datasets && pwd)
+fi
 DB=${1:-results/smoke.duckdb}
 LOGS=${2:-results/smoke-logs}
 mkdir -p "$LOGS" "$(dirname "$DB")"
