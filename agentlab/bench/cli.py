@@ -327,13 +327,15 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         savings = analysis.token_savings_df(args.benchmark, level="aggregate", store=store)
         loss = analysis.quality_loss_df(args.benchmark, store=store)
         recovery = analysis.recovery_df(args.benchmark, store=store)
+        own = _benchmark_tables(args.benchmark, store)
     smoke = bool(runs["smoke_test"].fillna(False).any())
     if args.json:
         _print_json({"benchmark": args.benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None,
                      "db": str(args.db),
                      "runs": _records(runs.drop(columns=["config"])), "scores": _records(means),
                      "token_savings": _records(savings), "quality_loss": _records(loss),
-                     "recovery": _records(recovery)}, out)
+                     "recovery": _records(recovery),
+                     "benchmark_tables": {name: _records(df) for name, df in own.items()}}, out)
         return 0
     if smoke:
         _banner(SMOKE_LABEL, out)
@@ -350,15 +352,39 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     section("scores by mode (failed cases count as 0)", means,
             ["mode", "model", "metric", "mean", "n_cases", "n_failed", "n_unscored"])
     section("token_savings (answer-call prompt tokens vs baseline)", savings,
-            ["mode", "baseline_mode", "n_cases", "baseline_prompt_tokens", "mode_prompt_tokens", "prompt_savings",
-             "prompt_savings_ratio", "prompt_savings_with_summary", "total_savings", "total_savings_ratio"])
-    section("quality_loss (mode vs baseline)", loss,
-            ["mode", "baseline_mode", "metric", "n_cases", "n_scored", "baseline_mean", "mode_mean", "delta",
-             "relative_loss"])
+            ["mode", "baseline_mode", "n_cases", "n_baseline_estimated", "baseline_prompt_tokens", "mode_prompt_tokens",
+             "prompt_savings", "prompt_savings_ratio", "prompt_savings_with_summary", "total_savings",
+             "total_savings_ratio"])
+    if len(savings) and savings.get("n_baseline_estimated") is not None and savings["n_baseline_estimated"].sum() > 0:
+        out.write("n_baseline_estimated: baseline cases whose prompt did not fit the model's window; their prompt "
+                  "tokens are the tokens the prompt needed (cl100k count), and total savings leave them out\n")
+    section("quality_loss (mode vs baseline; failed cases count 0)", loss,
+            ["mode", "baseline_mode", "metric", "n_cases", "n_scored", "n_failed_baseline", "n_failed_mode",
+             "baseline_mean", "mode_mean", "delta", "relative_loss"])
     section("recovery ((recovered - lossy) / (baseline - lossy))", recovery,
             ["metric", "n_cases", "baseline_mean", "lossy_mean", "recovered_mean", "recovery", "wins", "losses", "ties"])
-    out.write(f"\ntables token_savings, quality_loss, recovery rebuilt in {args.db}\n")
+    for name, df in own.items():
+        out.write(f"\n== {name} ({args.benchmark}'s own report table) ==\n")
+        out.write(df.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n" if len(df) else "(no rows)\n")
+    tables = ", ".join(["token_savings", "quality_loss", "recovery", *own])
+    out.write(f"\ntables {tables} rebuilt in {args.db}\n")
     return 0
+
+
+def _benchmark_tables(benchmark: str, store: ResultStore) -> dict[str, Any]:
+    """A task's own report tables (``Task.report_tables``), also written to the store as ``<benchmark>_<name>``."""
+    try:
+        task = get_task(benchmark)
+    except UnknownBenchmark:
+        return {}
+    build = getattr(task, "report_tables", None)
+    if build is None:
+        return {}
+    tables = {f"{benchmark}_{name}": df for name, df in (build(store) or {}).items() if df is not None}
+    for name, df in tables.items():
+        if len(df.columns):
+            store.write_frame(name, df)
+    return tables
 
 
 # ------------------------------------------------------------------------------------- main

@@ -294,6 +294,19 @@ class ResultStore:
         rows = self.query("SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name])
         return bool(rows)
 
+    def write_frame(self, name: str, frame: Any) -> None:
+        """Replace table ``name`` with a pandas DataFrame (a benchmark's own report tables)."""
+        if not name.replace("_", "").isalnum():
+            raise ValueError(f"table name {name!r}: letters, digits and underscores only")
+        if name in RAW_TABLES or name in DERIVED_TABLES:
+            raise ValueError(f"table name {name!r} is one of the store's own tables")
+        with self._lock:
+            self.conn.register("_agentlab_frame", frame)
+            try:
+                self.conn.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT * FROM _agentlab_frame')
+            finally:
+                self.conn.unregister("_agentlab_frame")
+
     # --------------------------------------------------------------------------- derived
 
     def rebuild_derived(self, roles: Mapping[str, ModeRoles] | None = None) -> None:
@@ -327,13 +340,41 @@ current_runs AS (
 )"""
 
 # Per (current run, case, metric): failed cases score 0; an ok case with a NULL score stays NULL.
+# A run's metrics are the ones it scored; a run in which every case failed (e.g. a long context no
+# case of which fits a small model's window) scored none, so it takes the metrics that every other
+# scored run of the same benchmark and model has (the answer metrics, not a mode's own extras),
+# and its failed cases count 0 on them like any failed case.
 _CASE_METRIC = """
+run_metrics AS (
+    SELECT DISTINCT run_id, metric FROM scores
+),
+scored_runs AS (
+    SELECT r.benchmark, r.model, count(*) AS n_runs
+    FROM current_runs r WHERE r.run_id IN (SELECT run_id FROM run_metrics)
+    GROUP BY ALL
+),
+shared_metrics AS (
+    SELECT r.benchmark, r.model, m.metric
+    FROM current_runs r
+    JOIN run_metrics m ON m.run_id = r.run_id
+    JOIN scored_runs s ON s.benchmark = r.benchmark AND s.model = r.model
+    GROUP BY r.benchmark, r.model, m.metric, s.n_runs
+    HAVING count(*) = s.n_runs
+),
+metrics_of_run AS (
+    SELECT run_id, metric FROM run_metrics
+    UNION ALL
+    SELECT r.run_id, sm.metric
+    FROM current_runs r JOIN shared_metrics sm ON sm.benchmark = r.benchmark AND sm.model = r.model
+    WHERE r.run_id NOT IN (SELECT run_id FROM run_metrics)
+      AND r.run_id NOT IN (SELECT run_id FROM cases WHERE status = 'ok')
+),
 case_metric AS (
     SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, m.metric, c.status,
            CASE WHEN c.status = 'ok' THEN s.value ELSE 0.0 END AS value
     FROM current_runs r
     JOIN cases c ON c.run_id = r.run_id
-    JOIN (SELECT DISTINCT run_id, metric FROM scores) m ON m.run_id = r.run_id
+    JOIN metrics_of_run m ON m.run_id = r.run_id
     LEFT JOIN scores s ON s.run_id = r.run_id AND s.case_id = c.case_id AND s.metric = m.metric
 )"""
 
@@ -341,7 +382,7 @@ _TOKEN_SAVINGS = f"""
 CREATE OR REPLACE TABLE token_savings AS
 WITH {_CURRENT_RUNS},
 case_tokens AS (
-    SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id,
+    SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, FALSE AS estimated,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens END), 0) AS answer_prompt,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens + k.completion_tokens END), 0) AS answer_total,
         COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens END), 0) AS summary_prompt,
@@ -351,17 +392,29 @@ case_tokens AS (
     LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
     GROUP BY ALL
 ),
+-- A baseline case whose prompt did not fit the model's window spent nothing, but the task stored
+-- the prompt tokens it needed (counted with the toolkit's tokenizer): the savings of the other
+-- modes are measured against that need, and the rows say how many such pairs they hold.
+baseline_needed AS (
+    SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, TRUE AS estimated,
+        TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) AS answer_prompt,
+        NULL::BIGINT AS answer_total, 0 AS summary_prompt, NULL::BIGINT AS summary_total
+    FROM current_runs r
+    JOIN mode_roles mr ON mr.benchmark = r.benchmark AND r.mode = mr.baseline
+    JOIN cases c ON c.run_id = r.run_id AND c.status = 'failed' AND c.error_code = 'context_length'
+    WHERE TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) > 0
+),
 pairs AS (
     SELECT x.benchmark, x.model, x.mode, mr.baseline AS baseline_mode, x.case_id,
-        (b.smoke_test OR x.smoke_test) AS smoke_test,
+        (b.smoke_test OR x.smoke_test) AS smoke_test, b.estimated AS baseline_estimated,
         b.answer_prompt AS baseline_prompt_tokens, x.answer_prompt AS mode_prompt_tokens,
         b.answer_total AS baseline_total_tokens, x.answer_total AS mode_total_tokens,
         b.summary_prompt AS baseline_summary_prompt_tokens, x.summary_prompt AS mode_summary_prompt_tokens,
         b.summary_total AS baseline_summary_total_tokens, x.summary_total AS mode_summary_total_tokens
     FROM case_tokens x
     JOIN mode_roles mr ON mr.benchmark = x.benchmark AND x.mode <> mr.baseline
-    JOIN case_tokens b ON b.benchmark = x.benchmark AND b.model = x.model AND b.mode = mr.baseline
-                      AND b.case_id = x.case_id
+    JOIN (SELECT * FROM case_tokens UNION ALL BY NAME SELECT * FROM baseline_needed) b
+      ON b.benchmark = x.benchmark AND b.model = x.model AND b.mode = mr.baseline AND b.case_id = x.case_id
 ),
 per_case AS (
     SELECT *,
@@ -374,6 +427,7 @@ per_case AS (
     FROM pairs
 )
 SELECT benchmark, model, mode, baseline_mode, 'case' AS level, case_id, 1 AS n_cases, smoke_test,
+    CASE WHEN baseline_estimated THEN 1 ELSE 0 END AS n_baseline_estimated,
     baseline_prompt_tokens::DOUBLE AS baseline_prompt_tokens, mode_prompt_tokens::DOUBLE AS mode_prompt_tokens,
     baseline_total_tokens::DOUBLE AS baseline_total_tokens, mode_total_tokens::DOUBLE AS mode_total_tokens,
     mode_summary_prompt_tokens::DOUBLE AS mode_summary_prompt_tokens,
@@ -382,24 +436,30 @@ SELECT benchmark, model, mode, baseline_mode, 'case' AS level, case_id, 1 AS n_c
     total_savings, total_savings AS total_savings_ratio,
     prompt_savings_with_summary, prompt_savings_with_summary AS prompt_savings_with_summary_ratio,
     total_savings_with_summary, total_savings_with_summary AS total_savings_with_summary_ratio,
-    CASE WHEN total_savings < 0 THEN 1.0 ELSE 0.0 END AS negative_rate
+    CASE WHEN total_savings < 0 THEN 1.0 WHEN total_savings IS NULL THEN NULL ELSE 0.0 END AS negative_rate
 FROM per_case
 UNION ALL
 SELECT benchmark, model, mode, baseline_mode, 'aggregate' AS level, NULL AS case_id, count(*) AS n_cases,
-    bool_or(smoke_test) AS smoke_test,
-    avg(baseline_prompt_tokens), avg(mode_prompt_tokens), avg(baseline_total_tokens), avg(mode_total_tokens),
+    bool_or(smoke_test) AS smoke_test, count(*) FILTER (WHERE baseline_estimated) AS n_baseline_estimated,
+    avg(baseline_prompt_tokens), avg(mode_prompt_tokens),
+    -- Totals need both sides' completions: pairs with an estimated baseline are left out of them.
+    avg(baseline_total_tokens) FILTER (WHERE NOT baseline_estimated),
+    avg(mode_total_tokens) FILTER (WHERE NOT baseline_estimated),
     avg(mode_summary_prompt_tokens), avg(mode_summary_total_tokens),
     avg(prompt_savings),
     (sum(baseline_prompt_tokens) - sum(mode_prompt_tokens)) / NULLIF(sum(baseline_prompt_tokens), 0),
     avg(total_savings),
-    (sum(baseline_total_tokens) - sum(mode_total_tokens)) / NULLIF(sum(baseline_total_tokens), 0),
+    (sum(baseline_total_tokens) FILTER (WHERE NOT baseline_estimated)
+        - sum(mode_total_tokens) FILTER (WHERE NOT baseline_estimated))
+        / NULLIF(sum(baseline_total_tokens) FILTER (WHERE NOT baseline_estimated), 0),
     avg(prompt_savings_with_summary),
     (sum(baseline_prompt_tokens + baseline_summary_prompt_tokens) - sum(mode_prompt_tokens + mode_summary_prompt_tokens))
         / NULLIF(sum(baseline_prompt_tokens + baseline_summary_prompt_tokens), 0),
     avg(total_savings_with_summary),
-    (sum(baseline_total_tokens + baseline_summary_total_tokens) - sum(mode_total_tokens + mode_summary_total_tokens))
-        / NULLIF(sum(baseline_total_tokens + baseline_summary_total_tokens), 0),
-    avg(CASE WHEN total_savings < 0 THEN 1.0 ELSE 0.0 END)
+    (sum(baseline_total_tokens + baseline_summary_total_tokens) FILTER (WHERE NOT baseline_estimated)
+        - sum(mode_total_tokens + mode_summary_total_tokens) FILTER (WHERE NOT baseline_estimated))
+        / NULLIF(sum(baseline_total_tokens + baseline_summary_total_tokens) FILTER (WHERE NOT baseline_estimated), 0),
+    avg(CASE WHEN total_savings < 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE total_savings IS NOT NULL)
 FROM per_case
 GROUP BY benchmark, model, mode, baseline_mode
 """

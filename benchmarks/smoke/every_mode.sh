@@ -40,7 +40,7 @@ bench mtbench101-baseline mtbench101 --mode baseline --limit 2
 bench mtbench101-summary  mtbench101 --mode summary --limit 2
 step  mtbench101-report   "$PY" -m agentlab.bench report mtbench101 --db "$DB"
 
-step  longmemeval-fixture "$PY" -m agentlab.bench fixture longmemeval "$FIXTURE" --questions 2 \
+step  longmemeval-fixture "$PY" -m agentlab.bench fixture longmemeval "$FIXTURE" --questions 2 --sessions 8 --turns 8 \
       --question-type single-session-user
 for mode in long_context summary recall; do
     bench "longmemeval-$mode" longmemeval --mode "$mode" --limit 2 --set "dataset.path=$FIXTURE"

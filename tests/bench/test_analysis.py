@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from agentlab.bench import analysis
@@ -142,3 +143,72 @@ def test_mode_means_count_failed_as_zero(store: ResultStore) -> None:
     assert df.loc[("summary", "rougeL"), "n_failed"] == 1
     assert df.loc[("recall", "llm_score"), "n_unscored"] == 1
     assert df.loc[("recall", "llm_score"), "mean"] == pytest.approx(0.75)
+
+
+# --------------------------------------------------- a baseline no case of which fits the window
+#
+# long_context: c1, c2 failed before sending (context_length), needing 10,000 and 20,000 tokens.
+# summary: c1 500 (50), c2 1000 (50), each + a 2000 (200) summary call; rougeL 0.2 / 0.4.
+# recall:  c1 1000 (60), c2 3000 (60);  rougeL 0.3 / 0.3 and its own evidence_recall@5 1 / 0.
+
+
+@pytest.fixture
+def overflow_store(tmp_path: Path) -> ResultStore:
+    s = ResultStore(tmp_path / "o.duckdb")
+    need = {"c1": 10_000, "c2": 20_000}
+    answer = {"summary": {"c1": 500, "c2": 1000}, "recall": {"c1": 1000, "c2": 3000}}
+    rouge = {"summary": {"c1": 0.2, "c2": 0.4}, "recall": {"c1": 0.3, "c2": 0.3}}
+    for mode in ("long_context", "summary", "recall"):
+        run_id = f"run-{mode}"
+        s.start_run(RunInfo(run_id, "qmsum", mode, {"mode": mode}, "embedded", "embedded", "sha", "v", "1",
+                            smoke_test=True, cases_selected=2))
+        for i, case_id in enumerate(["c1", "c2"]):
+            if mode == "long_context":
+                s.write_case(CaseRecord(run_id, case_id, "failed", ordinal=i, error="not sent",
+                                        error_code="context_length",
+                                        metadata={"prompt_tokens_needed": need[case_id]}))
+                continue
+            calls = [call("answer", answer[mode][case_id], 50 if mode == "summary" else 60), call("summary", 2000, 200)]
+            scores = [Score("rougeL", rouge[mode][case_id], "v1")]
+            if mode == "recall":
+                scores.append(Score("evidence_recall@5", 1.0 if case_id == "c1" else 0.0, "e1"))
+            s.write_case(CaseRecord(run_id, case_id, "ok", ordinal=i, prediction="p", reference="r",
+                                    calls=calls, scores=scores))
+        s.finish_run(run_id, "finished")
+    s.rebuild_derived()
+    yield s
+    s.close()
+
+
+def test_token_savings_against_what_an_overflowing_baseline_needed(overflow_store: ResultStore) -> None:
+    df = analysis.token_savings_df("qmsum", level="aggregate", store=overflow_store).set_index("mode")
+    summary = df.loc["summary"]
+    assert summary["n_cases"] == 2 and summary["n_baseline_estimated"] == 2
+    assert summary["baseline_prompt_tokens"] == pytest.approx(15_000)
+    # per case (10000-500)/10000 = 0.95 and (20000-1000)/20000 = 0.95; totals 28500/30000.
+    assert summary["prompt_savings"] == pytest.approx(0.95)
+    assert summary["prompt_savings_ratio"] == pytest.approx(28_500 / 30_000)
+    # with the 2000-token summary call: (10000-2500)/10000 = 0.75, (20000-3000)/20000 = 0.85.
+    assert summary["prompt_savings_with_summary"] == pytest.approx(0.80)
+    # The baseline spent no completion tokens it could be compared on: totals are not made up.
+    assert pd.isna(summary["total_savings"]) and pd.isna(summary["total_savings_ratio"])
+    assert pd.isna(summary["baseline_total_tokens"])
+    recall = df.loc["recall"]
+    assert recall["prompt_savings"] == pytest.approx((0.9 + 0.85) / 2)
+
+
+def test_quality_tables_keep_an_all_failed_baseline_at_zero(overflow_store: ResultStore) -> None:
+    loss = analysis.quality_loss_df("qmsum", store=overflow_store).set_index(["mode", "metric"])
+    # The failed baseline takes the metrics both scored runs share (rougeL), not recall's own extra.
+    assert set(loss.index) == {("summary", "rougeL"), ("recall", "rougeL")}
+    row = loss.loc[("summary", "rougeL")]
+    assert row["n_failed_baseline"] == 2 and row["baseline_mean"] == 0.0
+    assert row["mode_mean"] == pytest.approx(0.3) and row["delta"] == pytest.approx(0.3)
+    recovery = analysis.recovery_df("qmsum", store=overflow_store).set_index("metric")
+    assert list(recovery.index) == ["rougeL"]
+    # (0.3 - 0.3) / (0 - 0.3) = 0: recall neither gains nor loses on summary here; c1 a win, c2 a loss.
+    assert recovery.loc["rougeL", "recovery"] == pytest.approx(0.0)
+    assert (recovery.loc["rougeL", "wins"], recovery.loc["rougeL", "losses"]) == (1, 1)
+    means = analysis.mode_means_df("qmsum", store=overflow_store).set_index(["mode", "metric"])
+    assert means.loc[("long_context", "rougeL"), "n_failed"] == 2
+    assert ("long_context", "evidence_recall@5") not in means.index

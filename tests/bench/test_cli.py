@@ -249,3 +249,23 @@ def test_fixture_command_writes_a_loadable_longmemeval_file(tmp_path: Path) -> N
     assert [q.question_type for q in data.questions] == ["single-session-user"] * 3
     code, _, err = run_cli("fixture", "longmemeval", str(path), "--turns", "0")
     assert code == 2 and "--turns must be >= 1" in err
+
+
+def test_report_prints_and_stores_a_benchmarks_own_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pandas as pd
+
+    def report_tables(self, store):  # type: ignore[no-untyped-def]
+        n = store.query("SELECT count(*) FROM cases")[0][0]
+        return {"per_group": pd.DataFrame([{"group": "all", "cases": n}])}
+
+    monkeypatch.setattr(demo.DemoTask, "report_tables", report_tables, raising=False)
+    db = str(tmp_path / "r.duckdb")
+    assert run_cli("demo", "--mode", "long_context", "--limit", "2", "--db", db, "--no-progress")[0] == 0
+    code, out, _ = run_cli("report", "demo", "--db", db)
+    assert code == 0 and "== demo_per_group (demo's own report table) ==" in out
+    code, out, _ = run_cli("report", "demo", "--db", db, "--json")
+    assert json.loads(out)["benchmark_tables"]["demo_per_group"] == [{"group": "all", "cases": 2}]
+    with ResultStore(Path(db)) as store:
+        assert store.query("SELECT \"group\", cases FROM demo_per_group") == [("all", 2)]
+        with pytest.raises(ValueError, match="store's own tables"):
+            store.write_frame("cases", pd.DataFrame([{"x": 1}]))

@@ -203,3 +203,43 @@ async def test_run_context_once_runs_the_factory_once() -> None:
 
     assert await asyncio.gather(*(ctx.once("k", factory) for _ in range(5))) == [42] * 5
     assert calls == 1
+
+
+def test_check_window_fails_before_sending_and_records_the_need() -> None:
+    from types import SimpleNamespace
+
+    from agentlab.bench.tasks import CaseError, check_window
+    from agentlab.events import Message
+    from agentlab.model.base import ModelInfo
+
+    ctx = SimpleNamespace(model=SimpleNamespace(info=ModelInfo(name="tiny", context_window=100)))
+    short = [Message.user("What was decided?")]
+    assert check_window(short, ctx) == tokens.count_messages(short)
+    long = [Message.user("word " * 300)]
+    with pytest.raises(CaseError) as info:
+        check_window(long, ctx)
+    assert info.value.code == "context_length" and "100-token window" in str(info.value)
+    assert info.value.metadata == {"prompt_tokens_needed": tokens.count_messages(long)}
+    # Within the 10 % slack the real call decides.
+    edge = [Message.user("word " * 95)]
+    assert 100 < tokens.count_messages(edge) <= 110 and check_window(edge, ctx) == tokens.count_messages(edge)
+
+
+async def test_a_case_error_stores_its_metadata_with_the_failed_case(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentlab.bench.tasks import CaseError
+
+    original = demo.DemoTask.run_case
+
+    async def run_case(self, case, mode, ctx):  # type: ignore[no-untyped-def]
+        if case.id == "d02":
+            raise CaseError("too long", code="context_length", metadata={"prompt_tokens_needed": 12345})
+        return await original(self, case, mode, ctx)
+
+    monkeypatch.setattr(demo.DemoTask, "run_case", run_case)
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        summary = await run(store)
+        [(status, code, metadata)] = store.query(
+            "SELECT status, error_code, metadata FROM cases WHERE run_id = ? AND case_id = 'd02'", [summary.run_id])
+    assert (status, code) == ("failed", "context_length")
+    assert json.loads(metadata)["prompt_tokens_needed"] == 12345

@@ -122,11 +122,39 @@ class CaseResult:
 
 
 class CaseError(Exception):
-    """A case could not produce an answer; ``code`` is stored (e.g. ``context_length``)."""
+    """A case could not produce an answer; ``code`` is stored (e.g. ``context_length``).
 
-    def __init__(self, message: str, code: str = "case_error") -> None:
+    ``metadata`` is stored with the failed case row, e.g. ``prompt_tokens_needed`` for a prompt that
+    did not fit the window (the token-savings table measures the other modes against that need).
+    """
+
+    def __init__(self, message: str, code: str = "case_error", metadata: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.metadata = dict(metadata or {})
+
+
+#: Long-context prompts are failed before sending only when the estimate exceeds the model's window
+#: by this factor: the estimate uses cl100k, the model its own tokenizer, so near the edge the real
+#: call decides (and a refusal comes back as a ``context_length`` failure too).
+PRECHECK_SLACK = 1.10
+
+
+def check_window(messages: Any, ctx: RunContext, what: str = "long-context prompt") -> int:
+    """The prompt tokens of ``messages`` (cl100k); a ``context_length`` :class:`CaseError` if they cannot fit.
+
+    The failure is recorded without sending the prompt, with ``prompt_tokens_needed`` in the case
+    metadata, so a small model's long-context baseline still anchors the token-savings table.
+    """
+    from agentlab.model import tokens
+
+    estimate = tokens.count_messages(messages)
+    window = int(getattr(ctx.model.info, "context_window", 0) or 0)
+    if window and estimate > window * PRECHECK_SLACK:
+        raise CaseError(f"the {what} needs about {estimate} tokens (cl100k estimate) but {ctx.model.info.name} "
+                        f"has a {window}-token window; not sent", code="context_length",
+                        metadata={"prompt_tokens_needed": estimate})
+    return estimate
 
 
 class UnknownBenchmark(LookupError):

@@ -82,12 +82,12 @@ from agentlab.bench.tasks import (
     CaseSelection,
     RunContext,
     Task,
+    check_window,
     collect_run,
     register,
 )
 from agentlab.events import Event, Message, user_event
-from agentlab.model import tokens
-from agentlab.model.base import GenerationConfig, ModelRequest
+from agentlab.model.base import ContextLengthError, GenerationConfig, ModelRequest
 
 APP_NAME = "locomo"
 AGENT_NAME = "locomo-agent"
@@ -97,9 +97,6 @@ ADVERSARIAL_REFERENCE = "Not mentioned in the conversation."
 FALLBACK_ANSWER = ADVERSARIAL_REFERENCE
 #: Evidence recall@k cut-offs of ``--retrieval-only`` (the published preload top-k is 30).
 DEFAULT_RECALL_KS = (5, 10, 30)
-#: A long-context prompt estimated above window x this is failed without being sent (the cl100k
-#: estimate and the model's own tokenizer differ by a few percent).
-PRECHECK_SLACK = 1.10
 
 # --------------------------------------------------------------------------------- prompts
 
@@ -468,15 +465,14 @@ class LoCoMoTask(Task):
     async def _long_context(self, case: Case, item: LoCoMoItem, ctx: RunContext) -> CaseResult:
         captions = bool(ctx.settings["dataset"]["include_image_captions"])
         messages = long_context_messages(item.conversation, case.question, captions)
-        window = int(getattr(ctx.model.info, "context_window", 0) or 0)
-        estimate = tokens.count_messages(messages)
-        if window and estimate > window * PRECHECK_SLACK:
-            # Recorded as a context_length failure without sending ~19k tokens to a small window.
-            raise CaseError(f"the long-context prompt needs about {estimate} tokens (cl100k estimate) but "
-                            f"{ctx.model.info.name} has a {window}-token window; not sent", code="context_length")
+        # Recorded as a context_length failure without sending ~19k tokens to a small window.
+        estimate = check_window(messages, ctx)
         request = ModelRequest(messages, config=self._generation(ctx.settings), purpose="answer")
-        # A prompt the estimate let through but the model rejects fails with code context_length too.
-        response = await ctx.model.generate(request)
+        try:
+            response = await ctx.model.generate(request)
+        except ContextLengthError as exc:  # the estimate let it through, the model's tokenizer did not
+            raise CaseError(f"the model refused the long-context prompt ({exc})", code="context_length",
+                            metadata={"prompt_tokens_needed": estimate}) from exc
         return CaseResult(prediction=response.message.content.strip(),
                           metadata={"prompt_version": LONG_CONTEXT_PROMPT_VERSION, "image_captions": captions})
 

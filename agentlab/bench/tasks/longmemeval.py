@@ -59,6 +59,7 @@ from agentlab.bench.tasks import (
     CaseSelection,
     RunContext,
     Task,
+    check_window,
     collect_run,
     register,
 )
@@ -71,9 +72,6 @@ AGENT_NAME = "assistant"
 #: The published "summary at 40" trigger: moot for the answer (the summary is force-built), but it
 #: keeps the runner from summarising again after the one answer.
 EVENTS_OVER = 40
-#: A long-context prompt estimated above window x this is failed without being sent (the cl100k
-#: estimate and the model's own tokenizer differ by a few percent).
-PRECHECK_SLACK = 1.10
 EVIDENCE_RECALL_VERSION = "lme-evidence-recall-v1/has_answer"
 
 # --------------------------------------------------------------------------------- prompts
@@ -287,15 +285,7 @@ class LongMemEvalTask(Task):
 
     def _fail_fast_if_too_long(self, case: Case, settings: Settings, ctx: RunContext) -> None:
         """A context-length failure without sending ~100k tokens to a model that cannot take them."""
-        from agentlab.model import tokens
-
-        window = int(getattr(ctx.model.info, "context_window", 0) or 0)
-        if window <= 0:
-            return
-        estimate = tokens.count_messages(self.dry_run_prompts(case, "long_context", settings)[0])
-        if estimate > window * PRECHECK_SLACK:
-            raise CaseError(f"the long-context prompt needs about {estimate} tokens (cl100k estimate) but "
-                            f"{ctx.model.info.name} has a {window}-token window; not sent", code="context_length")
+        check_window(self.dry_run_prompts(case, "long_context", settings)[0], ctx)
 
     async def _force_summary(self, runner: Any, service: Any, session: Any, max_steps: int) -> dict[str, Any]:
         """Summarise the whole seeded history, in rolling steps when the summary model's window is small."""

@@ -48,11 +48,11 @@ from agentlab.bench.tasks import (
     CaseSelection,
     RunContext,
     Task,
+    check_window,
     collect_run,
     register,
 )
 from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message
-from agentlab.model import tokens
 from agentlab.model.base import CallRecord, GenerationConfig, ModelError, ModelInfo, observe_calls
 from agentlab.recall import RecallPolicy
 from agentlab.recall.search import session_search
@@ -110,10 +110,6 @@ EVIDENCE_RECALL_VERSION = "qmsum-evidence-recall-v1/span"
 #: Window of the published model (gpt-4o-mini, 128k): dry runs plan the summariser's input with
 #: it, so the whole transcript goes into one summary call as in the published run.
 PUBLISHED_CONTEXT_WINDOW = 128_000
-#: Long-context prompts are failed before sending only when our estimate exceeds the model's
-#: window by this factor: the estimate uses cl100k, the model its own tokenizer, so near the edge
-#: the real call decides (and a refusal comes back as the same ``context_length`` failure).
-PRECHECK_SLACK = 1.10
 
 
 # ------------------------------------------------------------------------------------ seeding
@@ -477,13 +473,7 @@ class QMSumTask(Task):
 
     def _fail_fast_if_too_long(self, item: QMSumCase, settings: Settings, ctx: RunContext) -> None:
         """A context-length failure without sending ~19k tokens to a model that cannot take them."""
-        window = int(getattr(ctx.model.info, "context_window", 0) or 0)
-        if window <= 0:
-            return
-        estimate = tokens.count_messages(self.answer_messages(item, "long_context", settings))
-        if estimate > window * PRECHECK_SLACK:
-            raise CaseError(f"the long-context prompt needs about {estimate} tokens (cl100k estimate) but "
-                            f"{ctx.model.info.name} has a {window}-token window; not sent", code="context_length")
+        check_window(self.answer_messages(item, "long_context", settings), ctx)
 
     # ------------------------------------------------------------------------------- scores
 
