@@ -69,7 +69,25 @@ and WRONG if it states a different fact, only touches the topic, or does not ans
 Reply with a JSON object only:
 {{"label": "CORRECT" or "WRONG", "confidence": a number from 0.0 to 1.0, "reason": "one short sentence"}}"""
 
-CONSISTENCY_JUDGE_VERSION = "mtbench-consistency-v1"
+#: Reply schemas of the JSON judges. Backends that enforce schemas (the embedded llama.cpp model)
+#: compile them into grammars, so a small judge's reply parses and ends; others get plain JSON mode.
+CORRECT_CONFIDENCE_SCHEMA = GenerationConfig.schema_text({
+    "type": "object",
+    "properties": {"correct": {"type": "boolean"}, "confidence": {"type": "number"},
+                   "reason": {"type": "string", "maxLength": 160}},
+    "required": ["correct", "confidence", "reason"], "additionalProperties": False,
+})
+LABEL_SCHEMA = GenerationConfig.schema_text({
+    "type": "object",
+    "properties": {"label": {"enum": ["CORRECT", "WRONG"]}, "confidence": {"type": "number"},
+                   "reason": {"type": "string", "maxLength": 160}},
+    "required": ["label", "confidence", "reason"], "additionalProperties": False,
+})
+
+CONSISTENCY_JUDGE_VERSION = "mtbench-consistency-v2"
+#: The reference rubric's six levels (v1 asked for a free-text "Score:" line; v2 for JSON, so the
+#: reply is structured and a schema-enforcing backend can hold even a small judge to it).
+CONSISTENCY_LEVELS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)
 CONSISTENCY_JUDGE_PROMPT = """You compare two responses to the same turn of a conversation.
 
 User turn: {query}
@@ -88,8 +106,13 @@ completeness:
 0.4 - weakly related, most key points differ
 0.2 - barely related
 0.0 - contradictory or unrelated
-Give one or two sentences of reasoning, then end with a line of the form
-Score: <a decimal between 0.0 and 1.0>"""
+Reply with a single JSON object and nothing else, reasoning first:
+{{"reason": "one or two sentences", "score": 1.0, 0.8, 0.6, 0.4, 0.2 or 0.0}}"""
+CONSISTENCY_SCHEMA = GenerationConfig.schema_text({
+    "type": "object",
+    "properties": {"reason": {"type": "string", "maxLength": 240}, "score": {"enum": list(CONSISTENCY_LEVELS)}},
+    "required": ["reason", "score"], "additionalProperties": False,
+})
 
 PROMPT_VERSIONS: dict[str, str] = {
     "qmsum": QMSUM_JUDGE_VERSION,
@@ -192,6 +215,17 @@ def parse_label(raw: str) -> tuple[bool, float | None, str]:
 _SCORE_LINE = re.compile(r"score\s*[:：]\s*\**\s*([01](?:\.\d+)?|\.\d+)", re.IGNORECASE)
 
 
+def parse_consistency(raw: str) -> float:
+    """``{"reason", "score"}`` (v2), or else a ``Score: x`` line (v1 replies, models that ignore JSON)."""
+    try:
+        obj = _extract_json_object(raw)
+    except ValueError:
+        return parse_score_line(raw)
+    if "score" not in obj:
+        raise ValueError("missing 'score'")
+    return _as_confidence(obj["score"])
+
+
 def parse_score_line(raw: str) -> float:
     """The value of the last ``Score: x`` line; raises ``ValueError`` if absent or out of range."""
     matches = _SCORE_LINE.findall(raw)
@@ -214,11 +248,12 @@ class Judge:
         self.spec = spec or model.info.name
         self.max_tokens = max_tokens
 
-    async def _ask(self, prompt: str, *, json_mode: bool) -> str:
+    async def _ask(self, prompt: str, *, json_mode: bool, schema: str | None = None) -> str:
         request = ModelRequest(
             messages=[Message.user(prompt)],
             config=GenerationConfig(
-                temperature=0.0, max_tokens=self.max_tokens, response_format="json" if json_mode else None
+                temperature=0.0, max_tokens=self.max_tokens, response_format="json" if json_mode else None,
+                json_schema=schema if json_mode else None,
             ),
             purpose="judge",
         )
@@ -230,7 +265,8 @@ class Judge:
 
     async def _correct_confidence(self, template: str, version: str, query: str, reference: str,
                                   prediction: str) -> JudgeResult:
-        raw = await self._ask(template.format(query=query, reference=reference, prediction=prediction), json_mode=True)
+        raw = await self._ask(template.format(query=query, reference=reference, prediction=prediction), json_mode=True,
+                              schema=CORRECT_CONFIDENCE_SCHEMA)
         try:
             correct, confidence, reason = parse_correct_confidence(raw)
         except ValueError as exc:  # json.JSONDecodeError is a ValueError too
@@ -251,7 +287,7 @@ class Judge:
 
     async def locomo(self, question: str, gold: str, prediction: str) -> JudgeResult:
         prompt = LOCOMO_JUDGE_PROMPT.format(query=question, reference=gold, prediction=prediction)
-        raw = await self._ask(prompt, json_mode=True)
+        raw = await self._ask(prompt, json_mode=True, schema=LABEL_SCHEMA)
         try:
             correct, confidence, reason = parse_label(raw)
         except ValueError as exc:
@@ -263,9 +299,9 @@ class Judge:
 
     async def consistency(self, query: str, response_a: str, response_b: str) -> JudgeResult:
         prompt = CONSISTENCY_JUDGE_PROMPT.format(query=query, response_a=response_a, response_b=response_b)
-        raw = await self._ask(prompt, json_mode=False)
+        raw = await self._ask(prompt, json_mode=True, schema=CONSISTENCY_SCHEMA)
         try:
-            value = parse_score_line(raw)
+            value = parse_consistency(raw)
         except ValueError as exc:
             return self._result(CONSISTENCY_JUDGE_VERSION, score=None, raw=raw, parse_error=str(exc))
         return self._result(CONSISTENCY_JUDGE_VERSION, score=value, raw=raw)

@@ -37,11 +37,26 @@ class GenerationConfig:
     seed: int | None = None
     #: ``"json"`` asks for a JSON object (structured output); ``None`` for free text.
     response_format: str | None = None
+    #: With ``response_format="json"``: the JSON Schema (as canonical JSON text) the object must
+    #: follow. Backends that can enforce it (llama.cpp compiles it into a grammar) do; the others
+    #: fall back to a plain JSON object and rely on the prompt.
+    json_schema: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop"] = list(self.stop)
+        if d["json_schema"] is None:
+            del d["json_schema"]  # keeps the cache keys of schema-less requests as they were
         return d
+
+    @staticmethod
+    def schema_text(schema: dict[str, Any]) -> str:
+        """Compact JSON text of a schema, for :attr:`json_schema`.
+
+        Key order is kept: a grammar built from the schema emits properties in this order (a judge
+        says ``correct`` before ``confidence`` and ends with its ``reason``).
+        """
+        return json.dumps(schema, separators=(",", ":"))
 
 
 @dataclass

@@ -193,6 +193,8 @@ class EmbeddedModel(OpenAICompatModel):
     Creating one is cheap; the server starts on the first call (about a second).
     """
 
+    enforces_json_schema = True
+
     def __init__(self, server: EmbeddedServer | None = None, timeout: float = 600.0,
                  max_attempts: int = 2) -> None:
         # The base URL is filled in once the server runs; the key is ignored by llama.cpp.

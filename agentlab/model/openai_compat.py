@@ -264,6 +264,12 @@ def parse_completion(body: str, where: str = "model server") -> tuple[Message, U
 class OpenAICompatModel:
     """A chat model behind an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
 
+    #: Send a request's JSON Schema as ``response_format={"type": "json_schema", ...}``. Off by
+    #: default (servers differ in which schema keywords they accept); the embedded llama.cpp
+    #: server turns it on: it compiles the schema into a grammar, so even a 135M model's reply
+    #: parses and, with length limits in the schema, ends.
+    enforces_json_schema: bool = False
+
     def __init__(
         self,
         model: str,
@@ -342,7 +348,10 @@ class OpenAICompatModel:
             params["stop"] = list(config.stop)
         if config.seed is not None:
             params["seed"] = config.seed
-        if config.response_format == "json":
+        if config.response_format == "json" and config.json_schema and self.enforces_json_schema:
+            params["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": "output", "schema": json.loads(config.json_schema)}}
+        elif config.response_format == "json":
             params["response_format"] = {"type": "json_object"}
         elif config.response_format is not None:
             raise ValueError(f"unknown response_format {config.response_format!r} (use 'json' or None)")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentlab.bench import judge as j
@@ -63,16 +65,19 @@ async def test_locomo_label_judge() -> None:
     assert (await judge.locomo("q", "a", "a")).score == 1.0  # no confidence: the binary label
 
 
-async def test_consistency_judge_parses_score_line() -> None:
-    model = ScriptedModel(["Both say the same.\nScore: 0.8", "Mostly. score: **0.6**", "Looks fine to me.",
-                           "Score: 1.7"])
+async def test_consistency_judge_parses_json_or_a_score_line() -> None:
+    model = ScriptedModel(['{"reason": "Both say the same.", "score": 0.8}', "Mostly. score: **0.6**",
+                           "Looks fine to me.", '{"reason": "x"}', "Score: 1.7"])
     judge = j.Judge(model)
     first = await judge.consistency("turn", "A text", "B text")
-    assert first.score == 0.8 and model.requests[0].config.response_format is None
+    assert first.score == 0.8 and first.prompt_version == "mtbench-consistency-v2"
+    assert model.requests[0].config.json_schema == j.CONSISTENCY_SCHEMA
     assert "A text" in model.requests[0].messages[0].content
     assert (await judge.consistency("t", "a", "b")).score == 0.6
     missing = await judge.consistency("t", "a", "b")
     assert missing.score is None and "Score:" in (missing.parse_error or "")
+    no_score = await judge.consistency("t", "a", "b")
+    assert no_score.score is None and "missing 'score'" in (no_score.parse_error or "")
     out_of_range = await judge.consistency("t", "a", "b")
     assert out_of_range.score is None
 
@@ -81,3 +86,18 @@ async def test_judge_model_errors_propagate() -> None:
     judge = j.Judge(ScriptedModel([ContextLengthError("too long")]))
     with pytest.raises(ContextLengthError):
         await judge.qmsum("q", "r", "p")
+
+
+async def test_json_judges_send_their_reply_schema() -> None:
+    model = ScriptedModel(['{"correct": true, "confidence": 0.9, "reason": "ok"}',
+                           '{"label": "CORRECT", "confidence": 1.0, "reason": "ok"}'])
+    judge = j.Judge(model)
+    await judge.qmsum("q", "r", "p")
+    await judge.locomo("q", "gold", "p")
+    qmsum_config, locomo_config = (r.config for r in model.requests)
+    assert qmsum_config.response_format == "json" and qmsum_config.json_schema == j.CORRECT_CONFIDENCE_SCHEMA
+    assert locomo_config.json_schema == j.LABEL_SCHEMA
+    schema = json.loads(j.CORRECT_CONFIDENCE_SCHEMA)
+    assert list(schema["properties"]) == ["correct", "confidence", "reason"] and schema["required"] == list(
+        schema["properties"])
+    assert json.loads(j.LABEL_SCHEMA)["properties"]["label"]["enum"] == ["CORRECT", "WRONG"]

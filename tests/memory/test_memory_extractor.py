@@ -14,7 +14,7 @@ from agentlab.memory import (
     MemoryExtractor,
     MemoryPolicy,
 )
-from agentlab.memory.extractor import ExtractionParseError, parse_operations
+from agentlab.memory.extractor import OPERATIONS_SCHEMA, ExtractionParseError, parse_operations
 from agentlab.model.base import ServerError
 from agentlab.model.scripted import ScriptedModel
 from agentlab.session.inmemory import InMemorySessionService
@@ -72,6 +72,7 @@ async def test_pass_reads_only_user_and_assistant_text_and_then_only_the_delta()
     for hidden in ("TOOLRESULT", "TOOLARGS", "PARTIALCHUNK"):
         assert hidden not in sent
     assert model.requests[0].purpose == "memory" and model.requests[0].config.response_format == "json"
+    assert model.requests[0].config.json_schema == OPERATIONS_SCHEMA
     stored = await svc.get_session("app", "u1", "s1")
     assert stored.state[LAST_EXTRACTED_AT_KEY] == 1004.0
     assert [m.text for m in await memories.list("app", "u1")] == ["The user lives in Porto"]
@@ -214,3 +215,16 @@ async def test_long_delta_is_chunked_and_the_cursor_moves_per_chunk():
     retried = await extractor.extract(session, InMemoryMemoryService(), svc)
     assert retried.status == "extracted" and retried.messages_read == 2
     assert "Message number 1" not in conversation_part(model.requests[2])
+
+
+def test_operations_schema_bounds_the_reply_and_parses_like_any_reply() -> None:
+    schema = json.loads(OPERATIONS_SCHEMA)
+    item = schema["properties"]["operations"]["items"]
+    assert schema["properties"]["operations"]["maxItems"] == 4 and item["properties"]["text"]["maxLength"] == 200
+    assert item["properties"]["op"]["enum"] == ["add", "update", "delete"]
+    # A reply in the enforced shape (as the embedded model writes it) goes through the usual parser.
+    reply = ('{"operations":[{"op":"add","text":"Caroline went to an LGBTQ support group on 2023-05-07",'
+             '"kind":"episode","topics":["support"],"event_time":"2023-05-07"},{"op":"delete","id":"m1"}]}')
+    operations, problems = parse_operations(Message.assistant(reply))
+    assert [o.op for o in operations] == ["add", "delete"] and not problems
+    assert operations[0].event_time == "2023-05-07" and operations[1].memory_id == "m1"

@@ -249,3 +249,28 @@ def test_every_backend_satisfies_the_model_protocol() -> None:
     for model in (scripted, CachedModel(scripted, CallCache(None)), EmbeddedModel(),
                   OpenAICompatModel("m", base_url="http://127.0.0.1:9/v1")):
         assert isinstance(model, Model)
+
+
+def test_json_schema_is_sent_only_to_backends_that_enforce_it() -> None:
+    schema = {"type": "object", "properties": {"correct": {"type": "boolean"}, "reason": {"type": "string"}},
+              "required": ["correct", "reason"]}
+    config = GenerationConfig(response_format="json", json_schema=GenerationConfig.schema_text(schema))
+    request = ModelRequest([Message.user("hi")], config=config)
+    plain = OpenAICompatModel("m", base_url="http://127.0.0.1:9/v1")
+    assert plain._params(request)["response_format"] == {"type": "json_object"}
+    enforcing = OpenAICompatModel("m", base_url="http://127.0.0.1:9/v1")
+    enforcing.enforces_json_schema = True
+    sent = enforcing._params(request)["response_format"]
+    assert sent == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    assert list(sent["json_schema"]["schema"]["properties"]) == ["correct", "reason"]  # order kept
+    # Without a schema, JSON mode stays a plain JSON object everywhere.
+    bare = ModelRequest([Message.user("hi")], config=GenerationConfig(response_format="json"))
+    assert enforcing._params(bare)["response_format"] == {"type": "json_object"}
+
+
+def test_a_schema_changes_the_cache_key_and_its_absence_does_not() -> None:
+    bare = ModelRequest([Message.user("hi")], config=GenerationConfig(response_format="json"))
+    assert "json_schema" not in bare.cache_payload("m")["config"]  # keys made before the field existed hold
+    with_schema = ModelRequest([Message.user("hi")],
+                               config=GenerationConfig(response_format="json", json_schema='{"type":"object"}'))
+    assert bare.cache_key("m") != with_schema.cache_key("m")
