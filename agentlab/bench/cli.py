@@ -135,13 +135,13 @@ def _banner(text: str, out: TextIO) -> None:
 
 
 def _load(task: Task, overrides: Sequence[str], smoke: bool = False, out: TextIO | None = None) -> Any:
-    """Task defaults < settings file < (smoke caps, embedded model only) < ``--set``."""
+    """Task defaults < settings file < (smoke settings, embedded model only) < ``--set``."""
     settings = load_settings(task.name, task.default_settings())
     if smoke and settings.smoke:
         settings, changed = apply_smoke(settings)
         if changed and out is not None:
             caps = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
-            _banner(f"smoke caps for the embedded model (benchmarks/{task.name}.toml [smoke]; "
+            _banner(f"smoke settings for the embedded model (benchmarks/{task.name}.toml [smoke]; "
                     f"--published-settings keeps the published values): {caps}", out)
     return apply_overrides(settings, overrides)
 

@@ -7,11 +7,12 @@ parsed as int / float / bool / str (or a comma-separated list) and checked again
 A ``[published]`` section, if present, holds the published numbers to compare with; it is kept
 apart from the settings (not settable, not part of the run identity).
 
-A ``[smoke]`` section holds ``"section.field" = value`` caps that the CLI applies only when the
-answer model is the embedded SmolLM2-135M (a smoke test): that model does not stop on its own, so
+A ``[smoke]`` section holds ``"section.field" = value`` settings that the CLI applies only when the
+answer model is the embedded SmolLM2-135M (a smoke test). That model does not stop on its own, so
 at the published output caps (2,000 answer tokens for MT-Bench-101, open-ended summaries) most of a
-run's time goes into generated text that loops. The caps change the run's settings, so they are
-part of its id and stored with it; ``--set`` still wins, and ``--published-settings`` skips them.
+run's time goes into looping text; and it cannot call tools, so a mode that answers through a tool
+gets the tool's results injected instead. The values change the run's settings, so they are part
+of its id and stored with it; ``--set`` still wins, and ``--published-settings`` skips them.
 
 Mode roles: every benchmark names its baseline mode (full context), its lossy mode (summary) and
 its recovered mode (summary + recall). The derived report tables read these roles from a table
@@ -243,7 +244,7 @@ def apply_overrides(settings: Settings, assignments: Iterable[str]) -> Settings:
         if section == PUBLISHED_SECTION:
             raise SettingsError(f"--set {key}: [published] holds reference numbers and cannot be set")
         if section == SMOKE_SECTION:
-            raise SettingsError(f"--set {key}: [smoke] caps are set in the settings file; use --set on the "
+            raise SettingsError(f"--set {key}: [smoke] settings live in the settings file; use --set on the "
                                 f"setting itself (e.g. answer.max_tokens=64)")
         if section not in data:
             raise SettingsError(f"--set {key}: unknown section [{section}]; known sections: {', '.join(sorted(data))}")

@@ -171,7 +171,7 @@ def test_qmsum_toml_holds_the_published_settings() -> None:
     assert "published" not in settings.sections()
 
 
-# ------------------------------------------------------------------------------ smoke caps
+# ------------------------------------------------------------------------------ smoke settings
 
 
 def test_smoke_caps_come_from_the_settings_file_and_set_wins() -> None:
@@ -215,7 +215,7 @@ def test_bad_smoke_keys_are_errors(tmp_path: Path) -> None:
     (tmp_path / "x.toml").write_text('[smoke]\n"answer.max_tokens" = "many"\n')
     with pytest.raises(SettingsError, match="does not match the type"):
         load_settings("x", defaults, directory=tmp_path)
-    with pytest.raises(SettingsError, match=r"\[smoke\] caps are set in the settings file"):
+    with pytest.raises(SettingsError, match=r"\[smoke\] settings live in the settings file"):
         apply_overrides(Settings(defaults), ["smoke.answer=1"])
 
 
@@ -232,9 +232,9 @@ def test_cli_applies_smoke_caps_only_to_embedded_model_runs(tmp_path: Path, monk
     code, out, _ = run_cli("demo", "--limit", "1", "--db", str(db), "--no-progress")
     assert code == 0 and "answer.max_tokens 32 -> 8" in out
     code, out, _ = run_cli("demo", "--limit", "1", "--db", str(db), "--no-progress", "--published-settings")
-    assert code == 0 and "smoke caps" not in out
+    assert code == 0 and "smoke settings" not in out
     code, out, _ = run_cli("demo", "--model", "openai:fake", "--limit", "1", "--db", str(db), "--no-progress")
-    assert code == 0 and "smoke caps" not in out
+    assert code == 0 and "smoke settings" not in out
     assert sorted(stored_caps()) == [8, 32, 32]
 
 
