@@ -362,7 +362,8 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
             ["mode", "baseline_mode", "metric", "n_cases", "n_scored", "n_failed_baseline", "n_failed_mode",
              "baseline_mean", "mode_mean", "delta", "relative_loss"])
     section("recovery ((recovered - lossy) / (baseline - lossy))", recovery,
-            ["metric", "n_cases", "baseline_mean", "lossy_mean", "recovered_mean", "recovery", "wins", "losses", "ties"])
+            ["metric", "n_cases", "n_failed_baseline", "baseline_mean", "lossy_mean", "recovered_mean", "recovery",
+             "wins", "losses", "ties"])
     for name, df in own.items():
         out.write(f"\n== {name} ({args.benchmark}'s own report table) ==\n")
         out.write(df.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n" if len(df) else "(no rows)\n")

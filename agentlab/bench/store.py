@@ -492,7 +492,7 @@ WITH {_CURRENT_RUNS}, {_CASE_METRIC},
 triples AS (
     SELECT b.benchmark, b.model, b.metric, mr.baseline AS baseline_mode, mr.lossy AS lossy_mode,
         mr.recovered AS recovered_mode, b.case_id,
-        (b.smoke_test OR l.smoke_test OR r.smoke_test) AS smoke_test,
+        (b.smoke_test OR l.smoke_test OR r.smoke_test) AS smoke_test, b.status AS baseline_status,
         b.value AS baseline_value, l.value AS lossy_value, r.value AS recovered_value
     FROM mode_roles mr
     JOIN case_metric b ON b.benchmark = mr.benchmark AND b.mode = mr.baseline
@@ -508,8 +508,12 @@ scored AS (
 )
 SELECT benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode,
     count(*) AS n_cases, bool_or(smoke_test) AS smoke_test,
+    count(*) FILTER (WHERE baseline_status = 'failed') AS n_failed_baseline,
     avg(baseline_value) AS baseline_mean, avg(lossy_value) AS lossy_mean, avg(recovered_value) AS recovered_mean,
-    (avg(recovered_value) - avg(lossy_value)) / NULLIF(avg(baseline_value) - avg(lossy_value), 0) AS recovery,
+    -- Undefined (NULL) when no baseline case produced an answer: there is no loss to recover.
+    CASE WHEN count(*) FILTER (WHERE baseline_status = 'failed') < count(*) THEN
+        (avg(recovered_value) - avg(lossy_value)) / NULLIF(avg(baseline_value) - avg(lossy_value), 0)
+    END AS recovery,
     count(*) FILTER (WHERE recovered_value - lossy_value > {TIE_EPSILON}) AS wins,
     count(*) FILTER (WHERE lossy_value - recovered_value > {TIE_EPSILON}) AS losses,
     count(*) FILTER (WHERE abs(recovered_value - lossy_value) <= {TIE_EPSILON}) AS ties
