@@ -71,15 +71,17 @@ Reply with a JSON object only:
 
 #: Reply schemas of the JSON judges. Backends that enforce schemas (the embedded llama.cpp model)
 #: compile them into grammars, so a small judge's reply parses and ends; others get plain JSON mode.
+#: Grammars cannot bound a free number, so an enforced confidence is one of 0.0, 0.1, ..., 1.0.
+CONFIDENCE_LEVELS = tuple(round(i / 10, 1) for i in range(11))
 CORRECT_CONFIDENCE_SCHEMA = GenerationConfig.schema_text({
     "type": "object",
-    "properties": {"correct": {"type": "boolean"}, "confidence": {"type": "number"},
+    "properties": {"correct": {"type": "boolean"}, "confidence": {"enum": list(CONFIDENCE_LEVELS)},
                    "reason": {"type": "string", "maxLength": 160}},
     "required": ["correct", "confidence", "reason"], "additionalProperties": False,
 })
 LABEL_SCHEMA = GenerationConfig.schema_text({
     "type": "object",
-    "properties": {"label": {"enum": ["CORRECT", "WRONG"]}, "confidence": {"type": "number"},
+    "properties": {"label": {"enum": ["CORRECT", "WRONG"]}, "confidence": {"enum": list(CONFIDENCE_LEVELS)},
                    "reason": {"type": "string", "maxLength": 160}},
     "required": ["label", "confidence", "reason"], "additionalProperties": False,
 })

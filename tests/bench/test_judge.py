@@ -101,3 +101,5 @@ async def test_json_judges_send_their_reply_schema() -> None:
     assert list(schema["properties"]) == ["correct", "confidence", "reason"] and schema["required"] == list(
         schema["properties"])
     assert json.loads(j.LABEL_SCHEMA)["properties"]["label"]["enum"] == ["CORRECT", "WRONG"]
+    # An enforced confidence cannot leave 0..1 (a grammar cannot bound a free number).
+    assert schema["properties"]["confidence"]["enum"] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]

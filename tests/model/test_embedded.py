@@ -43,12 +43,14 @@ async def test_embedded_model_follows_a_json_schema() -> None:
     model = EmbeddedModel()
     judged = await model.generate(ModelRequest(
         [Message.user("Reference: Paris. Answer: Paris is the capital. Is the answer correct? Reply in JSON.")],
-        config=GenerationConfig(max_tokens=128, response_format="json", json_schema=CORRECT_CONFIDENCE_SCHEMA)))
+        config=GenerationConfig(temperature=0.0, max_tokens=128, response_format="json",
+                                json_schema=CORRECT_CONFIDENCE_SCHEMA)))
     correct, confidence, _ = parse_correct_confidence(judged.message.content)
     assert isinstance(correct, bool) and 0.0 <= confidence <= 1.0
     extracted = await model.generate(ModelRequest(
         [Message.user("Remember: my sister Ana moved to Lisbon in May 2023. Reply with memory operations in JSON.")],
-        config=GenerationConfig(max_tokens=512, response_format="json", json_schema=OPERATIONS_SCHEMA)))
+        config=GenerationConfig(temperature=0.0, max_tokens=512, response_format="json",
+                                json_schema=OPERATIONS_SCHEMA)))
     operations, _ = parse_operations(extracted.message)
     assert extracted.usage.completion_tokens < 512, extracted.message.content  # it ended by itself
     assert all(op.op in {"add", "update", "delete"} for op in operations)
