@@ -67,7 +67,7 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--published-settings", action="store_true",
-                   help="with the embedded model, keep the published output caps (skip the [smoke] caps)")
+                   help="with the embedded model, keep the published settings (skip the [smoke] settings)")
     return p
 
 
@@ -140,9 +140,9 @@ def _load(task: Task, overrides: Sequence[str], smoke: bool = False, out: TextIO
     if smoke and settings.smoke:
         settings, changed = apply_smoke(settings)
         if changed and out is not None:
-            caps = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
             _banner(f"smoke settings for the embedded model (benchmarks/{task.name}.toml [smoke]; "
-                    f"--published-settings keeps the published values): {caps}", out)
+                    f"--published-settings keeps the published values): {shown}", out)
     return apply_overrides(settings, overrides)
 
 
@@ -208,8 +208,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     task = get_task(args.benchmark)
     model_spec = args.model or default_spec()
     calls_model = not (args.dry_run or args.retrieval_only)
-    smoke_caps = calls_model and _is_embedded(model_spec) and not args.published_settings
-    settings = _load(task, args.overrides, smoke=smoke_caps, out=out if not args.json else sys.stderr)
+    smoke_settings = calls_model and _is_embedded(model_spec) and not args.published_settings
+    settings = _load(task, args.overrides, smoke=smoke_settings, out=out if not args.json else sys.stderr)
     mode = args.mode or task.default_mode
     if mode not in task.modes:
         raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")

@@ -83,7 +83,7 @@ class Settings:
                  smoke: Mapping[str, Any] | None = None) -> None:
         self._sections: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (sections or {}).items()}
         self.published: dict[str, Any] = dict(published or {})
-        #: ``{"section.field": value}`` caps for smoke runs on the embedded model (not yet applied).
+        #: ``{"section.field": value}`` settings for smoke runs on the embedded model (not yet applied).
         self.smoke: dict[str, Any] = dict(smoke or {})
         #: Where the values came from (for messages).
         self.source = source
@@ -173,7 +173,7 @@ def _check_smoke(smoke: Mapping[str, Any], sections: Mapping[str, Mapping[str, A
 
 
 def apply_smoke(settings: Settings) -> tuple[Settings, dict[str, tuple[Any, Any]]]:
-    """The settings with the ``[smoke]`` caps applied, and ``{key: (published, smoke)}`` that changed."""
+    """The settings with the ``[smoke]`` values applied, and ``{key: (published, smoke)}`` that changed."""
     data = settings.to_dict()
     _check_smoke(settings.smoke, data, settings.source)
     changed: dict[str, tuple[Any, Any]] = {}

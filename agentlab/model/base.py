@@ -37,7 +37,7 @@ class GenerationConfig:
     seed: int | None = None
     #: ``"json"`` asks for a JSON object (structured output); ``None`` for free text.
     response_format: str | None = None
-    #: With ``response_format="json"``: the JSON Schema (as canonical JSON text) the object must
+    #: With ``response_format="json"``: the JSON Schema (as compact JSON text) the object must
     #: follow. Backends that can enforce it (llama.cpp compiles it into a grammar) do; the others
     #: fall back to a plain JSON object and rely on the prompt.
     json_schema: str | None = None

@@ -202,4 +202,3 @@ def write_longmemeval_fixture(path: str | os.PathLike[str], n_questions: int = 6
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(records, indent=1), encoding="utf-8")
     return target
-
