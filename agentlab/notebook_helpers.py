@@ -330,9 +330,6 @@ def qmsum_subset_manifest(meeting_ids: Sequence[str], target: str | os.PathLike[
     return _write_manifest(manifest, target, f"data/manifest.toml with QMSum limited to {', '.join(meeting_ids)}")
 
 
-_EVIDENCE_SESSION = re.compile(r"D(\d+)\s*:")
-
-
 def locomo_trimmed(sample_id: str, max_sessions: int, target_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
     """A trimmed LoCoMo file for smoke runs: one conversation, its first ``max_sessions`` sessions,
     and only the questions whose evidence lies entirely in them.
@@ -345,6 +342,7 @@ def locomo_trimmed(sample_id: str, max_sessions: int, target_dir: str | os.PathL
     import hashlib
 
     from agentlab.bench.datasets.base import read_json, resolve_file
+    from agentlab.bench.tasks.locomo import evidence_dia_ids
 
     source = resolve_file("locomo", "locomo10.json")
     raw = read_json(source.local_path, "LoCoMo")
@@ -358,14 +356,14 @@ def locomo_trimmed(sample_id: str, max_sessions: int, target_dir: str | os.PathL
             conversation[key] = value
 
     def inside(qa: Mapping[str, Any]) -> bool:
-        sessions = [int(n) for e in qa.get("evidence") or () for n in _EVIDENCE_SESSION.findall(str(e))]
+        sessions = [int(d[1:].split(":")[0]) for d in evidence_dia_ids(qa.get("evidence") or ())]
         return bool(sessions) and max(sessions) <= max_sessions
 
     trimmed = [{"sample_id": sample_id, "conversation": conversation, "qa": [q for q in chosen["qa"] if inside(q)]}]
     data_file = Path(target_dir) / "locomo" / "locomo10.json"
     data_file.parent.mkdir(parents=True, exist_ok=True)
-    data_file.write_text(json.dumps(trimmed, ensure_ascii=False), encoding="utf-8")
-    body = data_file.read_bytes()
+    body = json.dumps(trimmed, ensure_ascii=False).encode("utf-8")
+    data_file.write_bytes(body)
     manifest = _load_manifest()
     entry = {**manifest["locomo"]["files"][0], "sha256": hashlib.sha256(body).hexdigest(), "size": len(body),
              "url": f"file://{data_file}"}

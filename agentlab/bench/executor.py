@@ -160,7 +160,7 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
                     record.status = "failed"
                     record.error = f"{type(exc).__name__}: {exc}"
                     record.error_code = _error_code(exc)
-                    record.metadata = {**case.metadata, **getattr(exc, "metadata", {})}
+                    record.metadata.update(getattr(exc, "metadata", {}))
                     record.scores = []
             record.latency_ms = (time.perf_counter() - started) * 1000
             record.calls = calls

@@ -182,15 +182,15 @@ def _as_bool(value: Any, name: str) -> bool:
     raise ValueError(f"{name!r} should be true or false, got {value!r}")
 
 
-def _as_confidence(value: Any) -> float:
+def _as_confidence(value: Any, field: str = "confidence") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         try:
             value = float(str(value).strip())
         except ValueError:
-            raise ValueError(f"'confidence' should be a number, got {value!r}") from None
+            raise ValueError(f"'{field}' should be a number, got {value!r}") from None
     number = float(value)
     if not 0.0 <= number <= 1.0:
-        raise ValueError(f"'confidence' {number} is outside 0..1")
+        raise ValueError(f"'{field}' {number} is outside 0..1")
     return number
 
 
@@ -225,7 +225,7 @@ def parse_consistency(raw: str) -> float:
         return parse_score_line(raw)
     if "score" not in obj:
         raise ValueError("missing 'score'")
-    return _as_confidence(obj["score"])
+    return _as_confidence(obj["score"], "score")
 
 
 def parse_score_line(raw: str) -> float:

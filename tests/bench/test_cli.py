@@ -13,6 +13,7 @@ from agentlab.bench.config import (
     Settings,
     SettingsError,
     apply_overrides,
+    apply_smoke,
     load_settings,
     parse_value,
 )
@@ -174,7 +175,7 @@ def test_qmsum_toml_holds_the_published_settings() -> None:
 # ------------------------------------------------------------------------------ smoke settings
 
 
-def test_smoke_caps_come_from_the_settings_file_and_set_wins() -> None:
+def test_smoke_settings_come_from_the_settings_file_and_set_wins() -> None:
     from agentlab.bench.tasks import get_task
 
     task = get_task("qmsum")
@@ -190,7 +191,7 @@ def test_smoke_caps_come_from_the_settings_file_and_set_wins() -> None:
     assert smoke.identity() != published.identity()
 
 
-def test_every_benchmark_has_valid_smoke_caps() -> None:
+def test_every_benchmark_has_valid_smoke_settings() -> None:
     from agentlab.bench.config import apply_smoke
     from agentlab.bench.tasks import get_task
 
@@ -206,25 +207,22 @@ def test_every_benchmark_has_valid_smoke_caps() -> None:
 
 def test_bad_smoke_keys_are_errors(tmp_path: Path) -> None:
     defaults = {"answer": {"max_tokens": 384}}
-    (tmp_path / "x.toml").write_text('[smoke]\n"answer.nope" = 1\n')
-    with pytest.raises(SettingsError, match=r"\[smoke\] answer.nope: no such setting"):
-        load_settings("x", defaults, directory=tmp_path)
-    (tmp_path / "x.toml").write_text('[smoke]\nanswer = 1\n')
-    with pytest.raises(SettingsError, match="must be"):
-        load_settings("x", defaults, directory=tmp_path)
-    (tmp_path / "x.toml").write_text('[smoke]\n"answer.max_tokens" = "many"\n')
-    with pytest.raises(SettingsError, match="does not match the type"):
-        load_settings("x", defaults, directory=tmp_path)
+    for body, message in (('"answer.nope" = 1', r"\[smoke\] answer.nope: no such setting"),
+                          ("answer = 1", "must be"),
+                          ('"answer.max_tokens" = "many"', "does not match the type")):
+        (tmp_path / "x.toml").write_text(f"[smoke]\n{body}\n")
+        with pytest.raises(SettingsError, match=message):
+            apply_smoke(load_settings("x", defaults, directory=tmp_path))
     with pytest.raises(SettingsError, match=r"\[smoke\] settings live in the settings file"):
         apply_overrides(Settings(defaults), ["smoke.answer=1"])
 
 
-def test_cli_applies_smoke_caps_only_to_embedded_model_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_applies_smoke_settings_only_to_embedded_model_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "demo.toml").write_text('[smoke]\n"answer.max_tokens" = 8\n')
     monkeypatch.setattr(cli, "load_settings", lambda name, defaults: load_settings(name, defaults, directory=tmp_path))
     db = tmp_path / "r.duckdb"
 
-    def stored_caps() -> list[int]:
+    def stored_answer_caps() -> list[int]:
         with ResultStore(db) as store:
             rows = store.query("SELECT config FROM runs ORDER BY started")
         return [json.loads(r[0])["settings"]["answer"]["max_tokens"] for r in rows]
@@ -235,7 +233,7 @@ def test_cli_applies_smoke_caps_only_to_embedded_model_runs(tmp_path: Path, monk
     assert code == 0 and "smoke settings" not in out
     code, out, _ = run_cli("demo", "--model", "openai:fake", "--limit", "1", "--db", str(db), "--no-progress")
     assert code == 0 and "smoke settings" not in out
-    assert sorted(stored_caps()) == [8, 32, 32]
+    assert sorted(stored_answer_caps()) == [8, 32, 32]
 
 
 def test_fixture_command_writes_a_loadable_longmemeval_file(tmp_path: Path) -> None:

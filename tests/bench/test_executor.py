@@ -243,3 +243,24 @@ async def test_a_case_error_stores_its_metadata_with_the_failed_case(tmp_path: P
             "SELECT status, error_code, metadata FROM cases WHERE run_id = ? AND case_id = 'd02'", [summary.run_id])
     assert (status, code) == ("failed", "context_length")
     assert json.loads(metadata)["prompt_tokens_needed"] == 12345
+
+
+def test_a_refused_prompt_keeps_its_need_however_the_refusal_arrives() -> None:
+    from agentlab.bench.tasks import CaseError, context_length_need
+    from agentlab.model.base import ContextLengthError
+
+    with pytest.raises(CaseError) as refused:
+        with context_length_need(9000):
+            raise ContextLengthError("8192 < 9100")
+    assert refused.value.code == "context_length" and refused.value.metadata == {"prompt_tokens_needed": 9000}
+    with pytest.raises(CaseError) as ended:  # a run that ended in the model's refusal (collect_run)
+        with context_length_need(9000):
+            raise CaseError("run ended in an error", code="context_length")
+    assert ended.value.metadata == {"prompt_tokens_needed": 9000}
+    with pytest.raises(CaseError) as other:
+        with context_length_need(9000):
+            raise CaseError("bad tool", code="tool_error")
+    assert other.value.metadata == {}
+    with pytest.raises(ContextLengthError):  # no estimate (not a long-context mode): untouched
+        with context_length_need(None):
+            raise ContextLengthError("x")

@@ -55,11 +55,12 @@ summariser's input), and the harness counts their tokens with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -155,6 +156,31 @@ def check_window(messages: Any, ctx: RunContext, what: str = "long-context promp
                         f"has a {window}-token window; not sent", code="context_length",
                         metadata={"prompt_tokens_needed": estimate})
     return estimate
+
+
+@contextlib.contextmanager
+def context_length_need(estimate: int | None) -> Iterator[None]:
+    """Inside, a context-length failure carries ``prompt_tokens_needed`` = ``estimate``.
+
+    For a prompt that passed :func:`check_window` but was still refused (the model's tokenizer
+    counts more than cl100k): whether the refusal arrives as the model's
+    :class:`~agentlab.model.base.ContextLengthError` or as the ``context_length``
+    :class:`CaseError` of a run that ended in it, the case keeps the need that anchors
+    ``token_savings``. ``None``: nothing to record.
+    """
+    from agentlab.model.base import ContextLengthError
+
+    try:
+        yield
+    except ContextLengthError as exc:
+        if estimate is None:
+            raise
+        raise CaseError(f"the model refused the prompt ({exc})", code="context_length",
+                        metadata={"prompt_tokens_needed": estimate}) from exc
+    except CaseError as exc:
+        if estimate is not None and exc.code == "context_length":
+            exc.metadata.setdefault("prompt_tokens_needed", estimate)
+        raise
 
 
 class UnknownBenchmark(LookupError):

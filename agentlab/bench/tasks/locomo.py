@@ -84,10 +84,11 @@ from agentlab.bench.tasks import (
     Task,
     check_window,
     collect_run,
+    context_length_need,
     register,
 )
 from agentlab.events import Event, Message, user_event
-from agentlab.model.base import ContextLengthError, GenerationConfig, ModelRequest
+from agentlab.model.base import GenerationConfig, ModelRequest
 
 APP_NAME = "locomo"
 AGENT_NAME = "locomo-agent"
@@ -468,11 +469,8 @@ class LoCoMoTask(Task):
         # Recorded as a context_length failure without sending ~19k tokens to a small window.
         estimate = check_window(messages, ctx)
         request = ModelRequest(messages, config=self._generation(ctx.settings), purpose="answer")
-        try:
+        with context_length_need(estimate):  # the estimate let it through, the model's tokenizer may not
             response = await ctx.model.generate(request)
-        except ContextLengthError as exc:  # the estimate let it through, the model's tokenizer did not
-            raise CaseError(f"the model refused the long-context prompt ({exc})", code="context_length",
-                            metadata={"prompt_tokens_needed": estimate}) from exc
         return CaseResult(prediction=response.message.content.strip(),
                           metadata={"prompt_version": LONG_CONTEXT_PROMPT_VERSION, "image_captions": captions})
 

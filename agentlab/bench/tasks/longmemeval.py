@@ -61,6 +61,7 @@ from agentlab.bench.tasks import (
     Task,
     check_window,
     collect_run,
+    context_length_need,
     register,
 )
 from agentlab.events import Event, Message, user_event
@@ -265,8 +266,7 @@ class LongMemEvalTask(Task):
         runner = Runner(APP_NAME, agent, service)
         session_id = f"{case.id}-{mode}"
         metadata: dict[str, Any] = {"prompt_version": INSTRUCTION_VERSION}
-        if mode == "long_context":
-            self._fail_fast_if_too_long(case, settings, ctx)
+        need = self._fail_fast_if_too_long(case, settings, ctx) if mode == "long_context" else None
         try:
             session = await seed_session(service, question, session_id)
             if recall_policy is not None:
@@ -275,7 +275,8 @@ class LongMemEvalTask(Task):
                 metadata.update(await evidence_recall(service, session, question, recall_policy, ks))
             if summary_policy is not None:
                 metadata.update(await self._force_summary(runner, service, session, int(settings["summary"]["max_steps"])))
-            outcome = await collect_run(runner.run(USER_ID, session_id, case.question))
+            with context_length_need(need):
+                outcome = await collect_run(runner.run(USER_ID, session_id, case.question))
         finally:
             await runner.close()
         metadata["tool_calls"] = outcome.tool_calls
@@ -283,9 +284,9 @@ class LongMemEvalTask(Task):
             metadata["recall_prompt_version"] = RECALL_ADDON_VERSION
         return CaseResult(prediction=outcome.answer, compactions=outcome.compactions, metadata=metadata)
 
-    def _fail_fast_if_too_long(self, case: Case, settings: Settings, ctx: RunContext) -> None:
+    def _fail_fast_if_too_long(self, case: Case, settings: Settings, ctx: RunContext) -> int:
         """A context-length failure without sending ~100k tokens to a model that cannot take them."""
-        check_window(self.dry_run_prompts(case, "long_context", settings)[0], ctx)
+        return check_window(self.dry_run_prompts(case, "long_context", settings)[0], ctx)
 
     async def _force_summary(self, runner: Any, service: Any, session: Any, max_steps: int) -> dict[str, Any]:
         """Summarise the whole seeded history, in rolling steps when the summary model's window is small."""

@@ -50,6 +50,7 @@ from agentlab.bench.tasks import (
     Task,
     check_window,
     collect_run,
+    context_length_need,
     register,
 )
 from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message
@@ -429,8 +430,9 @@ class QMSumTask(Task):
         session = await seed_session(service, item.meeting, session_id)
         metadata["seed_ms"] = round((time.perf_counter() - started) * 1000, 3)
 
+        need: int | None = None  # prompt tokens of a long context (recorded if it is refused)
         if mode == "long_context":
-            self._fail_fast_if_too_long(item, settings, ctx)
+            need = self._fail_fast_if_too_long(item, settings, ctx)
             agent = LLMAgent(AGENT_NAME, ctx.model, instruction=self.instruction(mode, settings),
                              generation=self.generation(settings))
         else:
@@ -456,7 +458,7 @@ class QMSumTask(Task):
         tally = _CallTally()
         started = time.perf_counter()
         try:
-            with observe_calls(tally):
+            with observe_calls(tally), context_length_need(need):
                 outcome = await collect_run(runner.run(USER_ID, session_id, item.query, options=RunOptions()))
         finally:
             await runner.close()
@@ -471,9 +473,9 @@ class QMSumTask(Task):
         )
         return CaseResult(prediction=outcome.answer, metadata=metadata, compactions=outcome.compactions)
 
-    def _fail_fast_if_too_long(self, item: QMSumCase, settings: Settings, ctx: RunContext) -> None:
+    def _fail_fast_if_too_long(self, item: QMSumCase, settings: Settings, ctx: RunContext) -> int:
         """A context-length failure without sending ~19k tokens to a model that cannot take them."""
-        check_window(self.answer_messages(item, "long_context", settings), ctx)
+        return check_window(self.answer_messages(item, "long_context", settings), ctx)
 
     # ------------------------------------------------------------------------------- scores
 
