@@ -14,6 +14,14 @@ run's time goes into looping text; and it cannot call tools, so a mode that answ
 gets the tool's results injected instead. The values change the run's settings, so they are part
 of its id and stored with it; ``--set`` still wins, and ``--published-settings`` skips them.
 
+Variants: a run's *variant* names how its settings differ from the benchmark's file — the settings
+the plain command would use with the same model, i.e. the file plus, on the embedded model, its
+``[smoke]`` settings (so a smoke run is not a variant of its own; ``--published-settings`` on the
+embedded model is: its name lists the published values). :func:`variant_settings` lists the
+differing ``section.field`` values and :func:`variant_name` turns them into a name such as
+``summary.max_output_tokens=512``; no difference is the variant ``default``. ``--variant NAME``
+names a run explicitly (and makes the name part of its id).
+
 Mode roles: every benchmark names its baseline mode (full context), its lossy mode (summary) and
 its recovered mode (summary + recall). The derived report tables read these roles from a table
 (:data:`MODE_ROLES`, written into DuckDB by ``report``) instead of hard-coding mode names in SQL.
@@ -40,6 +48,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS_DIR = REPO_ROOT / "benchmarks"
 PUBLISHED_SECTION = "published"
 SMOKE_SECTION = "smoke"
+#: The variant of a run whose settings are the benchmark file's (plus [smoke] on the embedded model).
+DEFAULT_VARIANT = "default"
 #: Settings sections that tune how a run executes, not what it computes: left out of the run id.
 EXECUTION_SECTIONS = frozenset({"run"})
 
@@ -255,6 +265,38 @@ def apply_overrides(settings: Settings, assignments: Iterable[str]) -> Settings:
             raise SettingsError(f"--set {key}: [{section}] has no field {field!r}; known fields: {known}")
         data[section][field] = _coerce(raw, data[section][field], key)
     return Settings(data, settings.published, settings.source, settings.smoke)
+
+
+# --------------------------------------------------------------------------------- variants
+
+
+def variant_settings(settings: Settings, reference: Settings) -> dict[str, Any]:
+    """``{"section.field": value}`` of every result-changing setting that differs from ``reference``."""
+    ours, base = settings.identity(), reference.identity()
+    diff: dict[str, Any] = {}
+    for section in sorted(ours):
+        for field, value in sorted(ours[section].items()):
+            if base.get(section, {}).get(field, _MISSING) != value:
+                diff[f"{section}.{field}"] = value
+    return diff
+
+
+_MISSING = object()
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(_format_value(v) for v in value)
+    return str(value)
+
+
+def variant_name(settings: Mapping[str, Any]) -> str:
+    """``a.b=1;c.d=x`` (sorted keys; ``;`` because a list value holds commas), or ``default``."""
+    if not settings:
+        return DEFAULT_VARIANT
+    return ";".join(f"{key}={_format_value(settings[key])}" for key in sorted(settings))
 
 
 # --------------------------------------------------------------------------------- identity

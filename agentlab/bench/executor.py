@@ -1,8 +1,9 @@
 """Runs a task's cases: bounded concurrency, call capture, one-transaction writes, resume, Ctrl-C.
 
 * **Identity and resume.** A run is identified by :func:`run_config`'s hash (benchmark, mode, model
-  spec, judge spec, settings, dataset sha256, task version; not ``--limit``, ``--concurrency`` or
-  the ``[run]`` settings section).
+  spec, judge spec, settings, dataset sha256, task version, an explicit ``--variant`` name; not
+  ``--limit``, ``--concurrency`` or the ``[run]`` settings section). So ``--limit 3`` and ``--limit 0``
+  of the same command are ONE run: the larger limit extends it, the smaller reuses its first cases.
   Rerunning the same command skips cases already stored with status ``ok``; cases stored as
   ``failed`` are attempted again (and replace their old rows), so a transient error heals on rerun.
 * **Per case.** ``run_case`` and ``score`` run inside :func:`agentlab.model.base.observe_calls`, so
@@ -21,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from agentlab.bench.config import Settings, config_hash
+from agentlab.bench.config import Settings, config_hash, variant_name
 from agentlab.bench.judge import Judge
 from agentlab.bench.metrics import Score, version_of
 from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
@@ -51,6 +52,14 @@ class RunRequest:
     smoke_test: bool = False
     progress: bool = True
     code_version: str = ""
+    #: ``--variant NAME``; None = derived from ``variant_settings`` (see :mod:`agentlab.bench.config`).
+    variant: str | None = None
+    #: The ``section.field`` settings that differ from the benchmark's file (``variant_settings()``).
+    variant_settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def variant_label(self) -> str:
+        return self.variant or variant_name(self.variant_settings)
 
 
 @dataclass
@@ -81,7 +90,7 @@ class RunSummary:
 
 def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str, Any]:
     """The config a run id is the hash of (stored in ``runs.config``)."""
-    return {
+    config = {
         "benchmark": request.benchmark,
         "mode": request.mode,
         "model": request.model_spec,
@@ -90,6 +99,11 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str
         "dataset_sha256": dataset_sha256,
         "task_version": task.version,
     }
+    # A derived variant name is a function of the settings, already hashed; only an explicit
+    # --variant NAME adds to the identity (so runs made before variants existed keep their ids).
+    if request.variant:
+        config["variant"] = request.variant
+    return config
 
 
 def select(selection: CaseSelection, limit: int | None) -> list[Case]:
@@ -131,6 +145,7 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
         run_id=run_id, benchmark=request.benchmark, mode=request.mode, config=config, model=request.model_spec,
         judge_model=request.judge_spec, dataset_sha256=selection.dataset_sha256, code_version=request.code_version,
         task_version=task.version, smoke_test=request.smoke_test, cases_selected=len(cases),
+        variant=request.variant_label, variant_settings=dict(request.variant_settings),
     ))
     done = store.completed_case_ids(run_id)
     todo = [(i, c) for i, c in enumerate(cases) if c.id not in done]

@@ -14,15 +14,25 @@ Raw tables (written by the executor):
 A case and everything about it is written in ONE transaction; a retried case replaces its old
 rows in that same transaction, so a case is never half-written or duplicated.
 
-Derived tables (rebuilt by :meth:`ResultStore.rebuild_derived`, i.e. by ``report``), computed over
-the *current* run of each (benchmark, model, mode) — the most recently started one:
+Derived tables (rebuilt by :meth:`ResultStore.rebuild_derived`, i.e. by ``report``). Every run is its
+own row — a run is a (benchmark, mode, model, judge, **variant**) on one dataset and task version,
+and nothing is dropped because a newer run exists. ``report_runs`` pairs each run with the run it is
+compared with (:func:`pair_runs`: the baseline-mode run of the same model, judge, data and task
+version whose variant settings are the largest subset of the run's own, e.g. the ``default``
+long-context run for every ``summary.*`` variant); comparisons are paired on the cases both runs
+hold, so a partial run is compared on its own cases and the row counts them (``n_cases``,
+``n_pairs``). Each savings, loss and recovery row carries a paired bootstrap 95 % interval and a
+Wilcoxon p-value (``ci_low``, ``ci_high``, ``p_value``, ``n_pairs``, ``stats_method``,
+``stats_seed``, ``stats_note``; see :mod:`agentlab.bench.stats`).
 
 * ``mode_roles``      the per-benchmark baseline / lossy / recovered mode names (from config).
+* ``report_runs``     run id, variant, role, baseline (and lossy) run id and variant, pairing rule.
 * ``token_savings``   per case (``level = 'case'``) and per mode (``level = 'aggregate'``): prompt
                       tokens of the ``answer`` calls vs the baseline mode, as the mean of per-case
                       savings AND the ratio of totals; total (prompt + completion) savings; and the
                       same with summary-generation tokens added to both sides (the honest cost).
-                      Only cases that are ``ok`` in both runs are compared.
+                      Only cases that are ``ok`` in both runs are compared. The interval and test
+                      of an aggregate row are those of ``prompt_savings`` (mean of per-case savings).
 * ``quality_loss``    per metric, each mode vs its benchmark's baseline mode on the cases both runs
                       attempted. A failed case scores 0 (it stays in the denominator); a score that
                       could not be computed (NULL, e.g. a judge parse failure) is left out and counted.
@@ -42,11 +52,13 @@ from typing import Any
 
 import duckdb
 
-from agentlab.bench.config import MODE_ROLES, ModeRoles
+from agentlab.bench.config import DEFAULT_VARIANT, MODE_ROLES, ModeRoles
 from agentlab.bench.metrics import Score
 from agentlab.model.base import CallRecord
 
 DEFAULT_DB = Path("results") / "agentlab.duckdb"
+#: The variant of a run stored before variants existed (rerunning its command labels it).
+LEGACY_VARIANT = "legacy"
 #: Two per-case values closer than this count as a tie in the recovery table.
 TIE_EPSILON = 1e-9
 
@@ -65,8 +77,13 @@ CREATE TABLE IF NOT EXISTS runs (
     smoke_test BOOLEAN,
     cases_selected INTEGER,
     started TIMESTAMP,
-    finished TIMESTAMP
+    finished TIMESTAMP,
+    variant VARCHAR,           -- --variant NAME, or the settings that differ from the benchmark's file
+    variant_settings JSON      -- {"section.field": value} of those settings
 );
+-- Files written before variants existed: the columns are added, and report fills them in.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS variant VARCHAR;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS variant_settings JSON;
 CREATE TABLE IF NOT EXISTS cases (
     run_id VARCHAR NOT NULL,
     case_id VARCHAR NOT NULL,
@@ -116,7 +133,7 @@ CREATE TABLE IF NOT EXISTS compactions (
 """
 
 RAW_TABLES = ("runs", "cases", "calls", "scores", "compactions")
-DERIVED_TABLES = ("mode_roles", "token_savings", "quality_loss", "recovery")
+DERIVED_TABLES = ("mode_roles", "report_runs", "token_savings", "quality_loss", "recovery")
 
 
 @dataclass(frozen=True)
@@ -132,6 +149,10 @@ class RunInfo:
     task_version: str
     smoke_test: bool = False
     cases_selected: int | None = None
+    #: ``--variant NAME`` or the name derived from ``variant_settings`` (``default`` when none differ).
+    variant: str = DEFAULT_VARIANT
+    #: ``{"section.field": value}`` of the settings that differ from the benchmark's file.
+    variant_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -208,15 +229,19 @@ class ResultStore:
             if exists:
                 self.conn.execute(
                     "UPDATE runs SET status = 'running', started = ?, finished = NULL, code_version = ?, "
-                    "smoke_test = ?, cases_selected = GREATEST(COALESCE(cases_selected, 0), ?) WHERE run_id = ?",
-                    [_ts(time.time()), run.code_version, run.smoke_test, run.cases_selected or 0, run.run_id],
+                    "smoke_test = ?, cases_selected = GREATEST(COALESCE(cases_selected, 0), ?), "
+                    "variant = ?, variant_settings = ? WHERE run_id = ?",
+                    [_ts(time.time()), run.code_version, run.smoke_test, run.cases_selected or 0, run.variant,
+                     _json(dict(run.variant_settings)), run.run_id],
                 )
             else:
                 self.conn.execute(
-                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, NULL)",
+                    "INSERT INTO runs (run_id, benchmark, mode, config, model, judge_model, dataset_sha256, "
+                    "code_version, task_version, status, smoke_test, cases_selected, started, finished, variant, "
+                    "variant_settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, NULL, ?, ?)",
                     [run.run_id, run.benchmark, run.mode, _json(dict(run.config)), run.model, run.judge_model,
                      run.dataset_sha256, run.code_version, run.task_version, run.smoke_test,
-                     run.cases_selected, _ts(time.time())],
+                     run.cases_selected, _ts(time.time()), run.variant, _json(dict(run.variant_settings))],
                 )
 
     def finish_run(self, run_id: str, status: str) -> None:
@@ -310,7 +335,12 @@ class ResultStore:
     # --------------------------------------------------------------------------- derived
 
     def rebuild_derived(self, roles: Mapping[str, ModeRoles] | None = None) -> None:
-        """Recreate ``mode_roles``, ``token_savings``, ``quality_loss`` and ``recovery``."""
+        """Recreate ``mode_roles``, ``report_runs``, ``token_savings``, ``quality_loss`` and ``recovery``.
+
+        ``report_runs`` pairs every run with the run it is compared with (:func:`pair_runs`); the
+        SQL of the other tables reads only that pairing, so which runs meet is decided in one place.
+        Then each savings, loss and recovery row gets its paired interval and p-value (:mod:`stats`).
+        """
         roles = dict(MODE_ROLES if roles is None else roles)
         with self._lock:
             self.conn.execute("BEGIN TRANSACTION")
@@ -322,21 +352,169 @@ class ResultStore:
                 if roles:
                     self.conn.executemany("INSERT INTO mode_roles VALUES (?, ?, ?, ?)",
                                           [[b, r.baseline, r.lossy, r.recovered] for b, r in roles.items()])
+                self._write_report_runs(roles)
                 for statement in _DERIVED_SQL:
                     self.conn.execute(statement)
+                self._attach_stats()
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
 
+    def _write_report_runs(self, roles: Mapping[str, ModeRoles]) -> None:
+        rows = self.conn.execute(
+            "SELECT r.run_id, r.benchmark, r.mode, r.model, r.judge_model, r.dataset_sha256, r.task_version, "
+            "r.status, r.started, r.variant, r.variant_settings, "
+            "(SELECT count(*) FROM cases c WHERE c.run_id = r.run_id AND c.status = 'ok') AS n_ok "
+            "FROM runs r").fetchall()
+        names = ["run_id", "benchmark", "mode", "model", "judge_model", "dataset_sha256", "task_version", "status",
+                 "started", "variant", "variant_settings", "n_ok"]
+        runs = []
+        for row in rows:
+            run = dict(zip(names, row, strict=True))
+            raw = run["variant_settings"]
+            run["variant_settings"] = json.loads(raw) if isinstance(raw, str) and raw else (raw or {})
+            runs.append(run)
+        self.conn.execute(
+            "CREATE OR REPLACE TABLE report_runs (run_id VARCHAR PRIMARY KEY, variant VARCHAR, role VARCHAR, "
+            "baseline_run_id VARCHAR, baseline_variant VARCHAR, lossy_run_id VARCHAR, lossy_variant VARCHAR, "
+            "pairing VARCHAR)")
+        pairs = pair_runs(runs, roles)
+        if pairs:
+            self.conn.executemany(
+                "INSERT INTO report_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [[p["run_id"], p["variant"], p["role"], p["baseline_run_id"], p["baseline_variant"],
+                  p["lossy_run_id"], p["lossy_variant"], p["pairing"]] for p in pairs])
 
-# The current run of each (benchmark, model, mode): the most recently started one.
+    def _attach_stats(self) -> None:
+        """Add ``ci_low``, ``ci_high``, ``p_value``, ``n_pairs``, ``stats_*`` to the three tables."""
+        from agentlab.bench import stats
+
+        savings = self.conn.execute(
+            "SELECT run_id, prompt_savings FROM token_savings WHERE level = 'case' AND prompt_savings IS NOT NULL"
+        ).df()
+        rows = [{"run_id": run_id, **stats.mean_with_ci(group["prompt_savings"].tolist()).as_columns()}
+                for run_id, group in savings.groupby("run_id", sort=True)]
+        self._join_stats("token_savings", ["run_id"], rows, "level = 'aggregate'")
+
+        pairs = self.conn.execute(_QUALITY_PAIRS_SQL).df()
+        rows = [{"run_id": run_id, "metric": metric,
+                 **stats.paired_difference(g["baseline_value"].tolist(), g["mode_value"].tolist()).as_columns()}
+                for (run_id, metric), g in pairs.groupby(["run_id", "metric"], sort=True)]
+        self._join_stats("quality_loss", ["run_id", "metric"], rows)
+
+        triples = self.conn.execute(_RECOVERY_TRIPLES_SQL).df()
+        rows = []
+        for (run_id, metric), g in triples.groupby(["run_id", "metric"], sort=True):
+            result = stats.recovery_ratio(g["baseline_value"].tolist(), g["lossy_value"].tolist(),
+                                          g["recovered_value"].tolist()).as_columns()
+            if (g["baseline_status"] == "failed").all():
+                # The table's recovery is undefined here (no baseline answered); so is its interval.
+                result.update(ci_low=None, ci_high=None,
+                              stats_note="no baseline case answered: recovery undefined, no interval")
+            rows.append({"run_id": run_id, "metric": metric, **result})
+        self._join_stats("recovery", ["run_id", "metric"], rows)
+
+    def _join_stats(self, table: str, keys: list[str], rows: list[dict[str, Any]], only: str | None = None) -> None:
+        import pandas as pd
+
+        columns = [*keys, "ci_low", "ci_high", "p_value", "n_pairs", "stats_method", "stats_seed", "stats_note"]
+        frame = pd.DataFrame(rows, columns=columns)
+        self.conn.register("_agentlab_stats", frame)
+        try:
+            on = " AND ".join(f"s.{k} = t.{k}" for k in keys)
+            when = f" AND t.{only}" if only else ""
+            self.conn.execute(
+                f"CREATE OR REPLACE TABLE {table} AS SELECT t.*, "
+                "CAST(s.ci_low AS DOUBLE) AS ci_low, CAST(s.ci_high AS DOUBLE) AS ci_high, "
+                "CAST(s.p_value AS DOUBLE) AS p_value, CAST(s.n_pairs AS BIGINT) AS n_pairs, "
+                "CAST(s.stats_method AS VARCHAR) AS stats_method, CAST(s.stats_seed AS BIGINT) AS stats_seed, "
+                "CAST(s.stats_note AS VARCHAR) AS stats_note "
+                f"FROM {table} t LEFT JOIN _agentlab_stats s ON {on}{when}")
+        finally:
+            self.conn.unregister("_agentlab_stats")
+
+
+# ------------------------------------------------------------------------------ pairing
+
+#: Role of a run's mode in its benchmark's comparisons.
+ROLE_BASELINE, ROLE_LOSSY, ROLE_RECOVERED, ROLE_OTHER = "baseline", "lossy", "recovered", "other"
+
+
+def _role(mode: str, roles: ModeRoles | None) -> str:
+    if roles is None:
+        return ROLE_OTHER
+    return {roles.baseline: ROLE_BASELINE, roles.lossy: ROLE_LOSSY, roles.recovered: ROLE_RECOVERED}.get(mode, ROLE_OTHER)
+
+
+def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The ``mode`` run ``run`` is compared with: same benchmark, model, judge, data and task version,
+    whose variant settings are a subset of ``run``'s; the most specific such run wins (its own
+    variant name first, then the most shared settings, then ``default``), and among equals the one
+    with the most ok cases, then a finished one, then the newest — so a newer partial run never
+    displaces a fuller one."""
+    if mode is None:
+        return None
+    mine = dict(run["variant_settings"] or {})
+    candidates = [
+        r for r in runs
+        if r["mode"] == mode and r["benchmark"] == run["benchmark"] and r["model"] == run["model"]
+        and r["judge_model"] == run["judge_model"] and r["dataset_sha256"] == run["dataset_sha256"]
+        and r["task_version"] == run["task_version"]
+        and all(k in mine and mine[k] == v for k, v in (r["variant_settings"] or {}).items())
+    ]
+    if not candidates:
+        return None
+
+    def rank(r: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (r["variant"] == run["variant"], len(r["variant_settings"] or {}), r["variant"] == DEFAULT_VARIANT,
+                r["n_ok"], r["status"] == "finished", r["started"] or 0, r["run_id"])
+
+    return max(candidates, key=rank)
+
+
+def pair_runs(runs: Sequence[Mapping[str, Any]], roles: Mapping[str, ModeRoles]) -> list[dict[str, Any]]:
+    """Every run, with the baseline run (and for a recovered run, the lossy run) it is compared with.
+
+    Every run is its own row — nothing is replaced because a newer run exists. Two runs of the same
+    (mode, variant, model, judge) can only differ in data or task version (``--limit`` is not part of
+    a run's id), and each is paired with the baseline on its own data and version. ``pairing`` says
+    which rule chose the partner, or why there is none.
+    """
+    runs = [{**r, "variant": r.get("variant") or LEGACY_VARIANT} for r in runs]
+    out = []
+    for run in runs:
+        mode_roles = roles.get(run["benchmark"])
+        role = _role(run["mode"], mode_roles)
+        row: dict[str, Any] = {"run_id": run["run_id"], "variant": run["variant"], "role": role,
+                               "baseline_run_id": None, "baseline_variant": None, "lossy_run_id": None,
+                               "lossy_variant": None, "pairing": None}
+        if mode_roles is None:
+            row["pairing"] = "no mode roles for this benchmark"
+        elif role != ROLE_BASELINE:
+            base = _best_partner(run, mode_roles.baseline, runs)
+            if base is None:
+                row["pairing"] = (f"no {mode_roles.baseline} run of this model and judge on the same data and task "
+                                  f"version whose settings are a subset of this variant's")
+            else:
+                row.update(baseline_run_id=base["run_id"], baseline_variant=base["variant"],
+                           pairing="same variant" if base["variant"] == run["variant"] else
+                           f"baseline variant {base['variant']!r} (the most specific one this variant extends)")
+            if role == ROLE_RECOVERED:
+                lossy = _best_partner(run, mode_roles.lossy, runs)
+                if lossy is not None:
+                    row.update(lossy_run_id=lossy["run_id"], lossy_variant=lossy["variant"])
+        out.append(row)
+    return out
+
+
+# Every run with its variant and comparison partners (``report_runs``, written by pair_runs()).
+# This is the one place that decides which runs the derived tables compare.
 _CURRENT_RUNS = """
 current_runs AS (
-    SELECT * FROM (
-        SELECT r.*, row_number() OVER (PARTITION BY benchmark, model, mode ORDER BY started DESC, run_id) AS rn
-        FROM runs r
-    ) WHERE rn = 1
+    SELECT r.* EXCLUDE (variant), p.variant, p.role, p.baseline_run_id, p.baseline_variant,
+           p.lossy_run_id, p.lossy_variant
+    FROM runs r JOIN report_runs p USING (run_id)
 )"""
 
 # Per (current run, case, metric): failed cases score 0; an ok case with a NULL score stays NULL.
@@ -370,7 +548,8 @@ metrics_of_run AS (
       AND r.run_id NOT IN (SELECT run_id FROM cases WHERE status = 'ok')
 ),
 case_metric AS (
-    SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, m.metric, c.status,
+    SELECT r.benchmark, r.model, r.mode, r.smoke_test, r.run_id, r.variant, r.baseline_run_id, r.baseline_variant,
+           r.lossy_run_id, r.lossy_variant, c.case_id, m.metric, c.status,
            CASE WHEN c.status = 'ok' THEN s.value ELSE 0.0 END AS value
     FROM current_runs r
     JOIN cases c ON c.run_id = r.run_id
@@ -382,7 +561,8 @@ _TOKEN_SAVINGS = f"""
 CREATE OR REPLACE TABLE token_savings AS
 WITH {_CURRENT_RUNS},
 case_tokens AS (
-    SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, FALSE AS estimated,
+    SELECT r.benchmark, r.model, r.mode, r.smoke_test, r.run_id, r.variant, r.baseline_run_id, r.baseline_variant,
+        c.case_id, FALSE AS estimated,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens END), 0) AS answer_prompt,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens + k.completion_tokens END), 0) AS answer_total,
         COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens END), 0) AS summary_prompt,
@@ -396,25 +576,25 @@ case_tokens AS (
 -- the prompt tokens it needed (counted with the toolkit's tokenizer): the savings of the other
 -- modes are measured against that need, and the rows say how many such pairs they hold.
 baseline_needed AS (
-    SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, TRUE AS estimated,
+    SELECT r.benchmark, r.model, r.mode, r.smoke_test, r.run_id, r.variant, r.baseline_run_id, r.baseline_variant,
+        c.case_id, TRUE AS estimated,
         TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) AS answer_prompt,
         NULL::BIGINT AS answer_total, 0 AS summary_prompt, NULL::BIGINT AS summary_total
     FROM current_runs r
-    JOIN mode_roles mr ON mr.benchmark = r.benchmark AND r.mode = mr.baseline
     JOIN cases c ON c.run_id = r.run_id AND c.status = 'failed' AND c.error_code = 'context_length'
-    WHERE TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) > 0
+    WHERE r.role = 'baseline' AND TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) > 0
 ),
 pairs AS (
-    SELECT x.benchmark, x.model, x.mode, mr.baseline AS baseline_mode, x.case_id,
+    SELECT x.benchmark, x.model, x.mode, x.variant, x.run_id, b.mode AS baseline_mode, x.baseline_variant,
+        x.baseline_run_id, x.case_id,
         (b.smoke_test OR x.smoke_test) AS smoke_test, b.estimated AS baseline_estimated,
         b.answer_prompt AS baseline_prompt_tokens, x.answer_prompt AS mode_prompt_tokens,
         b.answer_total AS baseline_total_tokens, x.answer_total AS mode_total_tokens,
         b.summary_prompt AS baseline_summary_prompt_tokens, x.summary_prompt AS mode_summary_prompt_tokens,
         b.summary_total AS baseline_summary_total_tokens, x.summary_total AS mode_summary_total_tokens
     FROM case_tokens x
-    JOIN mode_roles mr ON mr.benchmark = x.benchmark AND x.mode <> mr.baseline
     JOIN (SELECT * FROM case_tokens UNION ALL BY NAME SELECT * FROM baseline_needed) b
-      ON b.benchmark = x.benchmark AND b.model = x.model AND b.mode = mr.baseline AND b.case_id = x.case_id
+      ON b.run_id = x.baseline_run_id AND b.case_id = x.case_id
 ),
 per_case AS (
     SELECT *,
@@ -426,7 +606,8 @@ per_case AS (
             / NULLIF(baseline_total_tokens + baseline_summary_total_tokens, 0) AS total_savings_with_summary
     FROM pairs
 )
-SELECT benchmark, model, mode, baseline_mode, 'case' AS level, case_id, 1 AS n_cases, smoke_test,
+SELECT benchmark, model, mode, variant, run_id, baseline_mode, baseline_variant, baseline_run_id,
+    'case' AS level, case_id, 1 AS n_cases, smoke_test,
     CASE WHEN baseline_estimated THEN 1 ELSE 0 END AS n_baseline_estimated,
     baseline_prompt_tokens::DOUBLE AS baseline_prompt_tokens, mode_prompt_tokens::DOUBLE AS mode_prompt_tokens,
     baseline_total_tokens::DOUBLE AS baseline_total_tokens, mode_total_tokens::DOUBLE AS mode_total_tokens,
@@ -439,7 +620,8 @@ SELECT benchmark, model, mode, baseline_mode, 'case' AS level, case_id, 1 AS n_c
     CASE WHEN total_savings < 0 THEN 1.0 WHEN total_savings IS NULL THEN NULL ELSE 0.0 END AS negative_rate
 FROM per_case
 UNION ALL
-SELECT benchmark, model, mode, baseline_mode, 'aggregate' AS level, NULL AS case_id, count(*) AS n_cases,
+SELECT benchmark, model, mode, variant, run_id, baseline_mode, baseline_variant, baseline_run_id,
+    'aggregate' AS level, NULL AS case_id, count(*) AS n_cases,
     bool_or(smoke_test) AS smoke_test, count(*) FILTER (WHERE baseline_estimated) AS n_baseline_estimated,
     avg(baseline_prompt_tokens), avg(mode_prompt_tokens),
     -- Totals need both sides' completions: pairs with an estimated baseline are left out of them.
@@ -461,13 +643,19 @@ SELECT benchmark, model, mode, baseline_mode, 'aggregate' AS level, NULL AS case
         / NULLIF(sum(baseline_total_tokens + baseline_summary_total_tokens) FILTER (WHERE NOT baseline_estimated), 0),
     avg(CASE WHEN total_savings < 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE total_savings IS NOT NULL)
 FROM per_case
-GROUP BY benchmark, model, mode, baseline_mode
+GROUP BY benchmark, model, mode, variant, run_id, baseline_mode, baseline_variant, baseline_run_id
 """
+
+# Each (mode, variant) run's cases against its baseline run's, per metric: the cases both attempted.
+_QUALITY_JOIN = """
+FROM case_metric x
+JOIN case_metric b ON b.run_id = x.baseline_run_id AND b.case_id = x.case_id AND b.metric = x.metric"""
 
 _QUALITY_LOSS = f"""
 CREATE OR REPLACE TABLE quality_loss AS
 WITH {_CURRENT_RUNS}, {_CASE_METRIC}
-SELECT x.benchmark, x.model, x.mode, mr.baseline AS baseline_mode, x.metric,
+SELECT x.benchmark, x.model, x.mode, x.variant, x.run_id, b.mode AS baseline_mode, x.baseline_variant,
+    x.baseline_run_id, x.metric,
     count(*) AS n_cases,
     count(*) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL) AS n_scored,
     count(*) FILTER (WHERE b.status = 'failed') AS n_failed_baseline,
@@ -479,34 +667,47 @@ SELECT x.benchmark, x.model, x.mode, mr.baseline AS baseline_mode, x.metric,
     (avg(b.value) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL)
       - avg(x.value) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL))
       / NULLIF(avg(b.value) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL), 0) AS relative_loss
-FROM case_metric x
-JOIN mode_roles mr ON mr.benchmark = x.benchmark AND x.mode <> mr.baseline
-JOIN case_metric b ON b.benchmark = x.benchmark AND b.model = x.model AND b.mode = mr.baseline
-                  AND b.case_id = x.case_id AND b.metric = x.metric
-GROUP BY x.benchmark, x.model, x.mode, mr.baseline, x.metric
+{_QUALITY_JOIN}
+GROUP BY x.benchmark, x.model, x.mode, x.variant, x.run_id, b.mode, x.baseline_variant, x.baseline_run_id, x.metric
 """
 
-_RECOVERY = f"""
-CREATE OR REPLACE TABLE recovery AS
-WITH {_CURRENT_RUNS}, {_CASE_METRIC},
+#: The scored (baseline, mode) pairs behind each quality_loss row: what its interval resamples.
+_QUALITY_PAIRS_SQL = f"""
+WITH {_CURRENT_RUNS}, {_CASE_METRIC}
+SELECT x.run_id, x.metric, x.case_id, b.value AS baseline_value, x.value AS mode_value
+{_QUALITY_JOIN}
+WHERE b.value IS NOT NULL AND x.value IS NOT NULL
+ORDER BY x.run_id, x.metric, x.case_id
+"""
+
+# Each recovered (mode, variant) run with its lossy and baseline partners, per case and metric.
+_RECOVERY_SCORED = """
 triples AS (
-    SELECT b.benchmark, b.model, b.metric, mr.baseline AS baseline_mode, mr.lossy AS lossy_mode,
-        mr.recovered AS recovered_mode, b.case_id,
+    SELECT r.benchmark, r.model, r.metric, b.mode AS baseline_mode, l.mode AS lossy_mode,
+        r.mode AS recovered_mode, r.variant, r.run_id, r.lossy_variant, r.lossy_run_id, r.baseline_variant,
+        r.baseline_run_id, r.case_id,
         (b.smoke_test OR l.smoke_test OR r.smoke_test) AS smoke_test, b.status AS baseline_status,
         b.value AS baseline_value, l.value AS lossy_value, r.value AS recovered_value
-    FROM mode_roles mr
-    JOIN case_metric b ON b.benchmark = mr.benchmark AND b.mode = mr.baseline
-    JOIN case_metric l ON l.benchmark = b.benchmark AND l.model = b.model AND l.mode = mr.lossy
-                      AND l.case_id = b.case_id AND l.metric = b.metric
-    JOIN case_metric r ON r.benchmark = b.benchmark AND r.model = b.model AND r.mode = mr.recovered
-                      AND r.case_id = b.case_id AND r.metric = b.metric
-    WHERE mr.lossy IS NOT NULL AND mr.recovered IS NOT NULL
+    FROM case_metric r
+    JOIN case_metric l ON l.run_id = r.lossy_run_id AND l.case_id = r.case_id AND l.metric = r.metric
+    JOIN case_metric b ON b.run_id = r.baseline_run_id AND b.case_id = r.case_id AND b.metric = r.metric
 ),
 scored AS (
     SELECT * FROM triples
     WHERE baseline_value IS NOT NULL AND lossy_value IS NOT NULL AND recovered_value IS NOT NULL
-)
-SELECT benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode,
+)"""
+
+_RECOVERY_TRIPLES_SQL = f"""
+WITH {_CURRENT_RUNS}, {_CASE_METRIC}, {_RECOVERY_SCORED}
+SELECT run_id, metric, case_id, baseline_status, baseline_value, lossy_value, recovered_value
+FROM scored ORDER BY run_id, metric, case_id
+"""
+
+_RECOVERY = f"""
+CREATE OR REPLACE TABLE recovery AS
+WITH {_CURRENT_RUNS}, {_CASE_METRIC}, {_RECOVERY_SCORED}
+SELECT benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode, variant, run_id, lossy_variant,
+    lossy_run_id, baseline_variant, baseline_run_id,
     count(*) AS n_cases, bool_or(smoke_test) AS smoke_test,
     count(*) FILTER (WHERE baseline_status = 'failed') AS n_failed_baseline,
     avg(baseline_value) AS baseline_mean, avg(lossy_value) AS lossy_mean, avg(recovered_value) AS recovered_mean,
@@ -518,21 +719,23 @@ SELECT benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode,
     count(*) FILTER (WHERE lossy_value - recovered_value > {TIE_EPSILON}) AS losses,
     count(*) FILTER (WHERE abs(recovered_value - lossy_value) <= {TIE_EPSILON}) AS ties
 FROM scored
-GROUP BY benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode
+GROUP BY benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode, variant, run_id, lossy_variant,
+    lossy_run_id, baseline_variant, baseline_run_id
 """
 
 _DERIVED_SQL = (_TOKEN_SAVINGS, _QUALITY_LOSS, _RECOVERY)
 
-#: Mean of each metric per current run (failed cases count 0; NULL scores left out and counted).
+#: Mean of each metric per run (failed cases count 0; NULL scores left out and counted).
+#: Needs ``report_runs`` (written by :meth:`ResultStore.rebuild_derived`).
 MODE_MEANS_SQL = f"""
 WITH {_CURRENT_RUNS}, {_CASE_METRIC}
-SELECT benchmark, model, mode, metric, avg(value) AS mean, count(*) AS n_cases,
+SELECT benchmark, model, mode, variant, run_id, metric, avg(value) AS mean, count(*) AS n_cases,
     count(*) FILTER (WHERE status = 'failed') AS n_failed,
     count(*) FILTER (WHERE value IS NULL) AS n_unscored, bool_or(smoke_test) AS smoke_test
 FROM case_metric
 WHERE benchmark = ?
-GROUP BY benchmark, model, mode, metric
-ORDER BY model, mode, metric
+GROUP BY benchmark, model, mode, variant, run_id, metric
+ORDER BY model, mode, variant, metric
 """
 
 
