@@ -64,8 +64,24 @@ def rebuild(db: str | Path | None = None, *, store: ResultStore | None = None,
 
 def runs_df(benchmark: str | None = None, mode: str | None = None, *, db: str | Path | None = None,
             store: ResultStore | None = None) -> pd.DataFrame:
+    """Every run, with its ok / failed case counts and (after a rebuild) its role and comparison partners."""
     with _open(db, store) as s:
-        return _select(s, "runs", {"benchmark": benchmark, "mode": mode}, "started, run_id")
+        if not s.has_table("runs"):
+            return pd.DataFrame()
+        paired = s.has_table("report_runs")
+        where, params = [], []
+        for column, value in (("r.benchmark", benchmark), ("r.mode", mode)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = ("SELECT r.*"
+               + (", p.role, p.baseline_run_id, p.baseline_variant, p.lossy_run_id, p.lossy_variant, p.pairing"
+                  if paired else "")
+               + ", (SELECT count(*) FROM cases c WHERE c.run_id = r.run_id AND c.status = 'ok') AS n_ok"
+               + ", (SELECT count(*) FROM cases c WHERE c.run_id = r.run_id AND c.status = 'failed') AS n_failed"
+               + " FROM runs r" + (" LEFT JOIN report_runs p USING (run_id)" if paired else "")
+               + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY r.started, r.run_id")
+        return s.df(sql, params)
 
 
 def cases_df(benchmark: str | None = None, mode: str | None = None, *, run_id: str | None = None,
@@ -111,38 +127,134 @@ def calls_df(benchmark: str | None = None, mode: str | None = None, *, db: str |
 
 
 def mode_means_df(benchmark: str, *, db: str | Path | None = None, store: ResultStore | None = None) -> pd.DataFrame:
-    """Mean of every metric per mode (current run of each mode); failed cases count as 0."""
+    """Mean of every metric per run (each (mode, variant) its own row); failed cases count as 0."""
     with _open(db, store) as s:
+        if not s.has_table("report_runs"):
+            raise RuntimeError("the derived tables have not been built: call analysis.rebuild(db) or run "
+                               f"`python -m agentlab.bench report {benchmark}` first")
         return s.df(MODE_MEANS_SQL, [benchmark])
 
 
 def token_savings_df(benchmark: str | None = None, mode: str | None = None, *, level: str | None = None,
-                     db: str | Path | None = None, store: ResultStore | None = None,
+                     variant: str | None = None, db: str | Path | None = None, store: ResultStore | None = None,
                      rebuild: bool = False) -> pd.DataFrame:
-    """Per-case (``level='case'``) and aggregate (``level='aggregate'``) token savings."""
+    """Per-case (``level='case'``) and aggregate (``level='aggregate'``) token savings, one run per row
+    group; aggregate rows carry the interval and test of ``prompt_savings``."""
     with _open(db, store, writable=rebuild) as s:
         if rebuild:
             s.rebuild_derived()
-        return _select(s, "token_savings", {"benchmark": benchmark, "mode": mode, "level": level},
-                       "benchmark, model, mode, level, case_id")
+        return _select(s, "token_savings", {"benchmark": benchmark, "mode": mode, "level": level, "variant": variant},
+                       "benchmark, model, mode, variant, run_id, level, case_id")
 
 
 def quality_loss_df(benchmark: str | None = None, mode: str | None = None, *, metric: str | None = None,
-                    db: str | Path | None = None, store: ResultStore | None = None,
+                    variant: str | None = None, db: str | Path | None = None, store: ResultStore | None = None,
                     rebuild: bool = False) -> pd.DataFrame:
+    """Each (mode, variant) run vs its baseline run per metric: means, ``delta`` with its interval and p-value."""
     with _open(db, store, writable=rebuild) as s:
         if rebuild:
             s.rebuild_derived()
-        return _select(s, "quality_loss", {"benchmark": benchmark, "mode": mode, "metric": metric},
-                       "benchmark, model, mode, metric")
+        return _select(s, "quality_loss", {"benchmark": benchmark, "mode": mode, "metric": metric, "variant": variant},
+                       "benchmark, model, mode, variant, run_id, metric")
 
 
-def recovery_df(benchmark: str | None = None, *, metric: str | None = None, db: str | Path | None = None,
-                store: ResultStore | None = None, rebuild: bool = False) -> pd.DataFrame:
+def recovery_df(benchmark: str | None = None, *, metric: str | None = None, variant: str | None = None,
+                db: str | Path | None = None, store: ResultStore | None = None, rebuild: bool = False) -> pd.DataFrame:
+    """Recovery of each recovered-mode run vs its lossy and baseline partners, with its interval."""
     with _open(db, store, writable=rebuild) as s:
         if rebuild:
             s.rebuild_derived()
-        return _select(s, "recovery", {"benchmark": benchmark, "metric": metric}, "benchmark, model, metric")
+        return _select(s, "recovery", {"benchmark": benchmark, "metric": metric, "variant": variant},
+                       "benchmark, model, metric, variant, run_id")
+
+
+def pareto_df(benchmark: str | None = None, metric: str | None = None, *, db: str | Path | None = None,
+              store: ResultStore | None = None, rebuild: bool = False) -> pd.DataFrame:
+    """Every compared (mode, variant) run as a point (token savings, quality loss), with intervals.
+
+    ``token_savings`` is the mean of per-case prompt savings vs the baseline run (higher is
+    better); ``quality_loss`` is ``baseline_mean − mode_mean`` of ``metric`` (lower is better), so
+    its interval is the quality-loss row's ``delta`` interval negated. ``on_frontier``: no other
+    run of the same benchmark, model and metric saves at least as much while losing at most as
+    much (and is better in one). Points, not intervals, decide the frontier: read it with the bars.
+    """
+    from agentlab.bench.stats import pareto_front
+
+    with _open(db, store, writable=rebuild) as s:
+        if rebuild:
+            s.rebuild_derived()
+        savings = _select(s, "token_savings", {"benchmark": benchmark, "level": "aggregate"}, "run_id")
+        loss = _select(s, "quality_loss", {"benchmark": benchmark, "metric": metric}, "run_id, metric")
+    if savings.empty or loss.empty:
+        return pd.DataFrame(columns=PARETO_COLUMNS)
+    sv = savings[["run_id", "prompt_savings", "ci_low", "ci_high", "n_pairs"]].rename(columns={
+        "prompt_savings": "token_savings", "ci_low": "savings_ci_low", "ci_high": "savings_ci_high",
+        "n_pairs": "savings_n_pairs"})
+    ql = loss[["benchmark", "model", "mode", "variant", "run_id", "baseline_run_id", "baseline_variant", "metric",
+               "delta", "ci_low", "ci_high", "p_value", "n_pairs"]].copy()
+    ql["quality_loss"] = 0.0 - ql["delta"]  # 0.0 - x, not -x: no "-0.0" in the tables
+    ql["loss_ci_low"] = 0.0 - ql["ci_high"]
+    ql["loss_ci_high"] = 0.0 - ql["ci_low"]
+    ql = ql.rename(columns={"p_value": "loss_p_value", "n_pairs": "loss_n_pairs"}).drop(columns=["delta", "ci_low", "ci_high"])
+    points = ql.merge(sv, on="run_id", how="inner")
+    flags = pd.Series(False, index=points.index)
+    for _, group in points.groupby(["benchmark", "model", "metric"]):
+        values = [None if pd.isna(v) else float(v) for v in group["token_savings"]]
+        losses = [None if pd.isna(v) else float(v) for v in group["quality_loss"]]
+        flags.loc[group.index] = pareto_front(values, losses)
+    points["on_frontier"] = flags.astype(bool)
+    return points[PARETO_COLUMNS].sort_values(["benchmark", "model", "metric", "token_savings"]).reset_index(drop=True)
+
+
+PARETO_COLUMNS = ["benchmark", "model", "metric", "mode", "variant", "run_id", "baseline_variant", "baseline_run_id",
+                  "token_savings", "savings_ci_low", "savings_ci_high", "savings_n_pairs", "quality_loss",
+                  "loss_ci_low", "loss_ci_high", "loss_p_value", "loss_n_pairs", "on_frontier"]
+
+
+def variant_comparison_df(benchmark: str, variant_a: str, variant_b: str, *, mode: str | None = None,
+                          metric: str | None = None, db: str | Path | None = None,
+                          store: ResultStore | None = None) -> pd.DataFrame:
+    """Variant B against variant A of the same mode and model, paired on the cases both hold:
+    mean of ``B − A`` per metric with its bootstrap interval and Wilcoxon p-value.
+
+    Failed cases score 0 and NULL scores are left out, as in ``quality_loss``. One row per
+    (model, mode, metric) where both variants have a run (the run with the most ok cases when a
+    variant has several, e.g. on two data subsets — its id is in the row).
+    """
+    from agentlab.bench.stats import paired_difference
+
+    with _open(db, store) as s:
+        runs = runs_df(benchmark, mode, store=s)
+        if runs.empty:
+            return pd.DataFrame()
+        scores = s.df(
+            "SELECT c.run_id, c.case_id, m.metric, CASE WHEN c.status = 'ok' THEN sc.value ELSE 0.0 END AS value "
+            "FROM cases c JOIN (SELECT DISTINCT run_id, metric FROM scores) m ON m.run_id = c.run_id "
+            "LEFT JOIN scores sc ON sc.run_id = c.run_id AND sc.case_id = c.case_id AND sc.metric = m.metric "
+            "WHERE c.run_id IN (SELECT run_id FROM runs WHERE benchmark = ?)", [benchmark])
+    rows = []
+    for (model, run_mode), group in runs.groupby(["model", "mode"]):
+        picked = {}
+        for name in (variant_a, variant_b):
+            mine = group[group["variant"] == name]
+            if mine.empty:
+                break
+            picked[name] = mine.sort_values(["n_ok", "started"]).iloc[-1]["run_id"]
+        if len(picked) < 2:
+            continue
+        a = scores[scores["run_id"] == picked[variant_a]]
+        b = scores[scores["run_id"] == picked[variant_b]]
+        both = a.merge(b, on=["case_id", "metric"], suffixes=("_a", "_b")).dropna(subset=["value_a", "value_b"])
+        for name, pairs in both.groupby("metric"):
+            if metric is not None and name != metric:
+                continue
+            result = paired_difference(pairs["value_a"].tolist(), pairs["value_b"].tolist())
+            rows.append({"benchmark": benchmark, "model": model, "mode": run_mode, "metric": name,
+                         "variant_a": variant_a, "run_a": picked[variant_a], "variant_b": variant_b,
+                         "run_b": picked[variant_b], "mean_a": float(pairs["value_a"].mean()),
+                         "mean_b": float(pairs["value_b"].mean()), "delta": result.estimate,
+                         **result.as_columns()})
+    return pd.DataFrame(rows)
 
 
 def savings_percentiles(per_case: pd.DataFrame, column: str = "total_savings") -> pd.DataFrame:

@@ -3,7 +3,10 @@
     python -m agentlab.bench <benchmark> [--mode MODE] [--limit N] [--model SPEC] [--judge-model SPEC]
                                          [--concurrency K] [--db PATH] [--set section.field=value ...]
                                          [--dry-run] [--retrieval-only] [--json] [--no-progress]
-    python -m agentlab.bench report <benchmark> [--db PATH] [--json]
+    python -m agentlab.bench sweep <benchmark> --mode M --grid SECTION.FIELD=V1,V2 [--grid ...] [--limit N]
+                                   [--model SPEC] [--set ...] [--db PATH] [--json] [--no-baseline]
+    python -m agentlab.bench report <benchmark> [--db PATH] [--json] [--run ID] [--variant NAME]
+                                    [--between VARIANT_A VARIANT_B]
     python -m agentlab.bench list [--json]
     python -m agentlab.bench fixture longmemeval PATH [--questions N] [--sessions N] [--turns N]
 
@@ -17,8 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import math
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -26,17 +31,21 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from agentlab.bench.config import (
+    MODE_ROLES,
     SettingsError,
     apply_overrides,
     apply_smoke,
     code_version,
     load_settings,
     settings_path,
+    variant_settings,
 )
 from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.store import DEFAULT_DB, ResultStore
 from agentlab.bench.tasks import Task, UnknownBenchmark, discover, get_task
 
+#: What ``--variant NAME`` may contain (it is shown in tables and typed back into ``--variant``).
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9_.=;:+,-]+")
 #: Cases run with the embedded model when no --limit is given.
 EMBEDDED_DEFAULT_LIMIT = 5
 SMOKE_LABEL = ("SMOKE TEST: produced with the embedded SmolLM2-135M model; these numbers only show that the "
@@ -68,6 +77,9 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--published-settings", action="store_true",
                    help="with the embedded model, keep the published settings (skip the [smoke] settings)")
+    p.add_argument("--variant", metavar="NAME",
+                   help="name this run's variant (part of its id); default: the --set settings that differ "
+                        "from the benchmark's file, e.g. summary.max_output_tokens=512, or 'default'")
     return p
 
 
@@ -76,6 +88,34 @@ def _report_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("benchmark")
     p.add_argument("--db", type=Path, default=DEFAULT_DB)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--run", action="append", metavar="ID", help="only rows of this run (and its partners; repeatable)")
+    p.add_argument("--variant", action="append", metavar="NAME", help="only rows of this variant (repeatable)")
+    p.add_argument("--between", nargs=2, metavar=("A", "B"),
+                   help="also compare variant B with variant A of each mode, paired on shared cases")
+    return p
+
+
+def _sweep_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{prog} sweep",
+        description="Run one mode over the cartesian product of --grid settings, each point a resumable variant "
+                    "run named by its settings; the baseline mode runs once first (skip with --no-baseline). "
+                    "Interrupted and rerun, it finishes only what is missing.")
+    p.add_argument("benchmark")
+    p.add_argument("--mode", help="mode (arm) to sweep; default: the benchmark's default mode")
+    p.add_argument("--grid", action="append", required=True, metavar="SECTION.FIELD=V1,V2[,...]",
+                   help="a setting and its values (repeatable: the grid is the product)")
+    p.add_argument("--no-baseline", action="store_true", help="do not run the baseline mode first")
+    for flag in ("--limit", "--concurrency"):
+        p.add_argument(flag, type=int, default=None)
+    for flag in ("--model", "--judge-model"):
+        p.add_argument(flag)
+    p.add_argument("--db", type=Path, default=DEFAULT_DB)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="settings shared by every point (repeatable)")
+    p.add_argument("--published-settings", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
     return p
 
 
@@ -136,14 +176,30 @@ def _banner(text: str, out: TextIO) -> None:
 
 def _load(task: Task, overrides: Sequence[str], smoke: bool = False, out: TextIO | None = None) -> Any:
     """Task defaults < settings file < (smoke settings, embedded model only) < ``--set``."""
-    settings = load_settings(task.name, task.default_settings())
-    if smoke and settings.smoke:
-        settings, changed = apply_smoke(settings)
-        if changed and out is not None:
-            shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
-            _banner(f"smoke settings for the embedded model (benchmarks/{task.name}.toml [smoke]; "
-                    f"--published-settings keeps the published values): {shown}", out)
-    return apply_overrides(settings, overrides)
+    return _load_with_reference(task, overrides, smoke=smoke, out=out)[0]
+
+
+def _load_with_reference(task: Task, overrides: Sequence[str], *, smoke: bool = False, embedded: bool = False,
+                         out: TextIO | None = None) -> tuple[Any, Any]:
+    """The run's settings, and the reference its variant is named against.
+
+    The reference is what the plain command uses with this model: the file, plus its ``[smoke]``
+    settings on the embedded model. So an embedded smoke run is the ``default`` variant, while
+    ``--published-settings`` on the embedded model is a variant named by the published values.
+    """
+    file_settings = load_settings(task.name, task.default_settings())
+    settings = reference = file_settings
+    if (smoke or embedded) and file_settings.smoke:
+        smoked, changed = apply_smoke(file_settings)
+        if embedded:
+            reference = smoked
+        if smoke:
+            settings = smoked
+            if changed and out is not None:
+                shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+                _banner(f"smoke settings for the embedded model (benchmarks/{task.name}.toml [smoke]; "
+                        f"--published-settings keeps the published values): {shown}", out)
+    return apply_overrides(settings, overrides), reference
 
 
 # --------------------------------------------------------------------------------- commands
@@ -159,6 +215,79 @@ def cmd_fixture(args: argparse.Namespace, out: TextIO) -> int:
                                      turns_per_session=args.turns, question_types=args.types or QUESTION_TYPES)
     out.write(f"wrote {args.questions} GENERATED questions (not the LongMemEval data) to {path}\n"
               f"run on it with: python -m agentlab.bench longmemeval --set dataset.path={path}\n")
+    return 0
+
+
+def _grid_points(grid: Sequence[str], shared: Sequence[str]) -> list[list[str]]:
+    """``["a.b=1,2", "c.d=x,y"]`` → the product as ``--set`` lists; a key given twice is an error."""
+    axes: list[list[str]] = []
+    keys: list[str] = []
+    shared_keys = {a.split("=", 1)[0].strip() for a in shared}
+    for item in grid:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        values = [v.strip() for v in raw.split(",") if v.strip()]
+        if not sep or not key or not values:
+            raise CliError(f"--grid {item!r}: expected section.field=v1,v2[,...]")
+        if key in keys or key in shared_keys:
+            raise CliError(f"--grid {key}: the setting is given twice (in --grid or --set); give it once")
+        if len(set(values)) != len(values):
+            raise CliError(f"--grid {item!r}: a value is listed twice")
+        keys.append(key)
+        axes.append([f"{key}={v}" for v in values])
+    return [list(point) for point in itertools.product(*axes)]
+
+
+def _run_argv(args: argparse.Namespace, mode: str, overrides: Sequence[str]) -> list[str]:
+    argv = [args.benchmark, "--mode", mode, "--db", str(args.db), "--json"]
+    for flag, value in (("--limit", args.limit), ("--concurrency", args.concurrency), ("--model", args.model),
+                        ("--judge-model", args.judge_model)):
+        if value is not None:
+            argv += [flag, str(value)]
+    for flag, on in (("--published-settings", args.published_settings), ("--no-progress", args.no_progress)):
+        if on:
+            argv.append(flag)
+    for assignment in overrides:
+        argv += ["--set", assignment]
+    return argv
+
+
+def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
+    """Each grid point is an ordinary resumable run; the sweep itself stores nothing of its own."""
+    import io
+
+    task = get_task(args.benchmark)
+    mode = args.mode or task.default_mode
+    if mode not in task.modes:
+        raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
+    points = _grid_points(args.grid, args.overrides)
+    for point in points:  # every point's settings are checked before the first model call
+        apply_overrides(load_settings(task.name, task.default_settings()), [*args.overrides, *point])
+    roles = _mode_roles().get(task.name)
+    plan: list[tuple[str, list[str]]] = []
+    if roles is not None and mode != roles.baseline and not args.no_baseline:
+        plan.append((roles.baseline, list(args.overrides)))
+    plan += [(mode, [*args.overrides, *point]) for point in points]
+    parser = _run_parser("python -m agentlab.bench")
+    results = []
+    for step, (step_mode, overrides) in enumerate(plan, 1):
+        buffer = io.StringIO()
+        status = cmd_run(parser.parse_args(_run_argv(args, step_mode, overrides)), buffer)
+        if status != 0:
+            sys.stderr.write(f"sweep stopped at step {step} of {len(plan)} ({step_mode} "
+                             f"{' '.join(overrides) or 'default'}); rerun the same command to finish the rest\n")
+            return status
+        run = json.loads(buffer.getvalue())
+        results.append(run)
+        if not args.json:
+            out.write(f"[{step}/{len(plan)}] {task.name}/{step_mode} variant {run['variant']} run {run['run_id']}: "
+                      f"{run['already_done']} already stored, {run['ok']} ok and {run['failed']} failed now, "
+                      f"of {run['selected']} selected\n")
+    if args.json:
+        _print_json({"benchmark": task.name, "mode": mode, "grid": list(args.grid), "runs": results}, out)
+    else:
+        out.write(f"sweep done: {len(points)} variant(s) of {mode}; compare them with "
+                  f"`python -m agentlab.bench report {task.name} --db {args.db}`\n")
     return 0
 
 
@@ -209,7 +338,12 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     model_spec = args.model or default_spec()
     calls_model = not (args.dry_run or args.retrieval_only)
     smoke_settings = calls_model and _is_embedded(model_spec) and not args.published_settings
-    settings = _load(task, args.overrides, smoke=smoke_settings, out=out if not args.json else sys.stderr)
+    settings, reference = _load_with_reference(task, args.overrides, smoke=smoke_settings,
+                                               embedded=calls_model and _is_embedded(model_spec),
+                                               out=out if not args.json else sys.stderr)
+    variant_diff = variant_settings(settings, reference)
+    if args.variant is not None and not _VARIANT_NAME.fullmatch(args.variant):
+        raise CliError(f"--variant {args.variant!r}: use letters, digits and . _ - = ; : + , (no spaces)")
     mode = args.mode or task.default_mode
     if mode not in task.modes:
         raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
@@ -253,6 +387,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         benchmark=task.name, mode=mode, model_spec=model_spec, settings=settings,
         judge_spec=judge_spec if judge_enabled else None, limit=limit, concurrency=concurrency,
         smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
+        variant=args.variant, variant_settings=variant_diff,
     )
     model = get_model(model_spec)
     judge = None
@@ -283,13 +418,13 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         [summary.run_id])
     store.close()
     payload = {"benchmark": task.name, "mode": mode, "model": model_spec, "judge_model": request.judge_spec,
-               "smoke_test": smoke, "db": str(args.db), **summary.to_dict(), "scores": _records(means)}
+               "variant": request.variant_label, "variant_settings": variant_diff, "smoke_test": smoke, "db": str(args.db), **summary.to_dict(), "scores": _records(means)}
     if args.json:
         _print_json(payload, out)
         return 0
     if smoke:
         _banner(SMOKE_LABEL, out)
-    out.write(f"{task.name}/{mode} run {summary.run_id}: {summary.total_cases_ok} ok, {summary.failed} failed "
+    out.write(f"{task.name}/{mode} variant {request.variant_label} run {summary.run_id}: {summary.total_cases_ok} ok, {summary.failed} failed "
               f"this time, {summary.already_done} already done (of {summary.selected} selected)\n")
     if summary.errors:
         out.write("  failures by code: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) + "\n")
@@ -301,25 +436,55 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    if not args.db.exists():
-        raise CliError(f"no results database at {args.db}; run `python -m agentlab.bench {args.benchmark} ...` first")
-    roles = {}
-    from agentlab.bench.config import MODE_ROLES
+#: How runs meet in the report; printed with it and stored in its JSON (``rules``).
+REPORT_RULES = (
+    "Every run is its own row: a run is (benchmark, mode, model, judge, variant) on one dataset and task "
+    "version, and its id is the hash of that configuration. --limit is not part of the id, so the same "
+    "command with another --limit extends (or reuses the first cases of) the same run; nothing is replaced "
+    "because a newer run exists. Each run is compared with the baseline-mode run of the same model, judge, "
+    "data and task version whose variant settings are the largest subset of its own (baseline_variant), "
+    "paired on the cases both hold (n_cases; n_pairs = pairs with both scores). Intervals: paired bootstrap "
+    "95% (percentile), seeded; p-values: two-sided Wilcoxon signed-rank (stats_method, stats_seed; "
+    "stats_note says why a value is empty). token_savings intervals are those of prompt_savings."
+)
 
-    roles.update(MODE_ROLES)
+
+def _mode_roles() -> dict[str, Any]:
+    roles: dict[str, Any] = dict(MODE_ROLES)
     try:
-        tasks = discover()
-        for name, cls in tasks.items():
+        for name, cls in discover().items():
             task_roles = cls().roles()
             if task_roles is not None:
                 roles[name] = task_roles
     except Exception:  # a broken task module must not prevent reporting stored results
         pass
+    return roles
+
+
+def _narrow(df: Any, run_ids: set[str] | None, variants: set[str] | None,
+            id_columns: Sequence[str] = ("run_id", "baseline_run_id", "lossy_run_id")) -> Any:
+    """Rows that involve one of ``run_ids`` (as the run or a partner) and are of one of ``variants``."""
+    if df is None or len(df) == 0:
+        return df
+    keep = df.index == df.index
+    if run_ids is not None:
+        hit = df.index != df.index
+        for column in id_columns:
+            if column in df.columns:
+                hit = hit | df[column].isin(run_ids)
+        keep = keep & hit
+    if variants is not None and "variant" in df.columns:
+        keep = keep & df["variant"].isin(variants)
+    return df[keep]
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    if not args.db.exists():
+        raise CliError(f"no results database at {args.db}; run `python -m agentlab.bench {args.benchmark} ...` first")
     from agentlab.bench import analysis
 
     with ResultStore(args.db) as store:
-        store.rebuild_derived(roles)
+        store.rebuild_derived(_mode_roles())
         runs = analysis.runs_df(args.benchmark, store=store)
         if len(runs) == 0:
             raise CliError(f"no runs of {args.benchmark!r} in {args.db}")
@@ -327,14 +492,36 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         savings = analysis.token_savings_df(args.benchmark, level="aggregate", store=store)
         loss = analysis.quality_loss_df(args.benchmark, store=store)
         recovery = analysis.recovery_df(args.benchmark, store=store)
+        pareto = analysis.pareto_df(args.benchmark, store=store)
+        between = (analysis.variant_comparison_df(args.benchmark, args.between[0], args.between[1], store=store)
+                   if args.between else None)
         own = _benchmark_tables(args.benchmark, store)
+    run_ids = set(args.run) if args.run else None
+    variants = set(args.variant) if args.variant else None
+    if run_ids is not None:
+        unknown = sorted(run_ids - set(runs["run_id"]))
+        if unknown:
+            raise CliError(f"--run {', '.join(unknown)}: no such run of {args.benchmark}; runs: "
+                           f"{', '.join(runs['run_id'])}")
+    known_variants = sorted(set(runs["variant"].fillna("legacy")))
+    for name in [*(variants or ()), *(args.between or ())]:
+        if name not in known_variants:
+            raise CliError(f"variant {name!r}: no run of {args.benchmark} has it; variants: {', '.join(known_variants)}")
+    if run_ids is not None or variants is not None:
+        shown = _narrow(runs, run_ids, variants, ("run_id",))
+        partners = set(shown["run_id"]) | set(shown["baseline_run_id"].dropna()) | set(shown["lossy_run_id"].dropna())
+        runs = runs[runs["run_id"].isin(partners)]
+        means = _narrow(means, run_ids, variants, ("run_id",))
+        savings, loss, recovery, pareto = (_narrow(df, run_ids, variants) for df in (savings, loss, recovery, pareto))
     smoke = bool(runs["smoke_test"].fillna(False).any())
     if args.json:
         _print_json({"benchmark": args.benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None,
-                     "db": str(args.db),
+                     "db": str(args.db), "rules": REPORT_RULES,
+                     "variants": sorted(set(runs["variant"].fillna("legacy"))),
                      "runs": _records(runs.drop(columns=["config"])), "scores": _records(means),
                      "token_savings": _records(savings), "quality_loss": _records(loss),
-                     "recovery": _records(recovery),
+                     "recovery": _records(recovery), "pareto": _records(pareto),
+                     **({"between": _records(between)} if between is not None else {}),
                      "benchmark_tables": {name: _records(df) for name, df in own.items()}}, out)
         return 0
     if smoke:
@@ -348,27 +535,40 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         shown = df[[c for c in columns if c in df.columns]]
         out.write(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n")
 
-    section("runs", runs, ["run_id", "mode", "model", "judge_model", "status", "cases_selected", "smoke_test", "started"])
-    section("scores by mode (failed cases count as 0)", means,
-            ["mode", "model", "metric", "mean", "n_cases", "n_failed", "n_unscored"])
-    section("token_savings (answer-call prompt tokens vs baseline)", savings,
-            ["mode", "baseline_mode", "n_cases", "n_baseline_estimated", "baseline_prompt_tokens", "mode_prompt_tokens",
-             "prompt_savings", "prompt_savings_ratio", "prompt_savings_with_summary", "total_savings",
-             "total_savings_ratio"])
+    stats_columns = ["ci_low", "ci_high", "p_value", "n_pairs"]
+    section("runs", runs, ["run_id", "mode", "variant", "model", "judge_model", "status", "n_ok", "n_failed",
+                           "smoke_test", "baseline_variant", "baseline_run_id", "started"])
+    section("scores by mode and variant (failed cases count as 0)", means,
+            ["mode", "variant", "model", "metric", "mean", "n_cases", "n_failed", "n_unscored"])
+    section("token_savings (answer-call prompt tokens vs baseline; interval of prompt_savings)", savings,
+            ["mode", "variant", "baseline_variant", "n_cases", "n_baseline_estimated", "baseline_prompt_tokens",
+             "mode_prompt_tokens", "prompt_savings", *stats_columns, "prompt_savings_ratio",
+             "prompt_savings_with_summary", "total_savings", "total_savings_ratio"])
     if len(savings) and savings.get("n_baseline_estimated") is not None and savings["n_baseline_estimated"].sum() > 0:
         out.write("n_baseline_estimated: baseline cases whose prompt did not fit the model's window; their prompt "
                   "tokens are the tokens the prompt needed (cl100k count), and total savings leave them out\n")
-    section("quality_loss (mode vs baseline; failed cases count 0)", loss,
-            ["mode", "baseline_mode", "metric", "n_cases", "n_scored", "n_failed_baseline", "n_failed_mode",
-             "baseline_mean", "mode_mean", "delta", "relative_loss"])
+    section("quality_loss (run vs its baseline run; failed cases count 0; interval of delta)", loss,
+            ["mode", "variant", "baseline_variant", "metric", "n_cases", "n_scored", "n_failed_baseline",
+             "n_failed_mode", "baseline_mean", "mode_mean", "delta", *stats_columns, "relative_loss"])
     section("recovery ((recovered - lossy) / (baseline - lossy))", recovery,
-            ["metric", "n_cases", "n_failed_baseline", "baseline_mean", "lossy_mean", "recovered_mean", "recovery",
-             "wins", "losses", "ties"])
+            ["variant", "lossy_variant", "metric", "n_cases", "n_failed_baseline", "baseline_mean", "lossy_mean",
+             "recovered_mean", "recovery", *stats_columns, "wins", "losses", "ties"])
+    section("pareto (token savings vs quality loss per metric; on_frontier)", pareto,
+            ["metric", "mode", "variant", "token_savings", "savings_ci_low", "savings_ci_high", "quality_loss",
+             "loss_ci_low", "loss_ci_high", "on_frontier"])
+    if between is not None:
+        section(f"between variants: {args.between[1]} - {args.between[0]} (paired on shared cases)", between,
+                ["mode", "model", "metric", "mean_a", "mean_b", "delta", *stats_columns])
+    notes = sorted({n for df in (savings, loss, recovery) if df is not None and len(df) and "stats_note" in df
+                    for n in df["stats_note"].dropna()})
+    if notes:
+        out.write("\nempty intervals / p-values: " + " | ".join(notes) + "\n")
     for name, df in own.items():
         out.write(f"\n== {name} ({args.benchmark}'s own report table) ==\n")
         out.write(df.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n" if len(df) else "(no rows)\n")
+    out.write(f"\nhow runs are compared: {REPORT_RULES}\n")
     tables = ", ".join(["token_savings", "quality_loss", "recovery", *own])
-    out.write(f"\ntables {tables} rebuilt in {args.db}\n")
+    out.write(f"tables {tables} rebuilt in {args.db}\n")
     return 0
 
 
@@ -403,6 +603,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_list(_list_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "report":
             return cmd_report(_report_parser(prog).parse_args(argv[1:]), out)
+        if argv[0] == "sweep":
+            return cmd_sweep(_sweep_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "fixture":
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)

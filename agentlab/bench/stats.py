@@ -167,18 +167,27 @@ def recovery_ratio(baseline: Sequence[float], lossy: Sequence[float], recovered:
                         "; ".join(notes) or None)
 
 
+#: Coordinates closer than this are equal on the frontier (means over different case counts differ
+#: in the last bits).
+PARETO_TOLERANCE = 1e-9
+
+
 def pareto_front(savings: Sequence[float | None], losses: Sequence[float | None]) -> list[bool]:
     """Which points are on the frontier: no other point saves at least as much and loses at most
     as much, being strictly better in one of the two. Points with a missing coordinate are off it."""
-    points = [(s, q) for s, q in zip(savings, losses, strict=True)]
+    def snap(v: float | None) -> float | None:
+        if v is None or not math.isfinite(v):
+            return None
+        return round(v / PARETO_TOLERANCE) * PARETO_TOLERANCE
+
+    points = [(snap(s), snap(q)) for s, q in zip(savings, losses, strict=True)]
     flags = []
     for i, (s, q) in enumerate(points):
-        if s is None or q is None or not (math.isfinite(s) and math.isfinite(q)):
+        if s is None or q is None:
             flags.append(False)
             continue
         dominated = any(
-            j != i and s2 is not None and q2 is not None and math.isfinite(s2) and math.isfinite(q2)
-            and s2 >= s and q2 <= q and (s2 > s or q2 < q)
+            j != i and s2 is not None and q2 is not None and s2 >= s and q2 <= q and (s2 > s or q2 < q)
             for j, (s2, q2) in enumerate(points)
         )
         flags.append(not dominated)

@@ -448,8 +448,8 @@ def _role(mode: str, roles: ModeRoles | None) -> str:
 
 
 def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The ``mode`` run ``run`` is compared with: same benchmark, model, judge, data and task version,
-    whose variant settings are a subset of ``run``'s; the most specific such run wins (its own
+    """The ``mode`` run ``run`` is compared with: same benchmark, model, judge (or either unjudged: the
+    judge's metrics then simply do not pair), data and task version, whose variant settings are a subset of ``run``'s; the most specific such run wins (its own
     variant name first, then the most shared settings, then ``default``), and among equals the one
     with the most ok cases, then a finished one, then the newest — so a newer partial run never
     displaces a fuller one."""
@@ -459,7 +459,8 @@ def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mappi
     candidates = [
         r for r in runs
         if r["mode"] == mode and r["benchmark"] == run["benchmark"] and r["model"] == run["model"]
-        and r["judge_model"] == run["judge_model"] and r["dataset_sha256"] == run["dataset_sha256"]
+        and (r["judge_model"] == run["judge_model"] or r["judge_model"] is None or run["judge_model"] is None)
+        and r["dataset_sha256"] == run["dataset_sha256"]
         and r["task_version"] == run["task_version"]
         and all(k in mine and mine[k] == v for k, v in (r["variant_settings"] or {}).items())
     ]
@@ -467,7 +468,8 @@ def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mappi
         return None
 
     def rank(r: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (r["variant"] == run["variant"], len(r["variant_settings"] or {}), r["variant"] == DEFAULT_VARIANT,
+        return (r["variant"] == run["variant"], len(r["variant_settings"] or {}), r["judge_model"] == run["judge_model"],
+                r["variant"] == DEFAULT_VARIANT,
                 r["n_ok"], r["status"] == "finished", r["started"] or 0, r["run_id"])
 
     return max(candidates, key=rank)
