@@ -741,5 +741,25 @@ ORDER BY model, mode, variant, metric
 """
 
 
+#: The one run per (model, mode) a benchmark's own published-style tables (``Task.report_tables``)
+#: show, as a CTE named ``current_runs`` over ``runs`` with one ``?`` for the benchmark: the
+#: ``default`` variant first, then the run with the most ok cases, then a finished one, then the
+#: newest — so a newer partial or 0-case run never replaces a fuller one there either. Variants are
+#: compared in the generic tables (token_savings, quality_loss, recovery, pareto).
+PRIMARY_RUNS_CTE = """
+current_runs AS (
+    SELECT * EXCLUDE (rn, n_ok) FROM (
+        SELECT r.*, COALESCE(k.n_ok, 0) AS n_ok, row_number() OVER (
+            PARTITION BY r.benchmark, r.model, r.mode
+            ORDER BY (COALESCE(r.variant, '') = 'default') DESC, COALESCE(k.n_ok, 0) DESC,
+                     (r.status = 'finished') DESC, r.started DESC, r.run_id) AS rn
+        FROM runs r
+        LEFT JOIN (SELECT run_id, count(*) AS n_ok FROM cases WHERE status = 'ok' GROUP BY run_id) k
+          ON k.run_id = r.run_id
+        WHERE r.benchmark = ?
+    ) WHERE rn = 1
+)"""
+
+
 def table_names(tables: Iterable[str] = RAW_TABLES + DERIVED_TABLES) -> list[str]:
     return list(tables)

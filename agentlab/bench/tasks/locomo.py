@@ -75,6 +75,7 @@ from agentlab.bench.metrics import (
     set_f1,
     version_of,
 )
+from agentlab.bench.store import PRIMARY_RUNS_CTE
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -733,7 +734,7 @@ def _recall_summary(rows: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[s
 
 
 def _current_cases(store: Any, benchmark: str) -> Any:
-    """One row per case of the current run of each (model, mode): status, category, latency, tokens, scores.
+    """One row per case of the run shown for each (model, mode) (store.PRIMARY_RUNS_CTE): status, category, latency, tokens, scores.
 
     Failed cases score 0 (they stay in every denominator), as in the store's derived tables.
     """
@@ -741,9 +742,7 @@ def _current_cases(store: Any, benchmark: str) -> Any:
 
     cases = store.df(
         """
-        WITH current_runs AS (
-            SELECT * FROM (SELECT r.*, row_number() OVER (PARTITION BY benchmark, model, mode
-                           ORDER BY started DESC, run_id) AS rn FROM runs r WHERE benchmark = ?) WHERE rn = 1)
+        WITH """ + PRIMARY_RUNS_CTE + """
         SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata, c.latency_ms,
             COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
             COALESCE(SUM(k.completion_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_completion,

@@ -52,6 +52,7 @@ from agentlab.bench.datasets.longmemeval import (
     parse_file,
 )
 from agentlab.bench.metrics import Score, evidence_hit_at_k, evidence_recall_at_k, summary_scores
+from agentlab.bench.store import PRIMARY_RUNS_CTE
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -348,9 +349,7 @@ class LongMemEvalTask(Task):
 
         cases = store.df(
             """
-            WITH current_runs AS (
-                SELECT * FROM (SELECT r.*, row_number() OVER (PARTITION BY benchmark, model, mode
-                               ORDER BY started DESC, run_id) AS rn FROM runs r WHERE benchmark = ?) WHERE rn = 1)
+            WITH """ + PRIMARY_RUNS_CTE + """
             SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata,
                 COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
                 COALESCE(SUM(k.latency_ms) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_latency_ms

@@ -50,6 +50,7 @@ from typing import Any
 from agentlab.bench.config import Settings
 from agentlab.bench.datasets.mtbench101 import ALL_TASKS, PUBLISHED_TASKS, Dialogue, load_mtbench101
 from agentlab.bench.metrics import Score, percentile, retention, version_of
+from agentlab.bench.store import PRIMARY_RUNS_CTE
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -473,12 +474,10 @@ def _savings(baseline: Sequence[float], mode: Sequence[float]) -> list[float]:
 
 
 def _current_cases(store: Any, benchmark: str) -> Any:
-    """One row per case of the current run of each (model, mode), with tokens by purpose and scores."""
+    """One row per case of the run shown for each (model, mode) (store.PRIMARY_RUNS_CTE), with tokens by purpose and scores."""
     cases = store.df(
         """
-        WITH current_runs AS (
-            SELECT * FROM (SELECT r.*, row_number() OVER (PARTITION BY benchmark, model, mode
-                           ORDER BY started DESC, run_id) AS rn FROM runs r WHERE benchmark = ?) WHERE rn = 1)
+        WITH """ + PRIMARY_RUNS_CTE + """
         SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata,
             COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
             COALESCE(SUM(k.completion_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_completion,
