@@ -213,3 +213,101 @@ def test_quality_tables_keep_an_all_failed_baseline_at_zero(overflow_store: Resu
     means = analysis.mode_means_df("qmsum", store=overflow_store).set_index(["mode", "metric"])
     assert means.loc[("long_context", "rougeL"), "n_failed"] == 2
     assert ("long_context", "evidence_recall@5") not in means.index
+
+
+# ------------------------------------------------------------------------------- variants
+
+
+def add_run(store: ResultStore, run_id: str, mode: str, values: dict[str, float], *, variant: str = "default",
+            settings: dict[str, object] | None = None, prompt: int = 100, finish: bool = True) -> None:
+    """A run whose cases score ``values`` (case -> rougeL) with ``prompt`` answer prompt tokens each."""
+    store.start_run(RunInfo(run_id, "qmsum", mode, {"mode": mode, "variant": variant}, "scripted", "judge", "sha",
+                            "v", "1", cases_selected=len(values), variant=variant,
+                            variant_settings=settings or {}))
+    for i, (case_id, value) in enumerate(values.items()):
+        store.write_case(CaseRecord(run_id, case_id, "ok", ordinal=i, prediction="p", reference="r",
+                                    calls=[call("answer", prompt, 10)], scores=[Score("rougeL", value, "v1")]))
+    if finish:
+        store.finish_run(run_id, "finished")
+
+
+def test_every_variant_is_a_row_and_a_newer_partial_run_replaces_nothing(tmp_path: Path) -> None:
+    from agentlab.bench import stats
+
+    s = ResultStore(tmp_path / "v.duckdb")
+    full = {"c1": 0.5, "c2": 0.4, "c3": 0.3, "c4": 0.6}
+    add_run(s, "base", "long_context", full, prompt=1000)
+    add_run(s, "sum-default", "summary", {"c1": 0.2, "c2": 0.2, "c3": 0.1, "c4": 0.5}, prompt=100)
+    add_run(s, "rec-default", "recall", {"c1": 0.4, "c2": 0.3, "c3": 0.2, "c4": 0.6}, prompt=300)
+    # Started later: a two-case variant, a 0-case variant and a partial explicitly named baseline.
+    add_run(s, "sum-512", "summary", {"c1": 0.3, "c3": 0.3}, variant="summary.max_output_tokens=512",
+            settings={"summary.max_output_tokens": 512}, prompt=200)
+    add_run(s, "sum-empty", "summary", {}, variant="summary.max_output_tokens=64",
+            settings={"summary.max_output_tokens": 64}, finish=False)
+    add_run(s, "base-quick", "long_context", {"c1": 0.0}, variant="quick", prompt=5)
+    s.rebuild_derived()
+
+    loss = analysis.quality_loss_df("qmsum", store=s).set_index("run_id")
+    assert set(loss.index) == {"sum-default", "rec-default", "sum-512"}
+    assert set(loss["baseline_run_id"]) == {"base"}  # never the newer, partial 'quick' baseline
+    row = loss.loc["sum-default"]
+    assert row["variant"] == "default" and row["n_cases"] == 4 and row["n_pairs"] == 4
+    assert row["delta"] == pytest.approx((0.2 + 0.2 + 0.1 + 0.5 - 1.8) / 4)
+    expected = stats.paired_difference([0.5, 0.4, 0.3, 0.6], [0.2, 0.2, 0.1, 0.5])
+    assert (row["ci_low"], row["ci_high"], row["p_value"]) == pytest.approx(
+        (expected.ci_low, expected.ci_high, expected.p_value))
+    assert row["stats_seed"] == stats.DEFAULT_SEED and "bootstrap" in row["stats_method"]
+    # The partial variant is compared on the two cases it shares with the baseline, and says so.
+    partial = loss.loc["sum-512"]
+    assert partial["n_cases"] == 2 and partial["n_pairs"] == 2 and partial["baseline_variant"] == "default"
+    assert partial["delta"] == pytest.approx(((0.3 - 0.5) + (0.3 - 0.3)) / 2)
+
+    savings = analysis.token_savings_df("qmsum", level="aggregate", store=s).set_index("run_id")
+    assert set(savings.index) == {"sum-default", "rec-default", "sum-512"}
+    assert savings.loc["sum-default", "n_cases"] == 4 and savings.loc["sum-default", "prompt_savings"] == pytest.approx(0.9)
+    assert savings.loc["sum-512", "n_pairs"] == 2 and savings.loc["sum-512", "prompt_savings"] == pytest.approx(0.8)
+
+    recovery = analysis.recovery_df("qmsum", store=s).set_index("run_id")
+    assert list(recovery.index) == ["rec-default"] and recovery.loc["rec-default", "lossy_run_id"] == "sum-default"
+    assert recovery.loc["rec-default", "n_pairs"] == 4
+    ratio = stats.recovery_ratio([0.5, 0.4, 0.3, 0.6], [0.2, 0.2, 0.1, 0.5], [0.4, 0.3, 0.2, 0.6])
+    assert recovery.loc["rec-default", "recovery"] == pytest.approx(ratio.estimate)
+    assert recovery.loc["rec-default", "ci_low"] == pytest.approx(ratio.ci_low)
+
+    means = analysis.mode_means_df("qmsum", store=s).set_index("run_id")
+    assert means.loc["base", "n_cases"] == 4 and means.loc["base-quick", "n_cases"] == 1
+    assert means.loc["sum-default", "mean"] == pytest.approx(0.25)
+
+    pareto = analysis.pareto_df("qmsum", "rougeL", store=s).set_index("run_id")
+    assert set(pareto.index) == {"sum-default", "rec-default", "sum-512"}
+    # recall saves 0.7 and loses 0.075; summary saves 0.9 and loses 0.225; the 512 variant saves
+    # 0.8 and loses 0.1: each trades one for the other, none dominated.
+    assert pareto["on_frontier"].all()
+    assert pareto.loc["sum-512", "quality_loss"] == pytest.approx(0.1)
+    assert pareto.loc["sum-512", "loss_ci_low"] == pytest.approx(-loss.loc["sum-512", "ci_high"])
+    s.close()
+
+
+def test_pairing_prefers_the_most_specific_baseline_then_the_fullest() -> None:
+    from agentlab.bench.config import MODE_ROLES
+    from agentlab.bench.store import pair_runs
+
+    def run(run_id: str, mode: str, variant: str = "default", settings: dict | None = None, n_ok: int = 4,
+            started: int = 0, sha: str = "sha") -> dict:
+        return {"run_id": run_id, "benchmark": "qmsum", "mode": mode, "model": "m", "judge_model": "j",
+                "dataset_sha256": sha, "task_version": "1", "status": "finished", "started": started,
+                "variant": variant, "variant_settings": settings or {}, "n_ok": n_ok}
+
+    runs = [run("base", "long_context", n_ok=4, started=1), run("base-new-partial", "long_context", "x", n_ok=1,
+                                                                   started=9),
+            run("base-answer", "long_context", "answer.max_tokens=64", {"answer.max_tokens": 64}),
+            run("s1", "summary", "answer.max_tokens=64;summary.prompt=nine_section",
+                {"answer.max_tokens": 64, "summary.prompt": "nine_section"}),
+            run("s2", "summary", "summary.prompt=nine_section", {"summary.prompt": "nine_section"}),
+            run("s3", "summary", sha="other"), run("r", "recall", n_ok=2)]
+    pairs = {p["run_id"]: p for p in pair_runs(runs, MODE_ROLES)}
+    assert pairs["s1"]["baseline_run_id"] == "base-answer"  # shares answer.max_tokens=64
+    assert pairs["s2"]["baseline_run_id"] == "base"  # the fuller default, not the newer partial one
+    assert pairs["s3"]["baseline_run_id"] is None and "same data" in pairs["s3"]["pairing"]
+    assert pairs["r"]["lossy_run_id"] is None  # no default summary on the same data: s2 is a variant
+    assert pairs["base"]["role"] == "baseline" and pairs["base"]["baseline_run_id"] is None

@@ -267,3 +267,73 @@ def test_report_prints_and_stores_a_benchmarks_own_tables(tmp_path: Path, monkey
         assert store.query("SELECT \"group\", cases FROM demo_per_group") == [("all", 2)]
         with pytest.raises(ValueError, match="store's own tables"):
             store.write_frame("cases", pd.DataFrame([{"x": 1}]))
+
+
+def test_smoke_runs_are_the_default_variant_and_published_settings_a_named_one(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "demo.toml").write_text('[smoke]\n"answer.max_tokens" = 8\n')
+    monkeypatch.setattr(cli, "load_settings", lambda name, defaults: load_settings(name, defaults, directory=tmp_path))
+    db = str(tmp_path / "r.duckdb")
+    variants = []
+    for extra in ([], ["--published-settings"], ["--set", "answer.max_tokens=16"], ["--variant", "mine"]):
+        code, out, _ = run_cli("demo", "--limit", "1", "--db", db, "--no-progress", "--json", *extra)
+        assert code == 0
+        variants.append(json.loads(out)["variant"])
+    assert variants == ["default", "answer.max_tokens=32", "answer.max_tokens=16", "mine"]
+    code, out, _ = run_cli("demo", "--model", "openai:fake", "--limit", "1", "--db", db, "--no-progress", "--json")
+    assert json.loads(out)["variant"] == "default"  # no [smoke] for other models: the file is the reference
+    code, _, err = run_cli("demo", "--variant", "has space", "--db", db)
+    assert code == 2 and err.startswith("error: --variant")
+
+
+def test_sweep_runs_the_grid_resumably_and_report_compares_every_variant(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.duckdb")
+    sweep = ["sweep", "demo", "--mode", "summary", "--grid", "answer.max_tokens=16,24", "--limit", "3",
+             "--model", "openai:fake", "--db", db, "--no-progress"]
+    code, out, _ = run_cli(*sweep, "--json")
+    assert code == 0
+    runs = json.loads(out)["runs"]
+    assert [(r["mode"], r["variant"], r["ok"]) for r in runs] == [
+        ("long_context", "default", 3), ("summary", "answer.max_tokens=16", 3), ("summary", "answer.max_tokens=24", 3)]
+    # Rerun: nothing left to do; a larger --limit only adds the missing cases to the same runs.
+    code, out, _ = run_cli(*sweep, "--json")
+    assert [r["already_done"] for r in json.loads(out)["runs"]] == [3, 3, 3]
+    code, out, _ = run_cli(*sweep[:-5], "--limit", "4", "--model", "openai:fake", "--db", db, "--no-progress", "--json")
+    again = json.loads(out)["runs"]
+    assert [(r["already_done"], r["ok"]) for r in again] == [(3, 1), (3, 1), (3, 1)]
+    assert [r["run_id"] for r in again] == [r["run_id"] for r in runs]
+
+    code, out, _ = run_cli("report", "demo", "--db", db, "--json")
+    assert code == 0
+    report = json.loads(out)
+    loss = [r for r in report["quality_loss"] if r["metric"] == "f1"]
+    assert sorted(r["variant"] for r in loss) == ["answer.max_tokens=16", "answer.max_tokens=24"]
+    for row in loss:
+        assert {"ci_low", "ci_high", "p_value", "n_pairs", "stats_method", "stats_seed"} <= set(row)
+        assert row["n_pairs"] == 4 and row["ci_low"] <= row["delta"] <= row["ci_high"]
+    assert report["pareto"] and {"on_frontier", "token_savings", "quality_loss"} <= set(report["pareto"][0])
+    assert "--limit is not part of the id" in report["rules"]
+
+    one = loss[0]["run_id"]
+    code, out, _ = run_cli("report", "demo", "--db", db, "--json", "--run", one)
+    narrowed = json.loads(out)
+    assert {r["run_id"] for r in narrowed["quality_loss"]} == {one}
+    assert {r["mode"] for r in narrowed["runs"]} == {"long_context", "summary"}  # the run and its baseline
+    code, out, _ = run_cli("report", "demo", "--db", db, "--json", "--variant", "answer.max_tokens=24")
+    assert {r["variant"] for r in json.loads(out)["quality_loss"]} == {"answer.max_tokens=24"}
+    code, out, _ = run_cli("report", "demo", "--db", db, "--between", "answer.max_tokens=16", "answer.max_tokens=24")
+    assert code == 0 and "between variants" in out and "how runs are compared" in out
+    for bad in (["--run", "nope"], ["--variant", "nope"]):
+        code, _, err = run_cli("report", "demo", "--db", db, *bad)
+        assert code == 2 and err.startswith("error: ") and "nope" in err
+
+
+def test_sweep_grid_errors_are_one_line(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.duckdb")
+    for grid, message in ((["--grid", "answer.max_tokens"], "expected section.field=v1,v2"),
+                          (["--grid", "answer.max_tokens=1,1"], "listed twice"),
+                          (["--grid", "answer.max_tokens=1,2", "--set", "answer.max_tokens=3"], "given twice"),
+                          (["--grid", "answer.max_tokens=1,x"], "expected an integer")):
+        code, _, err = run_cli("sweep", "demo", "--mode", "summary", *grid, "--db", db)
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not Path(db).exists()  # checked before anything ran
