@@ -23,6 +23,7 @@ Pieces:
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Sequence
@@ -234,6 +235,81 @@ class PolicyChoice:
         return RecallPolicy(search_tool=self.recall_tools in ("search+load", "search only"),
                             load_tool=self.recall_tools in ("search+load", "load only"))
 
+    def settings(self) -> dict[str, Any]:
+        """The policy as ``section.field`` settings, named after the policies' own fields.
+
+        A summary check at 0 is off, so only the checks in use are listed (with ``checks_mode``
+        any, as the explorer combines them). ``background_summary`` is not a setting: it models
+        how the history arrived, which a benchmark decides.
+        """
+        out: dict[str, Any] = {}
+        for name, value in (("events_over", self.summary_events_over), ("tokens_over", self.summary_tokens_over),
+                            ("context_ratio", self.summary_context_ratio)):
+            if value:
+                out[f"summary.{name}"] = value
+        if out:
+            out["summary.checks_mode"] = "any"
+        out.update({
+            "compaction.enabled": self.compaction,
+            "compaction.keep_recent_requests": self.keep_recent_requests,
+            "compaction.tool_result_max_tokens": self.tool_result_max_tokens,
+            "compaction.oversized_tool_result_max_tokens": self.oversized_tool_result_max_tokens,
+            "recall.search_tool": self.recall_tools in ("search+load", "search only"),
+            "recall.load_tool": self.recall_tools in ("search+load", "load only"),
+        })
+        return out
+
+
+@dataclass(frozen=True)
+class RunRecipe:
+    """How to run a policy as a benchmark variant: the command, and what it cannot carry."""
+
+    benchmark: str
+    mode: str
+    flags: list[str]
+    #: Settings of the policy that the benchmark does not read: the run would not reflect them.
+    unsupported: list[str]
+    toml: str
+
+    @property
+    def command(self) -> str:
+        sets = " ".join(f"--set {flag}" for flag in self.flags)
+        return f"python -m agentlab.bench {self.benchmark} --mode {self.mode} {sets}".rstrip()
+
+    def describe(self) -> str:
+        text = self.command
+        if self.unsupported:
+            text += ("\n# not read by " + self.benchmark + " (the run would not reflect these): "
+                     + ", ".join(self.unsupported))
+        return text
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return str(value)
+
+
+def run_recipe(choice: PolicyChoice, benchmark: str = "mtbench101", mode: str = "summary") -> RunRecipe:
+    """The ``--set`` flags (and TOML) that run ``choice`` as a variant of ``benchmark``/``mode``.
+
+    Only the settings the benchmark reads become flags; the rest are listed as unsupported rather
+    than dropped silently (the CLI refuses unknown settings, so they could not be passed anyway).
+    """
+    from agentlab.notebook_helpers import partition_settings
+
+    settings = choice.settings()
+    assignments = [f"{key}={_toml_value(value).strip(chr(34))}" for key, value in settings.items()]
+    kept, missing = partition_settings(benchmark, assignments)
+    sections: dict[str, list[str]] = {}
+    for key, value in settings.items():
+        section, field_name = key.split(".")
+        sections.setdefault(section, []).append(f"{field_name} = {_toml_value(value)}")
+    toml = "\n\n".join(f"[{section}]\n" + "\n".join(lines) for section, lines in sections.items())
+    return RunRecipe(benchmark, mode, kept, [m.split("=", 1)[0] for m in missing], toml)
+
 
 # ======================================================================== summary stand-in
 
@@ -421,10 +497,13 @@ class Explorer:
     """
 
     def __init__(self, ledger: Ledger, *, window: int = 8192,
-                 policies: dict[str, PolicyChoice] | None = None, draw: bool = True) -> None:
+                 policies: dict[str, PolicyChoice] | None = None, draw: bool = True,
+                 recipe_benchmark: str = "mtbench101", recipe_mode: str = "summary") -> None:
         import ipywidgets as w
 
         self.ledger = ledger
+        #: The benchmark and mode :meth:`recipe` writes the run command for (shown under the table).
+        self.recipe_benchmark, self.recipe_mode = recipe_benchmark, recipe_mode
         self.draw = draw
         self.results: dict[str, Projection] = {}
         self.refreshes = 0
@@ -460,6 +539,7 @@ class Explorer:
                                            description="recall tools", style=style, layout=layout),
             }
         self.table = w.HTML()
+        self.recipes = w.HTML()
         self.plot = w.Output()
         self.window.observe(self.refresh, names="value")
         for controls in self.controls.values():
@@ -491,6 +571,9 @@ class Explorer:
         self.results = results
         self.refreshes += 1
         self.table.value = self.table_frame().to_html(index=False)
+        self.recipes.value = "".join(
+            f"<b>Policy {name} as a variant run</b><pre>{html.escape(self.recipe(name).describe())}</pre>"
+            for name in self.controls)
         if self.draw:
             import matplotlib.pyplot as plt
             from IPython.display import display
@@ -557,6 +640,10 @@ class Explorer:
         fig.tight_layout()
         return fig
 
+    def recipe(self, name: str, benchmark: str | None = None, mode: str | None = None) -> RunRecipe:
+        """Policy ``name``'s current controls as the command that runs it as a variant."""
+        return run_recipe(self.choice(name), benchmark or self.recipe_benchmark, mode or self.recipe_mode)
+
     def widget(self) -> Any:
         """The whole explorer: the window control, the two control columns, the table and the plot."""
         import ipywidgets as w
@@ -565,7 +652,7 @@ class Explorer:
         for name, controls in self.controls.items():
             columns.append(w.VBox([w.HTML(f"<b>Policy {name}</b>"), *controls.values()]))
         return w.VBox([w.HTML(f"<small>{self.ledger.describe()}</small>"), self.window, w.HBox(columns), self.plot,
-                       self.table])
+                       self.table, self.recipes])
 
     def set(self, name: str, **values: Any) -> None:
         """Set controls of policy ``name`` by field name (each set fires :meth:`refresh`)."""
@@ -589,12 +676,14 @@ __all__ = [
     "Ledger",
     "PolicyChoice",
     "Projection",
+    "RunRecipe",
     "STAGES",
     "SummaryState",
     "compare",
     "ledger_from_locomo",
     "ledger_from_turns",
     "project",
+    "run_recipe",
     "simulate_summary",
     "standin_summariser",
 ]

@@ -267,25 +267,30 @@ def mode_roles() -> dict[str, Any]:
     return roles
 
 
+def partition_settings(benchmark: str, assignments: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The ``section.field=value`` assignments the benchmark's settings know, and the others."""
+    from agentlab.bench.config import load_settings
+    from agentlab.bench.tasks import get_task
+
+    task = get_task(benchmark)
+    settings = load_settings(task.name, task.default_settings())
+    kept, missing = [], []
+    for assignment in assignments:
+        key = assignment.split("=", 1)[0].strip()
+        section, _, name = key.partition(".")
+        (kept if section in settings and name in settings[section] else missing).append(assignment)
+    return kept, missing
+
+
 def supported_settings(benchmark: str, assignments: Iterable[str]) -> list[str]:
     """The ``section.field=value`` assignments the benchmark's settings know; prints the others.
 
     Smoke-run shortcuts may name a field a task does not (yet) have; the CLI would refuse the
     whole run, so such an assignment is left out, loudly.
     """
-    from agentlab.bench.config import load_settings
-    from agentlab.bench.tasks import get_task
-
-    task = get_task(benchmark)
-    settings = load_settings(task.name, task.default_settings())
-    kept = []
-    for assignment in assignments:
-        key = assignment.split("=", 1)[0].strip()
-        section, _, name = key.partition(".")
-        if section in settings and name in settings[section]:
-            kept.append(assignment)
-        else:
-            print(f"note: {benchmark} has no setting {key!r}; not applied: {assignment}")
+    kept, missing = partition_settings(benchmark, assignments)
+    for assignment in missing:
+        print(f"note: {benchmark} has no setting {assignment.split('=', 1)[0].strip()!r}; not applied: {assignment}")
     return kept
 
 

@@ -132,3 +132,19 @@ def test_the_plot_redraws_into_its_output() -> None:
 def test_policy_choice_rejects_an_unknown_recall_setting() -> None:
     with pytest.raises(ValueError, match="recall_tools"):
         ex.PolicyChoice(recall_tools="everything")
+
+
+def test_the_current_policy_is_shown_as_the_flags_that_run_it(explorer: ex.Explorer) -> None:
+    recipe = explorer.recipe("B")
+    assert "--set summary.events_over=10" in recipe.command and "--set summary.checks_mode=any" in recipe.command
+    # MT-Bench-101 reads no compaction settings: listed as unsupported, never passed to the CLI.
+    assert "compaction.tool_result_max_tokens" in recipe.unsupported
+    assert "compaction" not in recipe.command and "[compaction]" in recipe.toml
+    explorer.set("B", summary_events_over=25)
+    assert "summary.events_over=25" in explorer.recipes.value
+    assert "summary.events_over" not in explorer.recipe("A").command  # A has no summary checks
+    from agentlab.bench import cli
+
+    # The flags are valid for the CLI: a dry run with them succeeds.
+    assert cli.main(["mtbench101", "--mode", "summary", "--dry-run", "--limit", "1",
+                     *[a for flag in explorer.recipe("B").flags for a in ("--set", flag)]]) == 0
