@@ -392,25 +392,20 @@ def side_by_side(frames: Mapping[str, pd.DataFrame | str], *, max_rows: int = 40
 
 
 def mode_quality_and_savings(benchmark: str, metric: str, *, db: str | os.PathLike[str], model: str) -> pd.DataFrame:
-    """Per mode: mean ``metric`` (failed cases count 0) and the mean per-case prompt savings vs the
-    baseline mode (0 for the baseline itself), for one model."""
+    """Per run (mode and variant): mean ``metric`` (failed cases count 0) and the mean per-case
+    prompt savings vs its baseline run (0 for a baseline run itself), for one model."""
     from agentlab.bench import analysis
 
     means = analysis.mode_means_df(benchmark, db=db)
     means = means[(means["model"] == model) & (means["metric"] == metric)]
     savings = analysis.token_savings_df(benchmark, level="aggregate", db=db)
-    savings = savings[savings["model"] == model] if len(savings) else savings
+    by_run = dict(zip(savings["run_id"], savings["prompt_savings"], strict=True)) if len(savings) else {}
     baseline = mode_roles()[benchmark].baseline
     rows = []
     for _, row in means.iterrows():
-        mode = row["mode"]
-        if mode == baseline:
-            saving = 0.0
-        else:
-            match = savings[savings["mode"] == mode] if len(savings) else savings
-            saving = float(match["prompt_savings"].iloc[0]) if len(match) else float("nan")
-        rows.append({"mode": mode, metric: row["mean"], "prompt_savings": saving, "n_cases": row["n_cases"],
-                     "n_failed": row["n_failed"]})
+        saving = 0.0 if row["mode"] == baseline else float(by_run.get(row["run_id"], float("nan")))
+        rows.append({"mode": row["mode"], "variant": row["variant"], "run_id": row["run_id"], metric: row["mean"],
+                     "prompt_savings": saving, "n_cases": row["n_cases"], "n_failed": row["n_failed"]})
     return pd.DataFrame(rows)
 
 
@@ -477,6 +472,80 @@ def plot_quality_vs_savings(ours: pd.DataFrame, metric: str, *, published_frame:
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.set_title(title or f"{metric} against savings: filled = ours, hollow = published")
     return ax
+
+
+def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = "") -> Axes:
+    """Quality loss (y, lower is better) against token savings (x, higher is better), one point per
+    (mode, variant) run with its 95 % intervals as error bars; frontier points filled and joined.
+
+    ``points`` is :func:`agentlab.bench.analysis.pareto_df` for one benchmark, model and metric.
+    An empty interval (too few pairs) draws no bar; the point is still shown.
+    """
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(7, 4.5))[1]
+    if points.empty:
+        ax.text(0.5, 0.5, "no compared runs", ha="center", va="center", transform=ax.transAxes)
+        return ax
+    metrics = sorted(set(points["metric"]))
+    if len(metrics) != 1 or points["model"].nunique() != 1:
+        raise ValueError(f"plot_pareto draws one metric of one model; got metrics {metrics}, "
+                         f"models {sorted(set(points['model']))}: filter pareto_df first")
+
+    def half_widths(centre: pd.Series, low: pd.Series, high: pd.Series) -> list[list[float]]:
+        below = (centre - low).where(low.notna(), 0.0).clip(lower=0.0)
+        above = (high - centre).where(high.notna(), 0.0).clip(lower=0.0)
+        return [below.tolist(), above.tolist()]
+
+    for _, row in points.iterrows():
+        colour = MODE_COLOURS.get(row["mode"], "grey")
+        one = points.loc[[_]]
+        ax.errorbar(row["token_savings"], row["quality_loss"],
+                    xerr=half_widths(one["token_savings"], one["savings_ci_low"], one["savings_ci_high"]),
+                    yerr=half_widths(one["quality_loss"], one["loss_ci_low"], one["loss_ci_high"]),
+                    fmt="o", color=colour, markerfacecolor=colour if row["on_frontier"] else "white",
+                    markersize=8, capsize=3, zorder=3)
+        ax.annotate(f"{row['mode']} · {row['variant']}  (n={int(row['loss_n_pairs'])})",
+                    (row["token_savings"], row["quality_loss"]), textcoords="offset points", xytext=(6, 5), fontsize=8)
+    front = points[points["on_frontier"]].sort_values("token_savings")
+    if len(front) > 1:
+        ax.plot(front["token_savings"], front["quality_loss"], color="black", linewidth=0.8, linestyle="--",
+                zorder=2, label="frontier")
+        ax.legend(fontsize=8, loc="best")
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_xlabel("token savings vs the baseline run (mean of per-case prompt savings)")
+    ax.set_ylabel(f"quality loss ({metrics[0]}: baseline − variant)")
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+    ax.set_title(title or f"{metrics[0]}: savings against loss, 95 % paired intervals (filled = on the frontier)")
+    return ax
+
+
+def ensure_sweep(benchmark: str, mode: str, grid: Sequence[str], *, model: str, limit: int,
+                 db: str | os.PathLike[str], overrides: Iterable[str] = (), echo: bool = True) -> pd.DataFrame:
+    """Run ``python -m agentlab.bench sweep`` (the baseline once, then every grid point) and return
+    one row per run; resumable, so a second call only reports what is stored."""
+    from agentlab.bench import analysis
+
+    Path(db).parent.mkdir(parents=True, exist_ok=True)
+    args = ["sweep", benchmark, "--mode", mode, "--limit", str(limit), "--model", model, "--db", str(db),
+            "--no-progress", "--json"]
+    for item in grid:
+        args += ["--grid", item]
+    for assignment in overrides:
+        args += ["--set", assignment]
+    if echo:
+        print(f"$ python -m agentlab.bench {' '.join(args)}")
+    status, out, err = _run_cli(args)
+    if status != 0:
+        message = (err or out).strip().splitlines()[-1] if (err or out).strip() else f"exit status {status}"
+        raise RuntimeError(f"sweep failed: {message}")
+    runs = json.loads(out)["runs"]
+    analysis.rebuild(db, roles=mode_roles())
+    frame = pd.DataFrame([{k: r[k] for k in ("mode", "variant", "run_id", "selected", "already_done", "ok", "failed")}
+                          for r in runs])
+    if echo:
+        print(frame.to_string(index=False))
+    return frame
 
 
 def plot_grouped_bars(frame: pd.DataFrame, category: str, columns: Sequence[str], *, ax: Axes | None = None,
