@@ -67,6 +67,8 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
                    help=f"run the first N selected cases (0 = all; default all, {EMBEDDED_DEFAULT_LIMIT} on the embedded model)")
     p.add_argument("--model", help="answer model spec (e.g. embedded, openai:gpt-4o-mini); default from the environment")
     p.add_argument("--judge-model", help="judge model spec; default: [judge] model in the settings, else the answer model")
+    p.add_argument("--context-window", type=int, default=None, metavar="N",
+                   help="the answer model's context window in tokens (default: the known-model table, else 8,192)")
     p.add_argument("--concurrency", type=int, default=None, help="cases run at once (default [run] concurrency or 4)")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"results DuckDB file (default {DEFAULT_DB})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
@@ -106,7 +108,7 @@ def _sweep_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--grid", action="append", required=True, metavar="SECTION.FIELD=V1,V2[,...]",
                    help="a setting and its values (repeatable: the grid is the product)")
     p.add_argument("--no-baseline", action="store_true", help="do not run the baseline mode first")
-    for flag in ("--limit", "--concurrency"):
+    for flag in ("--limit", "--concurrency", "--context-window"):
         p.add_argument(flag, type=int, default=None)
     for flag in ("--model", "--judge-model"):
         p.add_argument(flag)
@@ -241,7 +243,7 @@ def _grid_points(grid: Sequence[str], shared: Sequence[str]) -> list[list[str]]:
 def _run_argv(args: argparse.Namespace, mode: str, overrides: Sequence[str]) -> list[str]:
     argv = [args.benchmark, "--mode", mode, "--db", str(args.db), "--json"]
     for flag, value in (("--limit", args.limit), ("--concurrency", args.concurrency), ("--model", args.model),
-                        ("--judge-model", args.judge_model)):
+                        ("--judge-model", args.judge_model), ("--context-window", args.context_window)):
         if value is not None:
             argv += [flag, str(value)]
     for flag, on in (("--published-settings", args.published_settings), ("--no-progress", args.no_progress)):
@@ -389,7 +391,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
         variant=args.variant, variant_settings=variant_diff,
     )
-    model = get_model(model_spec)
+    if args.context_window is not None and args.context_window < 1:
+        raise CliError(f"--context-window must be a positive number of tokens, got {args.context_window}")
+    model = get_model(model_spec, context_window=args.context_window)
     judge = None
     if judge_enabled:
         judge = Judge(model if judge_spec == model_spec else get_model(judge_spec), judge_spec)
@@ -401,7 +405,16 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             if main_task is not None:
                 asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
-        return await executor.run_task(task, request, model=model, store=store, judge=judge)
+        try:
+            return await executor.run_task(task, request, model=model, store=store, judge=judge)
+        finally:
+            # Close the HTTP clients on this loop: a sweep runs one loop per point, and a client
+            # left to the garbage collector would try to close itself on a loop already gone.
+            for used in {id(m): m for m in (model, judge.model if judge else None) if m is not None}.values():
+                closer = getattr(used, "aclose", None) or getattr(getattr(used, "inner", None), "aclose", None)
+                if closer is not None:
+                    with contextlib.suppress(Exception):
+                        await closer()
 
     try:
         summary = asyncio.run(run_with_sigterm())
