@@ -51,6 +51,33 @@ def test_ensure_results_runs_missing_modes_once(tmp_path: Path, scripted_cli: No
     assert ours.set_index("mode").loc["summary", "prompt_savings"] > 0
 
 
+def test_ensure_sweep_and_the_policy_comparison_view(tmp_path: Path, scripted_cli: None) -> None:
+    pytest.importorskip("ipywidgets")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    db = tmp_path / "results.duckdb"
+    log = nh.ensure_sweep("demo", "summary", ["answer.max_tokens=16,24"], model="openai:fake", limit=3, db=db,
+                          echo=False)
+    assert list(log["mode"]) == ["long_context", "summary", "summary"] and list(log["ok"]) == [3, 3, 3]
+    again = nh.ensure_sweep("demo", "summary", ["answer.max_tokens=16,24"], model="openai:fake", limit=3, db=db,
+                            echo=False)
+    assert list(again["already_done"]) == [3, 3, 3] and list(again["ok"]) == [0, 0, 0]
+    view = nh.PolicyComparison(db, model="openai:fake")
+    assert view.variants("demo") == ["answer.max_tokens=16", "answer.max_tokens=24"]
+    shown = view.render("demo", "f1", ["answer.max_tokens=24"])
+    assert list(shown["pareto"]["variant"]) == ["answer.max_tokens=24"]
+    assert list(shown["quality_loss"]["variant"]) == ["answer.max_tokens=24"]
+    assert {"ci_low", "ci_high", "p_value", "n_pairs"} <= set(shown["quality_loss"].columns)
+    ax = shown["figure"].axes[0]
+    assert "quality loss (f1" in ax.get_ylabel() and ax.get_lines()  # the point (and its bars) are drawn
+    box = view.widget(metric="f1")
+    variant_box = box.children[1]
+    variant_box.value = ("answer.max_tokens=16",)  # the observer redraws without raising
+    ours = nh.mode_quality_and_savings("demo", "f1", db=db, model="openai:fake")
+    assert sorted(ours["variant"]) == ["answer.max_tokens=16", "answer.max_tokens=24", "default"]
+
+
 def test_ensure_results_reports_a_refused_run(tmp_path: Path, scripted_cli: None) -> None:
     log = nh.ensure_results("demo", ["summary"], model="openai:fake", limit=1, db=tmp_path / "r.duckdb",
                             overrides=["nosuch.field=1"], echo=False)
