@@ -38,6 +38,12 @@ def _open(db: str | Path | None, store: ResultStore | None, *, writable: bool = 
         opened.close()
 
 
+def _where(pairs: tuple[tuple[str, Any], ...]) -> tuple[list[str], list[Any]]:
+    """``column = ?`` conditions (and their parameters) for the pairs whose value is given."""
+    given = [(column, value) for column, value in pairs if value is not None]
+    return [f"{column} = ?" for column, _ in given], [value for _, value in given]
+
+
 def _select(store: ResultStore, table: str, filters: Mapping[str, Any], order: str) -> pd.DataFrame:
     if not store.has_table(table):
         return pd.DataFrame()
@@ -69,11 +75,7 @@ def runs_df(benchmark: str | None = None, mode: str | None = None, *, db: str | 
         if not s.has_table("runs"):
             return pd.DataFrame()
         paired = s.has_table("report_runs")
-        where, params = [], []
-        for column, value in (("r.benchmark", benchmark), ("r.mode", mode)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        where, params = _where((("r.benchmark", benchmark), ("r.mode", mode)))
         sql = ("SELECT r.*"
                + (", p.role, p.baseline_run_id, p.baseline_variant, p.lossy_run_id, p.lossy_variant, p.pairing"
                   if paired else "")
@@ -88,11 +90,7 @@ def cases_df(benchmark: str | None = None, mode: str | None = None, *, run_id: s
              db: str | Path | None = None, store: ResultStore | None = None) -> pd.DataFrame:
     """Cases joined with their run's benchmark, mode and model."""
     with _open(db, store) as s:
-        where, params = [], []
-        for column, value in (("r.benchmark", benchmark), ("r.mode", mode), ("c.run_id", run_id)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        where, params = _where((("r.benchmark", benchmark), ("r.mode", mode), ("c.run_id", run_id)))
         sql = ("SELECT r.benchmark, r.mode, r.model, c.* FROM cases c JOIN runs r USING (run_id)"
                + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY r.benchmark, r.mode, c.ordinal, c.case_id")
         return s.df(sql, params)
@@ -102,11 +100,7 @@ def scores_df(benchmark: str | None = None, mode: str | None = None, *, metric: 
               db: str | Path | None = None, store: ResultStore | None = None) -> pd.DataFrame:
     """Scores joined with run and case status (failed cases have no score rows)."""
     with _open(db, store) as s:
-        where, params = [], []
-        for column, value in (("r.benchmark", benchmark), ("r.mode", mode), ("sc.metric", metric)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        where, params = _where((("r.benchmark", benchmark), ("r.mode", mode), ("sc.metric", metric)))
         sql = ("SELECT r.benchmark, r.mode, r.model, sc.*, c.status FROM scores sc JOIN runs r USING (run_id) "
                "JOIN cases c ON c.run_id = sc.run_id AND c.case_id = sc.case_id"
                + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY r.benchmark, r.mode, sc.case_id, sc.metric")
@@ -116,11 +110,7 @@ def scores_df(benchmark: str | None = None, mode: str | None = None, *, metric: 
 def calls_df(benchmark: str | None = None, mode: str | None = None, *, db: str | Path | None = None,
              store: ResultStore | None = None) -> pd.DataFrame:
     with _open(db, store) as s:
-        where, params = [], []
-        for column, value in (("r.benchmark", benchmark), ("r.mode", mode)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        where, params = _where((("r.benchmark", benchmark), ("r.mode", mode)))
         sql = ("SELECT r.benchmark, r.mode, k.* FROM calls k JOIN runs r USING (run_id)"
                + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY r.benchmark, r.mode, k.case_id, k.seq")
         return s.df(sql, params)

@@ -99,25 +99,18 @@ def _report_parser(prog: str) -> argparse.ArgumentParser:
 
 def _sweep_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"{prog} sweep",
+        prog=f"{prog} sweep", allow_abbrev=False,  # unknown flags go to the runs: no prefix guessing
         description="Run one mode over the cartesian product of --grid settings, each point a resumable variant "
                     "run named by its settings; the baseline mode runs once first (skip with --no-baseline). "
-                    "Interrupted and rerun, it finishes only what is missing.")
+                    "Interrupted and rerun, it finishes only what is missing.",
+        epilog="Every other flag of a run (--limit, --model, --judge-model, --context-window, --concurrency, --db, "
+               "--set for settings shared by every point, --published-settings, --json, --no-progress) is passed "
+               "to each run.")
     p.add_argument("benchmark")
     p.add_argument("--mode", help="mode (arm) to sweep; default: the benchmark's default mode")
     p.add_argument("--grid", action="append", required=True, metavar="SECTION.FIELD=V1,V2[,...]",
                    help="a setting and its values (repeatable: the grid is the product)")
     p.add_argument("--no-baseline", action="store_true", help="do not run the baseline mode first")
-    for flag in ("--limit", "--concurrency", "--context-window"):
-        p.add_argument(flag, type=int, default=None)
-    for flag in ("--model", "--judge-model"):
-        p.add_argument(flag)
-    p.add_argument("--db", type=Path, default=DEFAULT_DB)
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="settings shared by every point (repeatable)")
-    p.add_argument("--published-settings", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
     return p
 
 
@@ -240,56 +233,49 @@ def _grid_points(grid: Sequence[str], shared: Sequence[str]) -> list[list[str]]:
     return [list(point) for point in itertools.product(*axes)]
 
 
-def _run_argv(args: argparse.Namespace, mode: str, overrides: Sequence[str]) -> list[str]:
-    argv = [args.benchmark, "--mode", mode, "--db", str(args.db), "--json"]
-    for flag, value in (("--limit", args.limit), ("--concurrency", args.concurrency), ("--model", args.model),
-                        ("--judge-model", args.judge_model), ("--context-window", args.context_window)):
-        if value is not None:
-            argv += [flag, str(value)]
-    for flag, on in (("--published-settings", args.published_settings), ("--no-progress", args.no_progress)):
-        if on:
-            argv.append(flag)
-    for assignment in overrides:
-        argv += ["--set", assignment]
-    return argv
-
-
-def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
-    """Each grid point is an ordinary resumable run; the sweep itself stores nothing of its own."""
+def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -> int:
+    """Each grid point is an ordinary resumable run (``run_flags`` passed to each); the sweep stores
+    nothing of its own."""
     import io
 
     task = get_task(args.benchmark)
     mode = args.mode or task.default_mode
     if mode not in task.modes:
         raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
-    points = _grid_points(args.grid, args.overrides)
+    parser = _run_parser("python -m agentlab.bench")
+    shared = parser.parse_args([task.name, "--mode", mode, *run_flags])
+    for flag, used in (("--dry-run", shared.dry_run), ("--retrieval-only", shared.retrieval_only),
+                       ("--variant", shared.variant is not None)):
+        if used:
+            raise CliError(f"sweep: {flag} is not for sweeps (each point's variant is named by its --grid settings)")
+    points = _grid_points(args.grid, shared.overrides)
     for point in points:  # every point's settings are checked before the first model call
-        apply_overrides(load_settings(task.name, task.default_settings()), [*args.overrides, *point])
+        apply_overrides(load_settings(task.name, task.default_settings()), [*shared.overrides, *point])
     roles = _mode_roles().get(task.name)
     plan: list[tuple[str, list[str]]] = []
     if roles is not None and mode != roles.baseline and not args.no_baseline:
-        plan.append((roles.baseline, list(args.overrides)))
-    plan += [(mode, [*args.overrides, *point]) for point in points]
-    parser = _run_parser("python -m agentlab.bench")
+        plan.append((roles.baseline, []))
+    plan += [(mode, [a for assignment in point for a in ("--set", assignment)]) for point in points]
     results = []
-    for step, (step_mode, overrides) in enumerate(plan, 1):
+    for step, (step_mode, point_flags) in enumerate(plan, 1):
         buffer = io.StringIO()
-        status = cmd_run(parser.parse_args(_run_argv(args, step_mode, overrides)), buffer)
+        status = cmd_run(parser.parse_args([task.name, *run_flags, *point_flags, "--mode", step_mode, "--json"]),
+                         buffer)
         if status != 0:
             sys.stderr.write(f"sweep stopped at step {step} of {len(plan)} ({step_mode} "
-                             f"{' '.join(overrides) or 'default'}); rerun the same command to finish the rest\n")
+                             f"{' '.join(point_flags[1::2]) or 'default'}); rerun the same command to finish the rest\n")
             return status
         run = json.loads(buffer.getvalue())
         results.append(run)
-        if not args.json:
+        if not shared.json:
             out.write(f"[{step}/{len(plan)}] {task.name}/{step_mode} variant {run['variant']} run {run['run_id']}: "
                       f"{run['already_done']} already stored, {run['ok']} ok and {run['failed']} failed now, "
                       f"of {run['selected']} selected\n")
-    if args.json:
+    if shared.json:
         _print_json({"benchmark": task.name, "mode": mode, "grid": list(args.grid), "runs": results}, out)
     else:
         out.write(f"sweep done: {len(points)} variant(s) of {mode}; compare them with "
-                  f"`python -m agentlab.bench report {task.name} --db {args.db}`\n")
+                  f"`python -m agentlab.bench report {task.name} --db {shared.db}`\n")
     return 0
 
 
@@ -617,7 +603,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if argv[0] == "report":
             return cmd_report(_report_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "sweep":
-            return cmd_sweep(_sweep_parser(prog).parse_args(argv[1:]), out)
+            sweep_args, run_flags = _sweep_parser(prog).parse_known_args(argv[1:])
+            return cmd_sweep(sweep_args, run_flags, out)
         if argv[0] == "fixture":
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)
