@@ -239,19 +239,34 @@ def ensure_results(benchmark: str, modes: Sequence[str], *, model: str, limit: i
         if status != 0:
             message = (err or out).strip().splitlines()[-1] if (err or out).strip() else f"exit status {status}"
             print(f"  failed: {message}")
-            rows.append({"mode": mode, "status": status, "error": message})
+            rows.append({"mode": mode, "model": model, "status": status, "error": message})
             continue
         run = json.loads(out)
         if echo:
             print(f"  run {run['run_id']}: {run['already_done']} already stored, {run['ok']} ok and "
                   f"{run['failed']} failed now, of {run['selected']} selected")
-        rows.append({"mode": mode, "status": status, "run_id": run["run_id"], "selected": run["selected"],
+        rows.append({"mode": mode, "model": model, "status": status, "run_id": run["run_id"], "selected": run["selected"],
                      "already_done": run["already_done"], "ran_ok": run["ok"], "ran_failed": run["failed"],
                      "failures": ", ".join(f"{k} {v}" for k, v in sorted(run["errors"].items())),
                      "prompt_tokens": run["prompt_tokens"], "completion_tokens": run["completion_tokens"]})
     if Path(db).exists():
         analysis.rebuild(db, roles=mode_roles())
     return pd.DataFrame(rows)
+
+
+def these_runs(frame: pd.DataFrame, log: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``frame`` that belong to the runs :func:`ensure_results` made or found (``log``).
+
+    A results file keeps every run — other variants, other data subsets, older task versions of
+    the same model — and the tables show each as its own row; a notebook reading "its" runs picks
+    them by id rather than by model name.
+    """
+    if frame is None or len(frame) == 0:
+        return frame
+    if "run_id" not in frame.columns:  # a benchmark's own tables: one row per (model, mode) at most
+        return frame[frame["model"].isin(set(log["model"]))] if "model" in frame.columns else frame
+    ids = set(log["run_id"].dropna()) if "run_id" in log.columns else set()
+    return frame[frame["run_id"].isin(ids)]
 
 
 def mode_roles() -> dict[str, Any]:
