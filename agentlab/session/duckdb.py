@@ -49,6 +49,7 @@ from agentlab.session.base import (
     FULL_SESSION_KEY,
     EventTokenCounter,
     Session,
+    SessionHead,
     SessionKey,
     Summary,
     SummaryBoundary,
@@ -303,6 +304,21 @@ class DuckDBSessionService:
                 if sid in sessions:
                     sessions[sid].summaries[fk] = _summary_from_row(*rest)
             return list(sessions.values())
+
+        return await self._run(read)
+
+    async def session_heads(self, app_name: str, user_id: str) -> dict[str, SessionHead]:
+        # One aggregate query over the ids: no event JSON is read or parsed.
+        def read(con: _Connection) -> dict[str, SessionHead]:
+            rows = con.execute(
+                "SELECT s.session_id, count(e.seq), arg_max(e.event_id, e.seq) FROM sessions s"
+                " LEFT JOIN events e ON e.app_name = s.app_name AND e.user_id = s.user_id"
+                " AND e.session_id = s.session_id"
+                " WHERE s.app_name = ? AND s.user_id = ?"
+                " GROUP BY s.session_id, s.created_at ORDER BY s.created_at, s.session_id",
+                [app_name, user_id],
+            ).fetchall()
+            return {sid: SessionHead(int(count), last or "") for sid, count, last in rows}
 
         return await self._run(read)
 
