@@ -16,7 +16,7 @@ at N = 100, so that the history stays near N; the table shows the range actually
 the incremental projection and, on the same states, through the full processor chain
 (``incremental_projection=False``, what every call cost before). Between checkpoints the session
 grows without timing. Last, the first ``session_search`` after an append on a 10,000-event
-session (the session of ``bench_recall.py``). Run::
+session (the session of ``bench_recall.py``), in the in-memory store and in DuckDB. Run::
 
     .venv/bin/python benchmarks/perf/bench_overhead.py [--sizes 100,1000,5000,50000] [--calls 100] [--seed 7]
 
@@ -48,7 +48,8 @@ from agentlab.model.scripted import ScriptedModel  # noqa: E402
 from agentlab.recall import RecallPolicy  # noqa: E402
 from agentlab.recall.search import session_search  # noqa: E402
 from agentlab.runtime import FunctionTool, Invocation, LLMAgent  # noqa: E402
-from agentlab.session.base import Session  # noqa: E402
+from agentlab.session.base import Session, SessionService  # noqa: E402
+from agentlab.session.duckdb import DuckDBSessionService  # noqa: E402
 from agentlab.session.inmemory import InMemorySessionService  # noqa: E402
 
 POLICIES = {
@@ -170,8 +171,15 @@ async def run_policy(name: str, policy: CompactionPolicy, sizes: list[int], call
           f"{counts['full_chain']} full chain; tool results average {statistics.mean(results):.0f} tokens")
 
 
-async def first_search_after_append(events: int, appends: int, seed: int) -> None:
-    svc, _words, ledger = await build_session(events, seed)
+async def first_search_after_append(events: int, appends: int, seed: int, backend: str) -> None:
+    memory_svc, _words, ledger = await build_session(events, seed)
+    svc: SessionService = memory_svc
+    if backend == "duckdb":
+        # The same events in a DuckDB store (in memory: the disk is not what is measured).
+        svc = DuckDBSessionService(":memory:", token_counter=lambda e: len(e.text) // 4, fsync=False)
+        copy = await svc.create_session(APP, USER, SESSION)
+        for event in ledger:
+            await svc.append_event(copy, Event.from_json(event.to_json()))
     session = await svc.get_session(APP, USER, SESSION)
     assert session is not None
     policy = RecallPolicy()
@@ -190,7 +198,8 @@ async def first_search_after_append(events: int, appends: int, seed: int) -> Non
         out = await session_search(inv, policy, f"brand new remark {k}", scope="current_session")
         latencies.append((time.perf_counter() - started) * 1000)
         assert out["count"] > 0
-    print(f"\nsession_search on a {events:,}-event session (lexical, current_session): first search "
+    await svc.close()
+    print(f"\nsession_search on a {events:,}-event session ({backend}, lexical, current_session): first search "
           f"{cold:.1f} ms (index built); first search after one append, {appends} appends: "
           f"median {statistics.median(latencies):.2f} ms, p95 {percentile(latencies, 0.95):.2f} ms, "
           f"max {max(latencies):.2f} ms")
@@ -205,6 +214,7 @@ async def main() -> None:
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated: " + ", ".join(POLICIES))
     parser.add_argument("--search-events", type=int, default=10_000)
     parser.add_argument("--search-appends", type=int, default=50)
+    parser.add_argument("--search-backends", default="inmemory,duckdb", help="session stores searched")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     sizes = sorted(int(s.replace("_", "")) for s in args.sizes.split(","))
@@ -212,8 +222,10 @@ async def main() -> None:
         if name not in POLICIES:
             parser.error(f"unknown policy {name!r}: use one of {', '.join(POLICIES)}")
         await run_policy(name, POLICIES[name], sizes, args.calls, args.full_calls, args.seed)
-    if args.search_events > 0:
-        await first_search_after_append(args.search_events, args.search_appends, args.seed)
+    for backend in args.search_backends.split(",") if args.search_events > 0 else []:
+        if backend not in ("inmemory", "duckdb"):
+            parser.error(f"unknown backend {backend!r}: use inmemory or duckdb")
+        await first_search_after_append(args.search_events, args.search_appends, args.seed, backend)
 
 
 if __name__ == "__main__":
