@@ -194,8 +194,10 @@ async def test_incremental_projection_equals_full_rebuild(seed: int) -> None:
     assert counts["incremental"] > 0, counts
 
 
-async def test_cache_serves_the_growing_workload_incrementally() -> None:
-    """In a plain growing session every call after the first is incremental, not rebuilt."""
+@pytest.mark.parametrize("reread", [False, True])
+async def test_cache_serves_the_growing_workload_incrementally(reread: bool) -> None:
+    """In a plain growing session every call after the first is incremental, not rebuilt, also
+    when each run reads the session afresh (new objects for the same ledger, as a Runner gets)."""
     svc = InMemorySessionService()
     session = await svc.create_session("app", "u", "s")
     agent = LLMAgent("a", ScriptedModel([]), compaction=CompactionPolicy(enabled=True, keep_recent_requests=3,
@@ -205,6 +207,9 @@ async def test_cache_serves_the_growing_workload_incrementally() -> None:
     for turn in range(20):
         run = f"r{turn}"
         current = user_event(words(rng, 5), invocation_id=run, request_id=run)
+        if reread:
+            session = await svc.get_session("app", "u", "s")
+            assert session is not None
         await svc.append_event(session, current)
         inv = Invocation(app_name="app", user_id="u", session=session, session_service=svc, agent=agent,
                          message=current.message, id=run, user_event=current)
