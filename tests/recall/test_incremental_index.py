@@ -136,3 +136,31 @@ async def test_session_heads_follow_appends_and_deletes(backend: str) -> None:
         assert await svc.session_heads(APP, "someone else") == {}
     finally:
         await svc.close()
+
+
+async def test_duckdb_heads_kept_by_writes_match_the_stored_ledger(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Heads the service keeps from its own writes equal those read back from the file."""
+    from agentlab.events import Event, Message
+
+    path = tmp_path / "s.duckdb"
+    svc = DuckDBSessionService(path)
+    led = Ledger(svc)  # type: ignore[arg-type]
+    a = await led.session("a")
+    await svc.session_heads(APP, USER)  # loaded now, then kept up to date by the writes below
+    b = await led.session("b")
+    await led.user(a, "one")
+    await svc.append_event(b, Event(author="x", state_delta={"k": 1}, timestamp=led.clock + 1))
+    await led.user(b, "two")
+    gone = await led.session("gone")
+    await led.user(gone, "three")
+    await svc.delete_session(APP, USER, "gone")
+    with pytest.raises(KeyError):
+        await svc.append_event(gone, Event(author="x", choices=[Message.user("late")]))
+    kept = await svc.session_heads(APP, USER)
+    await svc.close()
+    reopened = DuckDBSessionService(path)
+    try:
+        assert await reopened.session_heads(APP, USER) == kept
+        assert [h.event_count for h in kept.values()] == [1, 2]
+    finally:
+        await reopened.close()
