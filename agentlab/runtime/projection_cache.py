@@ -5,7 +5,8 @@ history on every call: it filters the ledger, finds the protected units, rebuild
 of every old tool result and re-renders and re-counts every message. Between two calls of one
 session almost none of that changes: the ledger only grows, and the units that change status are
 the newest ones. :class:`ProjectionCache` keeps, per (app, user, session, filter key), the
-projection of the previous call and redoes only the part that can differ:
+projection of the previous call (one per compaction policy and tool offer, too) and redoes only the
+part that can differ:
 
 * the *kept history* ``K`` — history events visible under the filter key and after the summary
   boundary, in ledger order — grows by the events appended since (with per-unit and per-tool-call
@@ -19,9 +20,9 @@ projection of the previous call and redoes only the part that can differ:
 * a compacted copy (placeholder, truncation, and its token count) is computed once per (event,
   protection status) for a given policy, then reused.
 
-Rebuilt from scratch: on the first call, when the summary boundary moved, when the compaction
-policy, the offer of ``session_load`` or the processor chain changed, and when the ledger is not
-an extension of the one seen before (a session deleted and recreated under the same id).
+Rebuilt from scratch: on the first call (also the first with a new compaction policy, ``session_load``
+offer or processor chain), when the summary boundary moved, and when the ledger is not an extension
+of the one seen before (a session deleted and recreated under the same id).
 Handed back to the full chain (:meth:`ProjectionCache.project` returns ``None``): a legacy
 time-only boundary, a ledger with empty or repeated event ids, a summary that split a tool round
 or absorbed the current run, a current input that belongs in the middle of the history or is not
@@ -185,7 +186,7 @@ class ProjectionCache:
 
     def __init__(self, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
         self.max_sessions = max_sessions
-        self._states: OrderedDict[tuple[str, str, str, str], _Projection] = OrderedDict()
+        self._states: OrderedDict[tuple[str, str, str, str, tuple[Any, ...]], _Projection] = OrderedDict()
         self._lock = threading.Lock()
         #: Calls served incrementally, rebuilt from scratch, and handed to the full chain.
         self.counts = {"incremental": 0, "rebuilt": 0, "full_chain": 0}
@@ -229,7 +230,7 @@ class ProjectionCache:
 
     # ------------------------------------------------------------------------------ internals
 
-    def _state(self, key: tuple[str, str, str, str]) -> _Projection:
+    def _state(self, key: tuple[str, str, str, str, tuple[Any, ...]]) -> _Projection:
         state = self._states.get(key)
         if state is None:
             state = _Projection()
@@ -246,7 +247,15 @@ class ProjectionCache:
 
         session = inv.session
         ledger = session.events
-        key = (inv.app_name, inv.user_id, session.id, inv.filter_key)
+        compaction = plan.compaction
+        policy: CompactionPolicy | None = compaction.policy if compaction is not None else None
+        current_unit = inv.request_id or None
+        # What the kept projection depends on besides the ledger and the boundary. It is part of
+        # the key, so that requests which alternate (say, with and without tools once the tool
+        # budget is spent) each keep their own projection instead of rebuilding one another's.
+        signature = (policy, offers_session_load(draft.tools) if policy is not None else None,
+                     current_unit is not None, plan.summary is not None)
+        key = (inv.app_name, inv.user_id, session.id, inv.filter_key, signature)
         state = self._state(key)
         if len(ledger) < state.ledger_len or (state.ledger_len and ledger[state.ledger_len - 1].id != state.last_id):
             # Not an extension of the ledger seen before: the session was recreated. Start over.
@@ -261,11 +270,6 @@ class ProjectionCache:
             boundary = state.positions.get(summary.boundary.last_event_id, -1) if summary.boundary.last_event_id else -1
             if boundary < 0:
                 return None  # a time-only (legacy) boundary: the full chain resolves it
-        compaction = plan.compaction
-        policy: CompactionPolicy | None = compaction.policy if compaction is not None else None
-        current_unit = inv.request_id or None
-        signature = (policy, offers_session_load(draft.tools) if policy is not None else None,
-                     current_unit is not None, plan.summary is not None)
         if state.signature != signature or state.boundary != boundary:
             state.reset_kept(signature, boundary)
             self._rebuild_kept(state, ledger, inv.filter_key)
