@@ -239,3 +239,32 @@ def test_chains_with_unknown_processors_use_the_full_chain() -> None:
     assert plan_for(agent.processors) is not None
     assert plan_for([*agent.processors, Custom()]) is None  # type: ignore[list-item]
     assert plan_for(list(reversed(agent.processors))) is None
+
+
+async def test_requests_with_and_without_tools_keep_their_own_projection() -> None:
+    """Once the tool budget is spent, requests alternate with and without tools: no rebuilds."""
+    svc = InMemorySessionService()
+    session = await svc.create_session("app", "u", "s")
+    agent = LLMAgent("a", ScriptedModel([]), tools=[session_load_tool()],
+                     compaction=CompactionPolicy(enabled=True, keep_recent_requests=1, tool_result_max_tokens=8))
+    rng = random.Random(4)
+    for turn in range(12):
+        run = f"r{turn}"
+        current = user_event(words(rng, 5), invocation_id=run, request_id=run)
+        await svc.append_event(session, current)
+        call = ToolCall(f"c{turn}", "lookup", "{}")
+        await svc.append_event(session, Event(author="a", choices=[Message.assistant("", [call])],
+                                              invocation_id=run, request_id=run))
+        await svc.append_event(session, Event(author="a", choices=[Message.tool(call.id, "lookup", words(rng, 30))],
+                                              invocation_id=run, request_id=run))
+        inv = Invocation(app_name="app", user_id="u", session=session, session_service=svc, agent=agent,
+                         message=current.message, id=run, user_event=current)
+        for allow_tools in (True, False):
+            request, _ = await agent.build_request(inv, allow_tools=allow_tools)
+            agent.incremental_projection = False
+            full, _ = await agent.build_request(inv, allow_tools=allow_tools)
+            agent.incremental_projection = True
+            assert request.messages == full.messages
+        await svc.append_event(session, Event(author="a", choices=[Message.assistant(words(rng, 4))],
+                                              invocation_id=run, request_id=run))
+    assert agent.projection_cache.counts == {"incremental": 22, "rebuilt": 2, "full_chain": 0}
