@@ -128,12 +128,11 @@ class Projected:
 
 
 _NO_DECISION = object()
-_ALL = 1 << 62  # "nothing dirty"
 
 
 @dataclass
 class _Projection:
-    """Everything kept for one (app, user, session, filter key)."""
+    """Everything kept for one (app, user, session, filter key, signature)."""
 
     # -- ledger layer: every ledger event seen so far ----------------------------------------
     ledger_len: int = 0
@@ -141,7 +140,7 @@ class _Projection:
     positions: dict[str, int] = field(default_factory=dict)
     #: An empty or repeated event id: the fast path cannot tell kept from covered events.
     broken: bool = False
-    # -- kept-history layer (valid for one boundary and one signature) ------------------------
+    # -- kept-history layer (valid for one boundary) --------------------------------------------
     signature: tuple[Any, ...] | None = None
     boundary: int = -2  # ledger index of the last covered event; -1 = nothing covered
     covered: list[Event] = field(default_factory=list)
