@@ -268,6 +268,22 @@ def test_retrieval_only_reports_recall_overall_and_per_category() -> None:
     assert out["four_category"]["n"] == 4
 
 
+def test_hybrid_retrieval_with_the_published_floor_recalls_at_least_what_lexical_does() -> None:
+    # The published setting: an embedder, hybrid fusion and min score 0.3. The floor filters
+    # cosine similarities before fusion; fused scores (<= 2/61) never meet it.
+    task = get_task("locomo")
+    lexical = settings("retrieval.ks=1,5")
+    hybrid = settings("retrieval.ks=1,5", "recall.embedder=hash")
+    cases = task.load_cases(lexical).cases
+    lex = task.retrieval_only(cases, "session_recall", lexical)
+    hyb = task.retrieval_only(cases, "session_recall", hybrid)
+    assert hyb["search_mode"] == "hybrid" and hyb["min_score"] == 0.3
+    assert hyb["overall"]["recall@5"] >= lex["overall"]["recall@5"] == pytest.approx(4 / 5)
+    # The floor binds the dense list only, so the pets question's evidence (which shares just
+    # "Caroline" with it, below the floor in lexical mode) comes back through the keyword list.
+    assert hyb["overall"]["recall@5"] == 1.0
+
+
 @pytest.mark.skipif(not os.environ.get("AGENTLAB_DATA_DIR"), reason="needs the shared LoCoMo file")
 def test_published_selection_has_1986_questions(monkeypatch: pytest.MonkeyPatch) -> None:
     from agentlab.bench.datasets.locomo import load_locomo
