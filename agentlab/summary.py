@@ -743,6 +743,9 @@ class WorkerStats:
     skipped_by_trigger: int = 0
     #: One record per summariser run (input tokens, covered events, ...), for analysis.
     runs: list[dict[str, Any]] = field(default_factory=list)
+    #: The latest summariser error (a failed update is logged and swallowed; callers that must
+    #: explain why a summary stopped advancing read it here).
+    last_error: Exception | None = None
 
 
 class SummaryWorker:
@@ -825,6 +828,7 @@ class SummaryWorker:
                 outcome = await self.summarizer.summarize(delta, previous_text, parent_request=parent_request)
             except Exception as exc:  # the old summary stays; a failed update is not fatal to a run
                 self.stats.failed += 1
+                self.stats.last_error = exc
                 log.warning("summary update failed for %s (old summary kept): %s: %s",
                             _describe(key), type(exc).__name__, exc)
                 return False

@@ -34,7 +34,7 @@ from agentlab.bench.config import (
     settings_path,
 )
 from agentlab.bench.datasets.base import DatasetError
-from agentlab.bench.store import DEFAULT_DB, ResultStore
+from agentlab.bench.store import DEFAULT_DB, RUN_MEANS_SQL, ResultStore
 from agentlab.bench.tasks import Task, UnknownBenchmark, discover, get_task
 
 #: Cases run with the embedded model when no --limit is given.
@@ -278,9 +278,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         sys.stderr.write(f"\ninterrupted: {stored}. Rerun the same command to finish the missing cases.\n")
         store.close()
         return 130
-    means = store.df(
-        "SELECT metric, avg(value) AS mean, count(value) AS n FROM scores WHERE run_id = ? GROUP BY metric ORDER BY metric",
-        [summary.run_id])
+    means = store.df(RUN_MEANS_SQL, [summary.run_id, summary.run_id])
     store.close()
     payload = {"benchmark": task.name, "mode": mode, "model": model_spec, "judge_model": request.judge_spec,
                "smoke_test": smoke, "db": str(args.db), **summary.to_dict(), "scores": _records(means)}
@@ -295,7 +293,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         out.write("  failures by code: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) + "\n")
     out.write(f"  tokens this time: {summary.prompt_tokens} prompt + {summary.completion_tokens} completion\n")
     if len(means):
-        out.write("  mean scores over ok cases (failed cases count as 0 in `report`):\n")
+        out.write("  mean scores of this run's cases (failed cases count 0; unscored ones are left out):\n")
         out.write("    " + means.to_string(index=False).replace("\n", "\n    ") + "\n")
     out.write(f"  stored in {args.db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
     return 0
@@ -363,7 +361,10 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
              "baseline_mean", "mode_mean", "delta", "relative_loss"])
     section("recovery ((recovered - lossy) / (baseline - lossy))", recovery,
             ["metric", "n_cases", "n_failed_baseline", "baseline_mean", "lossy_mean", "recovered_mean", "recovery",
-             "wins", "losses", "ties"])
+             "n_baseline_ok", "recovery_baseline_ok", "wins", "losses", "ties"])
+    if len(recovery) and recovery.get("n_failed_baseline") is not None and recovery["n_failed_baseline"].sum() > 0:
+        out.write("recovery: over all n_cases, failed baseline cases counting 0 (this can exceed 1); "
+                  "recovery_baseline_ok: over the n_baseline_ok cases whose baseline answered\n")
     for name, df in own.items():
         out.write(f"\n== {name} ({args.benchmark}'s own report table) ==\n")
         out.write(df.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n" if len(df) else "(no rows)\n")

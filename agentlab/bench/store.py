@@ -27,7 +27,9 @@ the *current* run of each (benchmark, model, mode) — the most recently started
                       attempted. A failed case scores 0 (it stays in the denominator); a score that
                       could not be computed (NULL, e.g. a judge parse failure) is left out and counted.
 * ``recovery``        per metric, (recovered − lossy) / (baseline − lossy) on the cases all three
-                      runs attempted, with per-case wins / losses / ties of recovered vs lossy.
+                      runs attempted (``recovery``, ``n_cases``; failed cases count 0) and on those
+                      of them whose baseline answered (``recovery_baseline_ok``, ``n_baseline_ok``),
+                      with per-case wins / losses / ties of recovered vs lossy.
 """
 
 from __future__ import annotations
@@ -514,6 +516,13 @@ SELECT benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode,
     CASE WHEN count(*) FILTER (WHERE baseline_status = 'failed') < count(*) THEN
         (avg(recovered_value) - avg(lossy_value)) / NULLIF(avg(baseline_value) - avg(lossy_value), 0)
     END AS recovery,
+    -- The same over the cases whose baseline answered: a failed baseline case counts 0 above,
+    -- which shrinks the loss to recover and can push ``recovery`` past 100 %; this one cannot be
+    -- moved by baseline failures.
+    count(*) FILTER (WHERE baseline_status = 'ok') AS n_baseline_ok,
+    (avg(recovered_value) FILTER (WHERE baseline_status = 'ok') - avg(lossy_value) FILTER (WHERE baseline_status = 'ok'))
+        / NULLIF(avg(baseline_value) FILTER (WHERE baseline_status = 'ok')
+                 - avg(lossy_value) FILTER (WHERE baseline_status = 'ok'), 0) AS recovery_baseline_ok,
     count(*) FILTER (WHERE recovered_value - lossy_value > {TIE_EPSILON}) AS wins,
     count(*) FILTER (WHERE lossy_value - recovered_value > {TIE_EPSILON}) AS losses,
     count(*) FILTER (WHERE abs(recovered_value - lossy_value) <= {TIE_EPSILON}) AS ties
@@ -533,6 +542,20 @@ FROM case_metric
 WHERE benchmark = ?
 GROUP BY benchmark, model, mode, metric
 ORDER BY model, mode, metric
+"""
+
+#: Mean of each metric over all cases of one run (params: run_id twice), by the same rule:
+#: failed cases count 0, NULL scores of ok cases are left out and counted.
+RUN_MEANS_SQL = """
+SELECT m.metric, avg(CASE WHEN c.status = 'ok' THEN s.value ELSE 0.0 END) AS mean, count(*) AS n_cases,
+    count(*) FILTER (WHERE c.status = 'failed') AS n_failed,
+    count(*) FILTER (WHERE c.status = 'ok' AND s.value IS NULL) AS n_unscored
+FROM cases c
+CROSS JOIN (SELECT DISTINCT metric FROM scores WHERE run_id = ?) m
+LEFT JOIN scores s ON s.run_id = c.run_id AND s.case_id = c.case_id AND s.metric = m.metric
+WHERE c.run_id = ?
+GROUP BY m.metric
+ORDER BY m.metric
 """
 
 

@@ -65,7 +65,7 @@ from agentlab.bench.tasks import (
     register,
 )
 from agentlab.events import Event, Message, user_event
-from agentlab.model.base import GenerationConfig
+from agentlab.model.base import GenerationConfig, ModelError
 
 APP_NAME = "longmemeval"
 USER_ID = "lme-user"
@@ -305,8 +305,18 @@ class LongMemEvalTask(Task):
         current = await service.get_session(APP_NAME, USER_ID, session.id)
         summary = current.summaries.get("") if current is not None else None
         remaining = len(delta_after_boundary(current, summary.boundary if summary else None, ""))
+        error = worker.stats.last_error
+        reason = f"{type(error).__name__}: {error}" if error is not None else (
+            f"[summary] max_steps = {max_steps} reached" if steps >= max_steps else "an update did not advance it")
         if summary is None or not summary.text:
-            raise CaseError("the summary could not be built (the summariser returned nothing)", code="summary_failed")
+            raise CaseError(f"the summary could not be built ({reason})", code="summary_failed")
+        if remaining:
+            # As in QMSum: an answer from a summary that stopped short of the history is not the
+            # summary mode being measured, so the case fails (and counts 0) instead of scoring.
+            total = len(delta_after_boundary(current, None, ""))
+            code = error.code if isinstance(error, ModelError) else "summary_incomplete"
+            raise CaseError(f"the summary covers {total - remaining} of {total} events after {steps} forced "
+                            f"updates ({reason})", code=code)
         return {"summary_steps": steps, "summary_chars": len(summary.text), "events_not_summarised": remaining}
 
     # ---------------------------------------------------------------------------- scores
@@ -317,7 +327,9 @@ class LongMemEvalTask(Task):
             if name.startswith(("evidence_recall@", "evidence_hit@")):
                 scores.append(Score(name, float(value), EVIDENCE_RECALL_VERSION))
         if ctx.judge is not None:
-            scores += (await ctx.judge.longmemeval(case.question, case.reference, result.prediction)).to_scores("llm_score")
+            # Fixed denominator, as published: an unparsable verdict counts 0 rather than leaving the mean.
+            judged = await ctx.judge.longmemeval(case.question, case.reference, result.prediction)
+            scores += judged.to_scores("llm_score", unparsed_scores_zero=True)
         return scores
 
     # ------------------------------------------------------------------------ dry run
@@ -369,6 +381,9 @@ class LongMemEvalTask(Task):
         cases["summary_chars"] = [m.get("summary_chars") for m in meta]
         cases["search_calls"] = [(m.get("tool_calls") or {}).get("session_search", 0) for m in meta]
         cases["load_calls"] = [(m.get("tool_calls") or {}).get("session_load", 0) for m in meta]
+        for metric in ("rougeL", "f1", "bleu1", "exact_match"):
+            if metric not in cases.columns:
+                cases[metric] = float("nan")  # no case scored yet (all failed): they still count 0 below
         metrics = [m for m in ("rougeL", "f1", "bleu1", "llm_score", "exact_match") if m in cases.columns]
         rows = []
         for (model, mode), group in cases.groupby(["model", "mode"]):
