@@ -352,7 +352,10 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     section("token_savings (answer-call prompt tokens vs baseline)", savings,
             ["mode", "baseline_mode", "n_cases", "n_baseline_estimated", "baseline_prompt_tokens", "mode_prompt_tokens",
              "prompt_savings", "prompt_savings_ratio", "prompt_savings_with_summary", "total_savings",
-             "total_savings_ratio"])
+             "total_savings_ratio", "mode_prompt_tokens_last", "prompt_savings_last", "published_token_rule"])
+    if len(savings):
+        out.write("prompt tokens of a case: summed over all its answer calls; *_last: its last answer call only. "
+                  "published_token_rule names the one the published report uses (README, Token accounting)\n")
     if len(savings) and savings.get("n_baseline_estimated") is not None and savings["n_baseline_estimated"].sum() > 0:
         out.write("n_baseline_estimated: baseline cases whose prompt did not fit the model's window; their prompt "
                   "tokens are the tokens the prompt needed (cl100k count), and total savings leave them out\n")

@@ -22,6 +22,10 @@ the *current* run of each (benchmark, model, mode) — the most recently started
                       tokens of the ``answer`` calls vs the baseline mode, as the mean of per-case
                       savings AND the ratio of totals; total (prompt + completion) savings; and the
                       same with summary-generation tokens added to both sides (the honest cost).
+                      A case's answer tokens are the sum over all its answer calls; the ``*_last``
+                      columns take only the last answer call's prompt, the rule of the published
+                      summary benchmark; ``published_token_rule`` names the rule the benchmark's
+                      published report uses (``config.PUBLISHED_TOKEN_RULES``).
                       Only cases that are ``ok`` in both runs are compared.
 * ``quality_loss``    per metric, each mode vs its benchmark's baseline mode on the cases both runs
                       attempted. A failed case scores 0 (it stays in the denominator); a score that
@@ -44,7 +48,7 @@ from typing import Any
 
 import duckdb
 
-from agentlab.bench.config import MODE_ROLES, ModeRoles
+from agentlab.bench.config import MODE_ROLES, PUBLISHED_TOKEN_RULES, ModeRoles
 from agentlab.bench.metrics import Score
 from agentlab.model.base import CallRecord
 
@@ -319,11 +323,12 @@ class ResultStore:
             try:
                 self.conn.execute(
                     "CREATE OR REPLACE TABLE mode_roles (benchmark VARCHAR PRIMARY KEY, baseline VARCHAR, "
-                    "lossy VARCHAR, recovered VARCHAR)"
+                    "lossy VARCHAR, recovered VARCHAR, published_token_rule VARCHAR)"
                 )
                 if roles:
-                    self.conn.executemany("INSERT INTO mode_roles VALUES (?, ?, ?, ?)",
-                                          [[b, r.baseline, r.lossy, r.recovered] for b, r in roles.items()])
+                    self.conn.executemany("INSERT INTO mode_roles VALUES (?, ?, ?, ?, ?)",
+                                          [[b, r.baseline, r.lossy, r.recovered, PUBLISHED_TOKEN_RULES.get(b)]
+                                           for b, r in roles.items()])
                 for statement in _DERIVED_SQL:
                     self.conn.execute(statement)
                 self.conn.execute("COMMIT")
@@ -387,6 +392,8 @@ case_tokens AS (
     SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, FALSE AS estimated,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens END), 0) AS answer_prompt,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens + k.completion_tokens END), 0) AS answer_total,
+        COALESCE(arg_max(k.prompt_tokens, k.seq) FILTER (WHERE k.purpose = 'answer' AND k.error IS NULL), 0)
+            AS answer_prompt_last,
         COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens END), 0) AS summary_prompt,
         COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens + k.completion_tokens END), 0) AS summary_total
     FROM current_runs r
@@ -400,7 +407,8 @@ case_tokens AS (
 baseline_needed AS (
     SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, TRUE AS estimated,
         TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) AS answer_prompt,
-        NULL::BIGINT AS answer_total, 0 AS summary_prompt, NULL::BIGINT AS summary_total
+        NULL::BIGINT AS answer_total, 0 AS summary_prompt, NULL::BIGINT AS summary_total,
+        TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) AS answer_prompt_last
     FROM current_runs r
     JOIN mode_roles mr ON mr.benchmark = r.benchmark AND r.mode = mr.baseline
     JOIN cases c ON c.run_id = r.run_id AND c.status = 'failed' AND c.error_code = 'context_length'
@@ -412,7 +420,9 @@ pairs AS (
         b.answer_prompt AS baseline_prompt_tokens, x.answer_prompt AS mode_prompt_tokens,
         b.answer_total AS baseline_total_tokens, x.answer_total AS mode_total_tokens,
         b.summary_prompt AS baseline_summary_prompt_tokens, x.summary_prompt AS mode_summary_prompt_tokens,
-        b.summary_total AS baseline_summary_total_tokens, x.summary_total AS mode_summary_total_tokens
+        b.summary_total AS baseline_summary_total_tokens, x.summary_total AS mode_summary_total_tokens,
+        b.answer_prompt_last AS baseline_prompt_tokens_last, x.answer_prompt_last AS mode_prompt_tokens_last,
+        mr.published_token_rule
     FROM case_tokens x
     JOIN mode_roles mr ON mr.benchmark = x.benchmark AND x.mode <> mr.baseline
     JOIN (SELECT * FROM case_tokens UNION ALL BY NAME SELECT * FROM baseline_needed) b
@@ -425,7 +435,9 @@ per_case AS (
         ((baseline_prompt_tokens + baseline_summary_prompt_tokens) - (mode_prompt_tokens + mode_summary_prompt_tokens))
             / NULLIF(baseline_prompt_tokens + baseline_summary_prompt_tokens, 0) AS prompt_savings_with_summary,
         ((baseline_total_tokens + baseline_summary_total_tokens) - (mode_total_tokens + mode_summary_total_tokens))
-            / NULLIF(baseline_total_tokens + baseline_summary_total_tokens, 0) AS total_savings_with_summary
+            / NULLIF(baseline_total_tokens + baseline_summary_total_tokens, 0) AS total_savings_with_summary,
+        (baseline_prompt_tokens_last - mode_prompt_tokens_last) / NULLIF(baseline_prompt_tokens_last, 0)
+            AS prompt_savings_last
     FROM pairs
 )
 SELECT benchmark, model, mode, baseline_mode, 'case' AS level, case_id, 1 AS n_cases, smoke_test,
@@ -438,7 +450,10 @@ SELECT benchmark, model, mode, baseline_mode, 'case' AS level, case_id, 1 AS n_c
     total_savings, total_savings AS total_savings_ratio,
     prompt_savings_with_summary, prompt_savings_with_summary AS prompt_savings_with_summary_ratio,
     total_savings_with_summary, total_savings_with_summary AS total_savings_with_summary_ratio,
-    CASE WHEN total_savings < 0 THEN 1.0 WHEN total_savings IS NULL THEN NULL ELSE 0.0 END AS negative_rate
+    CASE WHEN total_savings < 0 THEN 1.0 WHEN total_savings IS NULL THEN NULL ELSE 0.0 END AS negative_rate,
+    baseline_prompt_tokens_last::DOUBLE AS baseline_prompt_tokens_last,
+    mode_prompt_tokens_last::DOUBLE AS mode_prompt_tokens_last,
+    prompt_savings_last, prompt_savings_last AS prompt_savings_last_ratio, published_token_rule
 FROM per_case
 UNION ALL
 SELECT benchmark, model, mode, baseline_mode, 'aggregate' AS level, NULL AS case_id, count(*) AS n_cases,
@@ -461,7 +476,10 @@ SELECT benchmark, model, mode, baseline_mode, 'aggregate' AS level, NULL AS case
     (sum(baseline_total_tokens + baseline_summary_total_tokens) FILTER (WHERE NOT baseline_estimated)
         - sum(mode_total_tokens + mode_summary_total_tokens) FILTER (WHERE NOT baseline_estimated))
         / NULLIF(sum(baseline_total_tokens + baseline_summary_total_tokens) FILTER (WHERE NOT baseline_estimated), 0),
-    avg(CASE WHEN total_savings < 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE total_savings IS NOT NULL)
+    avg(CASE WHEN total_savings < 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE total_savings IS NOT NULL),
+    avg(baseline_prompt_tokens_last), avg(mode_prompt_tokens_last), avg(prompt_savings_last),
+    (sum(baseline_prompt_tokens_last) - sum(mode_prompt_tokens_last)) / NULLIF(sum(baseline_prompt_tokens_last), 0),
+    any_value(published_token_rule)
 FROM per_case
 GROUP BY benchmark, model, mode, baseline_mode
 """

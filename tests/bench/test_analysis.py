@@ -248,3 +248,33 @@ def test_recovery_over_all_cases_and_over_cases_whose_baseline_answered(tmp_path
     # The cases whose baseline answered (c1 only): (0.4 - 0.2) / (0.5 - 0.2) = 2/3.
     assert row["n_baseline_ok"] == 1
     assert row["recovery_baseline_ok"] == pytest.approx(2 / 3)
+
+
+# ------------------------------------------------------- the last answer call vs all answer calls
+#
+# long_context c1: one answer call of 4000 prompt tokens.
+# recall       c1: a search round (500), a load round (800), a refused retry (error, 0) and the final
+#                  answer (1200): 2500 summed, 1200 by the published rule (the last answer call).
+
+
+def test_token_savings_keep_the_sum_and_the_last_answer_call(tmp_path: Path) -> None:
+    with ResultStore(tmp_path / "t.duckdb") as s:
+        s.start_run(RunInfo("run-long", "qmsum", "long_context", {}, "scripted", None, "sha", "v", "1"))
+        s.write_case(CaseRecord("run-long", "c1", "ok", calls=[call("answer", 4000, 100)],
+                                scores=[Score("rougeL", 0.5, "v1")]))
+        s.start_run(RunInfo("run-recall", "qmsum", "recall", {}, "scripted", None, "sha", "v", "1"))
+        rounds = [call("summary", 3000, 200), call("answer", 500, 20), call("answer", 800, 20),
+                  call("answer", 1200, 60),
+                  CallRecord("scripted", "answer", Usage(), 1.0, False, error="RateLimitError")]
+        s.write_case(CaseRecord("run-recall", "c1", "ok", calls=rounds, scores=[Score("rougeL", 0.4, "v1")]))
+        s.rebuild_derived()
+        df = analysis.token_savings_df("qmsum", store=s)
+    for level in ("case", "aggregate"):
+        row = df[(df["level"] == level) & (df["mode"] == "recall")].iloc[0]
+        assert row["mode_prompt_tokens"] == 2500 and row["mode_prompt_tokens_last"] == 1200
+        assert row["baseline_prompt_tokens"] == row["baseline_prompt_tokens_last"] == 4000
+        assert row["prompt_savings"] == pytest.approx(1500 / 4000)
+        assert row["prompt_savings_last"] == pytest.approx(2800 / 4000)
+        assert row["prompt_savings_last_ratio"] == pytest.approx(2800 / 4000)
+        # QMSum's published table counts the last answer call of a run (reference §5.2).
+        assert row["published_token_rule"] == "last_answer_call"

@@ -26,7 +26,8 @@ The three modes mirror QMSum:
 Scores: ``rougeL``, ``f1``, ``bleu1`` (reference §5.2 normalisation), ``exact_match`` (the
 lowercased gold is a substring of the answer), ``llm_score`` (1.0 on exact match without a
 call, else judge confidence when judged correct). Prompt savings vs ``long_context`` are the
-mean of per-case savings (store ``token_savings``). ``--retrieval-only`` measures evidence
+mean of per-case savings (store ``token_savings``); the published Table 6 counts the prompt of the
+last answer call of each run, so the columns compared with it are the ``*_last_call`` ones. ``--retrieval-only`` measures evidence
 recall@k / hit@k of the ``session_search`` machinery against the ``has_answer`` turns, with no
 model.
 """
@@ -365,6 +366,8 @@ class LongMemEvalTask(Task):
                                ORDER BY started DESC, run_id) AS rn FROM runs r WHERE benchmark = ?) WHERE rn = 1)
             SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata,
                 COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
+                COALESCE(arg_max(k.prompt_tokens, k.seq) FILTER (WHERE k.purpose = 'answer' AND k.error IS NULL), 0)
+                    AS answer_prompt_last,
                 COALESCE(SUM(k.latency_ms) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_latency_ms
             FROM current_runs r JOIN cases c ON c.run_id = r.run_id
             LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
@@ -391,12 +394,15 @@ class LongMemEvalTask(Task):
             row: dict[str, Any] = {"model": model, "mode": mode, "n": len(group), "failed": len(group) - len(ok)}
             # Failed cases score 0: they stay in the denominator.
             row.update({m: group[m].where(group["status"] == "ok", 0.0).fillna(0.0).mean() for m in metrics})
-            row["avg_prompt_tokens"] = ok["answer_prompt"].mean() if len(ok) else None
+            # Prompt tokens by the published rule (the last answer call of the run, which holds the
+            # tool results of a recall run) and, beside it, summed over every answer call.
+            row["avg_prompt_tokens_last_call"] = ok["answer_prompt_last"].mean() if len(ok) else None
+            row["avg_prompt_tokens_all_calls"] = ok["answer_prompt"].mean() if len(ok) else None
             long = cases[(cases["model"] == model) & (cases["mode"] == "long_context") & (cases["status"] == "ok")]
-            paired = ok.merge(long[["case_id", "answer_prompt"]], on="case_id", suffixes=("", "_long"))
-            paired = paired[paired["answer_prompt_long"] > 0]
-            row["prompt_savings_vs_long"] = (
-                (1 - paired["answer_prompt"] / paired["answer_prompt_long"]).mean()
+            paired = ok.merge(long[["case_id", "answer_prompt_last"]], on="case_id", suffixes=("", "_long"))
+            paired = paired[paired["answer_prompt_last_long"] > 0]
+            row["prompt_savings_vs_long_last_call"] = (
+                (1 - paired["answer_prompt_last"] / paired["answer_prompt_last_long"]).mean()
                 if mode != "long_context" and len(paired) else None)
             row["avg_summary_chars"] = ok["summary_chars"].dropna().mean() if len(ok) else None
             row["search_calls_per_case"] = ok["search_calls"].mean() if len(ok) else None
