@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from agentlab import progress
 from agentlab.events import Event, Message
 from agentlab.model import tokens
 from agentlab.model.base import ContextLengthError, GenerationConfig, Model, ModelRequest
@@ -763,6 +764,8 @@ class SummaryWorker:
         self.policy = policy or summarizer.policy
         self.checks = list(checks) if checks is not None else self.policy.trigger_checks()
         self.stats = WorkerStats()
+        #: Summariser runs per scope, for progress reports ("summary step k").
+        self._steps: dict[LockKey, int] = {}
         self._queues: list[asyncio.Queue[_Job]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -842,6 +845,7 @@ class SummaryWorker:
                 "summary_tokens": tokens.count_text(outcome.text), "prompt_version": outcome.prompt_version,
                 "latency_ms": round((time.perf_counter() - started) * 1000, 3),
             })
+            self._report_step(session, key, delta, outcome.covered if outcome.text else 0)
             if not outcome.text:
                 return False
             boundary = previous_boundary
@@ -861,6 +865,20 @@ class SummaryWorker:
             if advanced:
                 self.stats.advanced += 1
             return advanced
+
+    def _report_step(self, session: Session, key: LockKey, delta: Sequence[Event], covered: int) -> None:
+        """Progress of a (rolling) summary of this scope: step k, history tokens covered so far.
+
+        The number of steps is not known in advance (it depends on how much of the remaining
+        history each safe prefix holds), so the step has no total; the tokens do.
+        """
+        self._steps[key] = step = self._steps.get(key, 0) + 1
+        if not progress.listening():
+            return
+        history = delta_after_boundary(session, None, key[3])
+        total = sum(_event_tokens(e) for e in history)
+        remaining = sum(_event_tokens(e) for e in delta[covered:])
+        progress.report_progress("summary", step, tokens=total - remaining, tokens_total=total)
 
     async def _write(self, session: Session, filter_key: str, summary: Summary) -> None:
         try:

@@ -10,6 +10,11 @@
   exception — a :class:`~agentlab.model.base.ModelError` such as a context-length error included —
   is stored as a failed case with its message and code. Then the case, its calls, scores and
   compaction stats are written in one transaction.
+* **Progress.** The bar counts finished cases; inside a case, long steps (rolling summary steps,
+  memory-extraction chunks and sessions, embedding batches) report through
+  :mod:`agentlab.progress` and show as the bar's postfix (``case: summary step 3, 12,400/20,512
+  tokens``), so a long case is seen moving. ``progress=False`` (``--no-progress``) installs no
+  listener and draws nothing.
 * **Concurrency.** At most ``concurrency`` cases run at once (an ``asyncio.Semaphore``); model-call
   retries with backoff happen inside the model layer.
 * **Ctrl-C.** ``KeyboardInterrupt`` / cancellation stops the run: cases still in flight are
@@ -20,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +40,7 @@ from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
 from agentlab.model import tokens
 from agentlab.model.base import CallRecord, Model, observe_calls
+from agentlab.progress import Progress, observe_progress
 
 
 @dataclass(frozen=True)
@@ -142,13 +149,20 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",
                unit="case", disable=not request.progress, dynamic_ncols=True)
 
+    def show_step(case: Case) -> Callable[[Progress], None]:
+        def show(step: Progress) -> None:
+            bar.set_postfix_str(f"{case.id}: {step.describe()}", refresh=True)
+
+        return show
+
     async def one(ordinal: int, case: Case) -> None:
         async with semaphore:
             calls: list[CallRecord] = []
             started = time.perf_counter()
             record = CaseRecord(run_id=run_id, case_id=case.id, status="ok", ordinal=ordinal,
                                 reference=case.reference, metadata=dict(case.metadata))
-            with observe_calls(calls.append):
+            steps = observe_progress(show_step(case)) if request.progress else contextlib.nullcontext()
+            with observe_calls(calls.append), steps:
                 try:
                     result: CaseResult = await task.run_case(case, request.mode, ctx)
                     record.prediction = result.prediction

@@ -267,3 +267,14 @@ def test_report_prints_and_stores_a_benchmarks_own_tables(tmp_path: Path, monkey
         assert store.query("SELECT \"group\", cases FROM demo_per_group") == [("all", 2)]
         with pytest.raises(ValueError, match="store's own tables"):
             store.write_frame("cases", pd.DataFrame([{"x": 1}]))
+
+
+def test_steps_inside_a_case_show_on_the_bar_unless_no_progress(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.duckdb")
+    code, _, err = run_cli("demo", "--mode", "summary", "--model", "openai:fake", "--limit", "2", "--db", db)
+    assert code == 0
+    # the demo's summary build reports three steps; the bar shows them beside the case that runs it
+    assert "summary step 1/3, 400/1,200 tokens" in err and "summary step 3/3, 1,200/1,200 tokens" in err
+    code, _, err = run_cli("demo", "--mode", "recall", "--model", "openai:fake", "--limit", "2", "--db", db,
+                           "--no-progress")
+    assert code == 0 and err == ""

@@ -92,6 +92,7 @@ from agentlab.bench.tasks import (
 )
 from agentlab.events import Event, Message, user_event
 from agentlab.model.base import GenerationConfig, ModelRequest
+from agentlab.progress import report_progress
 
 APP_NAME = "locomo"
 AGENT_NAME = "locomo-agent"
@@ -544,10 +545,12 @@ class LoCoMoTask(Task):
             session_service = ctx.new_session_service()
             extractor = MemoryExtractor(_CappedOutput(ctx.model, int(settings["memory"]["extract_max_tokens"])), policy)
             counts = {"extraction_passes": 0, "extraction_errors": 0}
-            for session in await seed_sessions(session_service, conversation, captions):
+            sessions = await seed_sessions(session_service, conversation, captions)
+            for number, session in enumerate(sessions, start=1):
                 result = await extractor.extract(session, memory_service, session_service, force=True)
                 counts["extraction_passes"] += 1
                 counts["extraction_errors"] += int(result.status == "error")
+                report_progress("memory extraction", number, len(sessions), unit="session")
             memories = await memory_service.list(APP_NAME, conversation.sample_id)
             counts["memories"] = len(memories)
             return memory_service, counts
