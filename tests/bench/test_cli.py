@@ -278,3 +278,19 @@ def test_steps_inside_a_case_show_on_the_bar_unless_no_progress(tmp_path: Path) 
     code, _, err = run_cli("demo", "--mode", "recall", "--model", "openai:fake", "--limit", "2", "--db", db,
                            "--no-progress")
     assert code == 0 and err == ""
+
+
+def test_run_summary_means_count_failed_cases_as_zero(tmp_path: Path) -> None:
+    demo.FAIL_IDS.add("d02")
+    code, out, _ = run_cli("demo", "--model", "openai:fake", "--limit", "2", "--db", str(tmp_path / "r.duckdb"),
+                           "--no-progress", "--json", "--set", "judge.enabled=false")
+    assert code == 0
+    result = json.loads(out)
+    assert (result["ok"], result["failed"]) == (1, 1)
+    exact = next(s for s in result["scores"] if s["metric"] == "exact_match")
+    # d01 answered exactly (1), d02 failed and counts 0: the mean is over both cases
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        (d01,), = store.query("SELECT value FROM scores WHERE case_id = 'd01' AND metric = 'exact_match'")
+    assert d01 == 1.0  # long context holds the evidence line
+    assert (exact["n_cases"], exact["n_failed"]) == (2, 1)
+    assert exact["mean"] == pytest.approx(0.5)

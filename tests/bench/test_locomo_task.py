@@ -341,6 +341,7 @@ def test_hybrid_retrieval_with_the_published_floor_recalls_at_least_what_lexical
     lex = task.retrieval_only(cases, "session_recall", lexical)
     hyb = task.retrieval_only(cases, "session_recall", hybrid)
     assert hyb["search_mode"] == "hybrid" and hyb["min_score"] == 0.3
+    assert hyb["min_score_applies_to"].startswith("dense cosine similarities, before fusion")
     assert hyb["overall"]["recall@5"] >= lex["overall"]["recall@5"] == pytest.approx(4 / 5)
     # The floor binds the dense list only, so the pets question's evidence (which shares just
     # "Caroline" with it, below the floor in lexical mode) comes back through the keyword list.

@@ -102,6 +102,12 @@ ADVERSARIAL_REFERENCE = "Not mentioned in the conversation."
 FALLBACK_ANSWER = ADVERSARIAL_REFERENCE
 #: Evidence recall@k cut-offs of ``--retrieval-only`` (the published preload top-k is 30).
 DEFAULT_RECALL_KS = (5, 10, 30)
+#: What ``[recall] min_score`` filters in each search mode (stated in ``--retrieval-only`` output).
+MIN_SCORE_SCOPE = {
+    "lexical": "BM25 scores",
+    "dense": "cosine similarities",
+    "hybrid": "dense cosine similarities, before fusion (fused RRF scores are not filtered)",
+}
 
 # --------------------------------------------------------------------------------- prompts
 
@@ -625,6 +631,7 @@ class LoCoMoTask(Task):
             "retrieval": "session_recall preload recall",
             "search_mode": policy.effective_preload_search_mode,
             "min_score": policy.preload_min_score,
+            "min_score_applies_to": MIN_SCORE_SCOPE[policy.effective_preload_search_mode],
             "ks": ks,
             "questions": len(cases),
             "with_evidence": len(rows),
