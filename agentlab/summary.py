@@ -239,6 +239,11 @@ class SummaryPolicy(PolicyJSON):
         if self.workers < 1 or self.queue_size < 1 or self.job_timeout <= 0:
             raise ValueError("SummaryPolicy.workers and queue_size must be >= 1 and job_timeout > 0")
         if self.prompt not in BUILTIN_PROMPTS:
+            if "{" not in self.prompt and len(self.prompt.split()) <= 1:
+                # One bare word is a misspelt built-in name, not a template without placeholders.
+                raise ValueError(
+                    f"SummaryPolicy.prompt: unknown built-in prompt {self.prompt!r}; built-in prompts: "
+                    f"{', '.join(BUILTIN_PROMPTS)} (or a custom template containing {{conversation_text}})")
             validate_prompt_template(self.prompt, self.max_summary_words)
         # a JSON round-trip turns tuples into lists; keep the frozen value hashable
         object.__setattr__(self, "filter_key_allowlist", tuple(self.filter_key_allowlist))

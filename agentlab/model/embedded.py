@@ -42,6 +42,8 @@ SLOT_CONTEXT = 8_192
 PARALLEL_SLOTS = 2
 #: CPU threads for prompt processing and decoding.
 THREADS = 2
+#: Where the embedded model's window comes from (stored with runs; the same before and after start).
+EMBEDDED_WINDOW_SOURCE = "embedded: llama.cpp slot n_ctx"
 #: Seconds to wait for ``/health`` after the server object is created.
 STARTUP_TIMEOUT = 60.0
 
@@ -202,6 +204,12 @@ class EmbeddedModel(OpenAICompatModel):
                          context_window=(server or EmbeddedServer.shared()).context_window,
                          timeout=timeout, max_attempts=max_attempts)
         self.server = server or EmbeddedServer.shared()
+        # It knows its window (the slot size it starts the server with): never probed.
+        self.info = ModelInfo(EMBEDDED_MODEL_NAME, self.server.context_window, EMBEDDED_WINDOW_SOURCE)
+
+    def unreachable_reason(self) -> str | None:
+        """Never unreachable before use: the server is started in this process on the first call."""
+        return None
 
     def __repr__(self) -> str:
         return f"EmbeddedModel({EMBEDDED_MODEL_NAME!r}, base_url={self.base_url!r})"
@@ -217,7 +225,7 @@ class EmbeddedModel(OpenAICompatModel):
             raise
         self.base_url = self.server.base_url
         self._clients.clear()  # clients made for an earlier server point at a dead port
-        self.info = ModelInfo(name=EMBEDDED_MODEL_NAME, context_window=self.server.context_window)
+        self.info = ModelInfo(EMBEDDED_MODEL_NAME, self.server.context_window, EMBEDDED_WINDOW_SOURCE)
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         await self._ensure_server(request)
