@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 InjectionMode = Literal["system", "user"]
 ChecksMode = Literal["all", "any"]
 
-#: Window assumed when neither the run, the agent's model nor the summary model states one.
+#: Window assumed when neither the run, the agent's model nor the summary model states one. Every
+#: built-in backend states its window (an HTTP model resolves it from its server or stops), so
+#: this is reached only by a custom Model whose ``info.context_window`` is 0.
 FALLBACK_CONTEXT_WINDOW = 8192
 
 # ---------------------------------------------------------------------------------------------

@@ -260,12 +260,11 @@ def _prepare_model(model: Any, spec: str, what: str, *, window: bool) -> Any:
             info = resolve() if resolve is not None else model.info
         except ModelError as exc:
             raise CliError(f"{what} {spec!r}: {exc}") from exc
-    check = getattr(model, "unreachable_reason", None)
-    reason = check() if check is not None else None
-    if reason is not None:
+    check = getattr(model, "server_problem", None)
+    problem = check() if check is not None else None
+    if problem is not None:
         server = getattr(getattr(model, "inner", model), "server_label", "its server")
-        raise CliError(f"{what} {spec!r}: the model server at {server} cannot be reached ({reason}); "
-                       "start it, or fix the URL in the model spec")
+        raise CliError(f"{what} {spec!r}: the model server at {server} {problem}")
     return info
 
 

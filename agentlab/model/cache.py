@@ -194,9 +194,9 @@ class CachedModel:
         resolve = getattr(self.inner, "resolve_info", None)
         return resolve() if resolve is not None else self.inner.info
 
-    def unreachable_reason(self) -> str | None:
-        """Why the inner model's server cannot be reached (``None``: it answers, or has no server)."""
-        check = getattr(self.inner, "unreachable_reason", None)
+    def server_problem(self) -> str | None:
+        """What would stop every call to the inner model's server (``None``: it answers, or has none)."""
+        check = getattr(self.inner, "server_problem", None)
         return check() if check is not None else None
 
     def _key(self, request: ModelRequest) -> str:

@@ -207,8 +207,8 @@ class EmbeddedModel(OpenAICompatModel):
         # It knows its window (the slot size it starts the server with): never probed.
         self.info = ModelInfo(EMBEDDED_MODEL_NAME, self.server.context_window, EMBEDDED_WINDOW_SOURCE)
 
-    def unreachable_reason(self) -> str | None:
-        """Never unreachable before use: the server is started in this process on the first call."""
+    def server_problem(self) -> str | None:
+        """None: the server is started in this process on the first call (its failures say why)."""
         return None
 
     def __repr__(self) -> str:

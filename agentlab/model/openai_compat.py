@@ -366,20 +366,21 @@ class OpenAICompatModel:
         if known is not None:
             return ModelInfo(self.model, known, TABLE_SOURCE)
         fix = "pass --context-window N (API: context_window=N)"
-        if self.probe is not None and not self.probe.reachable:
+        problem = window.server_problem(self.probe) if self.probe is not None else None
+        if problem is not None:
             raise ContextWindowUnknown(
                 f"the context window of model {self.model!r} is unknown: the model server at {self.server_label} "
-                f"could not be reached ({self.probe.unreachable_reason}); start it or fix the URL, or {fix}")
+                f"{problem}; or {fix}")
         asked = ", ".join(self.probe.tried) if self.probe is not None else "nothing"
         raise ContextWindowUnknown(
             f"the context window of model {self.model!r} is unknown: the server at {self.server_label} states "
             f"none (asked {asked}) and it is not in the known-model table; {fix}")
 
-    def unreachable_reason(self) -> str | None:
-        """Why the server cannot be reached, or ``None`` if it answers (reuses the window probe)."""
+    def server_problem(self) -> str | None:
+        """What would stop every call (unreachable, API key refused), or ``None``; reuses the window probe."""
         if self.probe is not None:
-            return None if self.probe.reachable else self.probe.unreachable_reason
-        return window.check_reachable(self.server_label, self.api_key, self.probe_timeout)
+            return window.server_problem(self.probe)
+        return window.check_server(self.server_label, self.api_key, self.probe_timeout)
 
     def __repr__(self) -> str:
         return f"OpenAICompatModel({self.model!r}, base_url={self.base_url!r})"

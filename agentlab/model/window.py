@@ -23,7 +23,6 @@ with an error that names ``--context-window``.
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -48,6 +47,8 @@ class ProbeResult:
     reachable: bool = True
     #: Why it could not be reached (one short phrase), when ``reachable`` is false.
     unreachable_reason: str = ""
+    #: 401 or 403 when the server refused the first request (a missing or wrong API key).
+    refused_status: int | None = None
     #: The endpoints asked, in order (for error messages).
     tried: list[str] = field(default_factory=list)
 
@@ -72,8 +73,9 @@ def server_root(base_url: str) -> str:
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
-def _request(url: str, api_key: str | None, timeout: float, payload: dict[str, Any] | None = None) -> Any:
-    """The JSON body of a GET (or POST of ``payload``); ``None`` for any HTTP error or non-JSON body.
+def _request(url: str, api_key: str | None, timeout: float,
+             payload: dict[str, Any] | None = None) -> tuple[int, Any]:
+    """HTTP status and JSON body of a GET (or POST of ``payload``); the body is ``None`` unless a 2xx JSON.
 
     Raises :class:`_Unreachable` when no HTTP answer came back at all.
     """
@@ -86,9 +88,9 @@ def _request(url: str, api_key: str | None, timeout: float, payload: dict[str, A
         request.add_header("authorization", f"Bearer {api_key}")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http(s) only)
-            body = response.read()
-    except urllib.error.HTTPError:
-        return None  # the server answered: it is there, it just has no such endpoint
+            status, body = int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), None  # the server answered: it is there, it just has no such endpoint
     except urllib.error.URLError as exc:
         reason = exc.reason
         raise _Unreachable(str(reason) if not isinstance(reason, TimeoutError) else "timed out") from exc
@@ -97,9 +99,9 @@ def _request(url: str, api_key: str | None, timeout: float, payload: dict[str, A
     except (ConnectionError, OSError) as exc:
         raise _Unreachable(str(exc) or type(exc).__name__) from exc
     try:
-        return json.loads(body)
+        return status, json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return None
+        return status, None
 
 
 def _from_models_list(body: Any, model: str) -> tuple[int, str] | None:
@@ -178,12 +180,14 @@ def probe_window(base_url: str, model: str, api_key: str | None = None, *,
             break
         result.tried.append(label)
         try:
-            body = _request(url, api_key, min(timeout, left), payload)
+            status, body = _request(url, api_key, min(timeout, left), payload)
         except _Unreachable as exc:
             if len(result.tried) == 1:  # nothing answered at all
                 result.reachable = False
                 result.unreachable_reason = str(exc)
             break
+        if len(result.tried) == 1 and status in (401, 403):
+            result.refused_status = status
         found = read(body) if body is not None else None
         if found:
             result.window, key = found
@@ -192,10 +196,23 @@ def probe_window(base_url: str, model: str, api_key: str | None = None, *,
     return result
 
 
-def check_reachable(base_url: str, api_key: str | None = None, timeout: float = PROBE_TIMEOUT) -> str | None:
-    """``None`` when the server at ``base_url`` answers HTTP at all, else why it does not."""
-    try:
-        _request(f"{base_url.rstrip('/')}/models", api_key, timeout)
-    except _Unreachable as exc:
-        return str(exc)
+def server_problem(result: ProbeResult) -> str | None:
+    """What stops every call to the server, as a phrase with its fix; ``None`` when it answers."""
+    if not result.reachable:
+        return f"cannot be reached ({result.unreachable_reason}); start it, or fix the URL in the model spec"
+    if result.refused_status is not None:
+        return (f"refused the API key (HTTP {result.refused_status} on {result.tried[0]}); "
+                "set OPENAI_API_KEY to a key it accepts")
     return None
+
+
+def check_server(base_url: str, api_key: str | None = None, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """:func:`server_problem` of one cheap ``GET <base>/models``."""
+    result = ProbeResult(tried=["/models"])
+    try:
+        status, _ = _request(f"{base_url.rstrip('/')}/models", api_key, timeout)
+    except _Unreachable as exc:
+        result.reachable, result.unreachable_reason = False, str(exc)
+    else:
+        result.refused_status = status if status in (401, 403) else None
+    return server_problem(result)
