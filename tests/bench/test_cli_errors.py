@@ -184,11 +184,13 @@ def test_corrupt_results_file_is_left_alone(tmp_path: Path) -> None:
     assert digest(db) == before
 
 
-def test_locked_results_file(stored_db: Path) -> None:
+@pytest.mark.parametrize("locked", ["results", "cache"])
+def test_locked_duckdb_file(locked: str, stored_db: Path, tmp_path: Path) -> None:
+    path = stored_db if locked == "results" else tmp_path / "cache.duckdb"
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
-            import sys, time, duckdb
-            conn = duckdb.connect({str(stored_db)!r})
+            import sys, duckdb
+            conn = duckdb.connect({str(path)!r})
             print("locked", flush=True)
             sys.stdin.read()
         """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ})
@@ -196,7 +198,8 @@ def test_locked_results_file(stored_db: Path) -> None:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with FakeOpenAIServer([Answer(body=completion("x"))], routes=VLLM_131K) as server:
             code, _, err = run_cli("demo", "--model", f"openai:served@{server.base_url}", "--db", str(stored_db))
-        assert_one_line_error(code, err, "in use by another process", f"PID {holder.pid}", "--db")
+        fix = "--db" if locked == "results" else "AGENTLAB_CACHE_DB"
+        assert_one_line_error(code, err, str(path), "in use by another process", f"PID {holder.pid}", fix)
         assert server.requests == []
     finally:
         holder.communicate("", timeout=30)
