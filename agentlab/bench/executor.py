@@ -147,7 +147,7 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     summary = RunSummary(run_id, "running", len(cases), len(cases) - len(todo))
     ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
                      model_spec=request.model_spec, judge=judge, run_id=run_id,
-                     session_service_factory=session_service_factory)
+                     session_service_factory=session_service_factory, store=store)
     semaphore = asyncio.Semaphore(max(1, request.concurrency))
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",
                unit="case", disable=not request.progress, dynamic_ncols=True)
