@@ -8,47 +8,25 @@ results file that existed before is byte-for-byte unchanged. The model is the re
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
-import bench_demo_task as demo
 import pytest
+from cli_helpers import run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
 from fake_openai_server import Answer, FakeOpenAIServer, completion  # noqa: E402
 
-from agentlab.bench import cli  # noqa: E402
 from agentlab.bench.store import CaseRecord, ResultStore, RunInfo  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("real_model_env")
+
 VLLM_131K = {"/v1/models": {"object": "list", "data": [{"id": "served", "max_model_len": 131072}]}}
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    for name in ("AGENTLAB_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGENTLAB_CACHE_DB", str(tmp_path / "cache.duckdb"))
-    demo.reset()
-    yield
-    demo.reset()
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    old = sys.stderr
-    sys.stderr = err
-    try:
-        code = cli.main(list(argv), out=out)
-    finally:
-        sys.stderr = old
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_one_line_error(code: int, err: str, *needles: str) -> None:

@@ -4,39 +4,19 @@ like vLLM / llama.cpp / Ollama: the window it states is found and used, a prompt
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import bench_demo_task  # noqa: F401 - registers the "demo" task
 import pytest
+from cli_helpers import run_cli
 
-from agentlab.bench import cli
 from agentlab.bench.store import ResultStore
 from agentlab.model import ContextWindowUnknown, get_model
 from agentlab.testing.openai_server import OpenAITestServer
 
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    for name in ("AGENTLAB_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGENTLAB_CACHE_DB", str(tmp_path / "cache.duckdb"))
-    yield
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    old = sys.stderr
-    sys.stderr = err
-    try:
-        code = cli.main(list(argv), out=out)
-    finally:
-        sys.stderr = old
-    return code, out.getvalue(), err.getvalue()
+pytestmark = pytest.mark.usefixtures("real_model_env")
 
 
 @pytest.mark.parametrize(
