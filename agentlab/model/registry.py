@@ -72,9 +72,15 @@ def build_model(spec: str, *, context_window: int | None = None) -> Model:
     """The uncached model for ``spec``."""
     spec = spec.strip()
     if spec == "embedded":
-        from agentlab.model.embedded import EmbeddedModel  # keeps xllamacpp out of plain imports
+        from agentlab.model.embedded import (  # keeps xllamacpp out of plain imports
+            SLOT_CONTEXT,
+            EmbeddedModel,
+        )
 
-        return EmbeddedModel()
+        if context_window is not None and context_window > SLOT_CONTEXT:
+            raise ValueError(f"the embedded model's window is {SLOT_CONTEXT} tokens per slot; a context_window "
+                             f"of {context_window} cannot be honoured (give at most {SLOT_CONTEXT})")
+        return EmbeddedModel(context_window=context_window)
     match = _OPENAI_AT_URL.match(spec)
     if match:
         return OpenAICompatModel(match["model"], base_url=match["url"].rstrip("/"),

@@ -126,6 +126,13 @@ def test_embedded_model_knows_its_window_without_a_server() -> None:
     assert model.probe is None and model.server_problem() is None
 
 
+def test_embedded_model_takes_a_smaller_window_but_refuses_a_larger_one() -> None:
+    info = get_model("embedded", cache=False, context_window=4096).info
+    assert (info.context_window, info.context_window_source) == (4096, "--context-window")
+    with pytest.raises(ValueError, match="at most 8192"):
+        get_model("embedded", cache=False, context_window=100_000)
+
+
 async def test_unknown_window_does_not_block_a_call_that_needs_none() -> None:
     # The cache key needs only the name; sending a request needs no window.
     with FakeOpenAIServer([Answer(body=completion("hello"))]) as server:
