@@ -45,7 +45,9 @@ log = logging.getLogger(__name__)
 InjectionMode = Literal["system", "user"]
 ChecksMode = Literal["all", "any"]
 
-#: Window assumed when neither the run, the agent's model nor the summary model states one.
+#: Window assumed when neither the run, the agent's model nor the summary model states one. Every
+#: built-in backend states its window (an HTTP model resolves it from its server or stops), so
+#: this is reached only by a custom Model whose ``info.context_window`` is 0.
 FALLBACK_CONTEXT_WINDOW = 8192
 
 # ---------------------------------------------------------------------------------------------
@@ -240,6 +242,11 @@ class SummaryPolicy(PolicyJSON):
         if self.workers < 1 or self.queue_size < 1 or self.job_timeout <= 0:
             raise ValueError("SummaryPolicy.workers and queue_size must be >= 1 and job_timeout > 0")
         if self.prompt not in BUILTIN_PROMPTS:
+            if "{" not in self.prompt and len(self.prompt.split()) <= 1:
+                # One bare word is a misspelt built-in name, not a template without placeholders.
+                raise ValueError(
+                    f"SummaryPolicy.prompt: unknown built-in prompt {self.prompt!r}; built-in prompts: "
+                    f"{', '.join(BUILTIN_PROMPTS)} (or a custom template containing {{conversation_text}})")
             validate_prompt_template(self.prompt, self.max_summary_words)
         # a JSON round-trip turns tuples into lists; keep the frozen value hashable
         object.__setattr__(self, "filter_key_allowlist", tuple(self.filter_key_allowlist))
@@ -1114,6 +1121,11 @@ class SummaryInjectionProcessor:
             cut -= 1
         covered, kept = draft.events[:cut], draft.events[cut:]
         draft.events = _resumed_tool_round(inv, covered) + _calls_of_split_round(covered, kept) + kept
+        self.inject(draft, summary)
+
+    def inject(self, draft: RequestDraft, summary: Summary) -> None:
+        """Put the summary text into the request (the events are decided separately)."""
+        draft.summary = summary
         wrapper = render_injection(summary.text, self.policy.injection)
         if self.policy.injection == "system":
             draft.system_parts.append(wrapper)

@@ -1,8 +1,8 @@
 """Runs a task's cases: bounded concurrency, call capture, one-transaction writes, resume, Ctrl-C.
 
 * **Identity and resume.** A run is identified by :func:`run_config`'s hash (benchmark, mode, model
-  spec, judge spec, settings, dataset sha256, task version; not ``--limit``, ``--concurrency`` or
-  the ``[run]`` settings section).
+  spec, judge spec, settings, dataset sha256, task version, the model's context window and its
+  source; not ``--limit``, ``--concurrency`` or the ``[run]`` settings section).
   Rerunning the same command skips cases already stored with status ``ok``; cases stored as
   ``failed`` are attempted again (and replace their old rows), so a transient error heals on rerun.
 * **Per case.** ``run_case`` and ``score`` run inside :func:`agentlab.model.base.observe_calls`, so
@@ -39,7 +39,7 @@ from agentlab.bench.metrics import Score, version_of
 from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
 from agentlab.model import tokens
-from agentlab.model.base import CallRecord, Model, observe_calls
+from agentlab.model.base import CallRecord, Model, ModelInfo, observe_calls
 from agentlab.progress import Progress, observe_progress
 
 
@@ -86,9 +86,13 @@ class RunSummary:
         }
 
 
-def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str, Any]:
-    """The config a run id is the hash of (stored in ``runs.config``)."""
-    return {
+def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: ModelInfo | None = None) -> dict[str, Any]:
+    """The config a run id is the hash of (stored in ``runs.config``).
+
+    ``info``: the answer model's resolved info; its context window and where it came from are part
+    of the run (a window decides which prompts fit and how a summary is split).
+    """
+    config: dict[str, Any] = {
         "benchmark": request.benchmark,
         "mode": request.mode,
         "model": request.model_spec,
@@ -97,6 +101,10 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str
         "dataset_sha256": dataset_sha256,
         "task_version": task.version,
     }
+    if info is not None:
+        config["context_window"] = info.context_window
+        config["context_window_source"] = info.context_window_source
+    return config
 
 
 def select(selection: CaseSelection, limit: int | None) -> list[Case]:
@@ -130,9 +138,11 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     """Run (or resume) one benchmark mode and store every case. See the module docstring."""
     if request.mode not in task.modes:
         raise ValueError(f"{task.name}: unknown mode {request.mode!r}; modes: {', '.join(task.modes)}")
+    # Resolved before anything is stored: a model whose window nobody states stops the run here.
+    info = model.info
     selection = selection or task.load_cases(request.settings)
     cases = select(selection, request.limit)
-    config = run_config(task, request, selection.dataset_sha256)
+    config = run_config(task, request, selection.dataset_sha256, info)
     run_id = config_hash(config)
     store.start_run(RunInfo(
         run_id=run_id, benchmark=request.benchmark, mode=request.mode, config=config, model=request.model_spec,

@@ -7,7 +7,8 @@ Raw tables (written by the executor):
 * ``cases``       one row per (run, case): status ``ok`` / ``failed``, prediction, reference,
                   error (+ code such as ``context_length``), metadata JSON, latency.
 * ``calls``       every model call of a case: purpose (answer/summary/judge/memory/tool/other),
-                  model, prompt/completion/cached tokens, latency, cache hit, error.
+                  model, prompt/completion/cached tokens, latency, cache hit, error, and the
+                  HTTP ``attempts`` it took (a retried 429/5xx/timeout/garbage 200 shows as > 1).
 * ``scores``      (run, case, metric) → value (NULL when it could not be computed), version, detail.
 * ``compactions`` request-side compaction stats per case: results compacted, tokens before/after.
 
@@ -46,10 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from agentlab.bench.config import MODE_ROLES, PUBLISHED_TOKEN_RULES, ModeRoles
 from agentlab.bench.metrics import Score
+from agentlab.duckdb_files import connect
 from agentlab.model.base import CallRecord
 
 DEFAULT_DB = Path("results") / "agentlab.duckdb"
@@ -99,6 +99,7 @@ CREATE TABLE IF NOT EXISTS calls (
     latency_ms DOUBLE,
     cache_hit BOOLEAN,
     error VARCHAR,
+    attempts INTEGER,          -- HTTP attempts (transient faults retried); 0 = replayed from the cache
     PRIMARY KEY (run_id, case_id, seq)
 );
 CREATE TABLE IF NOT EXISTS scores (
@@ -119,6 +120,12 @@ CREATE TABLE IF NOT EXISTS compactions (
     tokens_after BIGINT,
     PRIMARY KEY (run_id, case_id, seq)
 );
+"""
+
+# Columns added after a table's first release: files written before them gain the column (NULL for
+# old rows) when they are opened for writing.
+_MIGRATIONS = """
+ALTER TABLE calls ADD COLUMN IF NOT EXISTS attempts INTEGER;
 """
 
 RAW_TABLES = ("runs", "cases", "calls", "scores", "compactions")
@@ -186,13 +193,12 @@ class ResultStore:
             if not read_only:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             target = str(self.path)
-        try:
-            self.conn = duckdb.connect(target, read_only=read_only)
-        except duckdb.Error as exc:
-            raise RuntimeError(f"cannot open results database {target}: {exc}") from exc
+        self.conn = connect(None if self.path is None else target, read_only=read_only,
+                            what="results database", fix="pass another --db")
         self._lock = threading.Lock()
         if not read_only:
             self.conn.execute(_SCHEMA)
+            self.conn.execute(_MIGRATIONS)
 
     # ------------------------------------------------------------------------- lifecycle
 
@@ -259,9 +265,11 @@ class ResultStore:
                 )
                 if record.calls:
                     self.conn.executemany(
-                        "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO calls (run_id, case_id, seq, purpose, model, prompt_tokens, completion_tokens, "
+                        "cached_tokens, latency_ms, cache_hit, error, attempts) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [[*key, i, c.purpose, c.model, c.usage.prompt_tokens, c.usage.completion_tokens,
-                          c.usage.cached_tokens, c.latency_ms, c.cache_hit, c.error]
+                          c.usage.cached_tokens, c.latency_ms, c.cache_hit, c.error, c.attempts]
                          for i, c in enumerate(record.calls)],
                     )
                 if record.scores:

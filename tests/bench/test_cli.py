@@ -7,6 +7,7 @@ from pathlib import Path
 
 import bench_demo_task as demo
 import pytest
+from cli_helpers import run_cli
 
 from agentlab.bench import cli
 from agentlab.bench.config import (
@@ -29,19 +30,6 @@ def scripted_models(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(registry, "default_spec", lambda: "embedded")
     yield
     demo.reset()
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    import sys
-
-    old = sys.stderr
-    sys.stderr = err
-    try:
-        code = cli.main(list(argv), out=out)
-    finally:
-        sys.stderr = old
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_list_and_unknown_benchmark() -> None:

@@ -418,6 +418,13 @@ class LoCoMoTask(Task):
             "run": {"concurrency": 4},
         }
 
+    def policies(self, mode: str, settings: Settings) -> list[Any]:
+        if mode == "session_recall":
+            return [recall_policy(settings)]
+        if mode == "memory":
+            return [memory_policy(settings, for_questions=False), memory_policy(settings, for_questions=True)]
+        return []
+
     # ---------------------------------------------------------------------------- cases
 
     def _load(self) -> LoCoMoData:

@@ -231,6 +231,9 @@ class LongMemEvalTask(Task):
 
     # ----------------------------------------------------------------------------- modes
 
+    def policies(self, mode: str, settings: Settings) -> list[Any]:
+        return [p for p in self._policies(settings, mode) if p is not None]
+
     def _policies(self, settings: Settings, mode: str) -> tuple[Any, Any]:
         from agentlab.recall import RecallPolicy
         from agentlab.summary import SummaryPolicy

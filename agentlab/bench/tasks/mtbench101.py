@@ -203,6 +203,9 @@ class MTBench101Task(Task):
             "run": {"concurrency": 4},
         }
 
+    def policies(self, mode: str, settings: Settings) -> list[Any]:
+        return [summary_policy(settings)] if mode == "summary" else []
+
     # ---------------------------------------------------------------------------- cases
 
     def load_cases(self, settings: Settings) -> CaseSelection:
