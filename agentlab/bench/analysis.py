@@ -120,8 +120,12 @@ def mode_means_df(benchmark: str, *, db: str | Path | None = None, store: Result
     """Mean of every metric per run (each (mode, variant) its own row); failed cases count as 0."""
     with _open(db, store) as s:
         if not s.has_table("report_runs"):
-            raise RuntimeError("the derived tables have not been built: call analysis.rebuild(db) or run "
-                               f"`python -m agentlab.bench report {benchmark}` first")
+            # The means read the run list the derived tables keep; build it when the file allows.
+            try:
+                s.rebuild_derived()
+            except Exception as exc:  # a read-only file
+                raise RuntimeError("the derived tables have not been built: call analysis.rebuild(db) or run "
+                                   f"`python -m agentlab.bench report {benchmark}` first") from exc
         return s.df(MODE_MEANS_SQL, [benchmark])
 
 
