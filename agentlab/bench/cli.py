@@ -68,6 +68,9 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--published-settings", action="store_true",
                    help="with the embedded model, keep the published settings (skip the [smoke] settings)")
+    p.add_argument("--no-baselines", action="store_true",
+                   help="run only --mode (by default a mode with a baseline first runs, or reuses, its baseline "
+                        "and lossy modes on the same cases and ends with the comparison tables)")
     return p
 
 
@@ -188,16 +191,18 @@ def _is_embedded(model_spec: str) -> bool:
     return model_spec.strip() == "embedded"
 
 
-def _resolve_limit(args: argparse.Namespace, model_spec: str, out: TextIO, quiet: bool) -> tuple[int | None, bool]:
+def _resolve_limit(args: argparse.Namespace, model_spec: str) -> tuple[int | None, bool]:
+    """(``--limit`` as a case count or None for all, whether this is a smoke test on the embedded model).
+
+    Without ``--limit`` the embedded model runs at most :data:`EMBEDDED_DEFAULT_LIMIT` cases
+    (see :func:`_choose_cases` for which).
+    """
     smoke = _is_embedded(model_spec)
     if args.limit is not None and args.limit < 0:
         raise CliError(f"--limit must be >= 0 (0 = all cases), got {args.limit}")
     if args.limit == 0:
         return None, smoke
     if args.limit is None and smoke:
-        if not quiet:
-            _banner(f"embedded model without --limit: running only the first {EMBEDDED_DEFAULT_LIMIT} cases "
-                    "(pass --limit 0 for all)", out)
         return EMBEDDED_DEFAULT_LIMIT, smoke
     return args.limit, smoke
 
@@ -245,131 +250,252 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from agentlab.bench.judge import Judge
     from agentlab.model.registry import get_model
 
-    limit, smoke = _resolve_limit(args, model_spec, out if not args.json else sys.stderr, quiet=False)
+    limit, smoke = _resolve_limit(args, model_spec)
     judge_spec = args.judge_model or settings.get("judge", "model") or model_spec
     judge_enabled = bool(settings.get("judge", "enabled", True))
     concurrency = args.concurrency or int(settings.get("run", "concurrency", 4))
-    request = executor.RunRequest(
-        benchmark=task.name, mode=mode, model_spec=model_spec, settings=settings,
-        judge_spec=judge_spec if judge_enabled else None, limit=limit, concurrency=concurrency,
-        smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
-    )
     model = get_model(model_spec)
     judge = None
     if judge_enabled:
         judge = Judge(model if judge_spec == model_spec else get_model(judge_spec), judge_spec)
+    modes = [mode] if args.no_baselines else comparison_modes(task, mode)
+    selection, rule = _choose_cases(task, settings, model, args, smoke, out if not args.json else sys.stderr)
+    requests = [executor.RunRequest(
+        benchmark=task.name, mode=m, model_spec=model_spec, settings=settings,
+        judge_spec=judge_spec if judge_enabled else None, limit=limit if rule is None else None,
+        concurrency=concurrency, smoke_test=smoke, progress=not args.no_progress, code_version=code_version())
+        for m in modes]
     store = ResultStore(args.db)
-
-    async def run_with_sigterm() -> executor.RunSummary:
-        # SIGTERM (a CI timeout, `kill`) stops the run as cleanly as Ctrl-C does.
-        main_task = asyncio.current_task()
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            if main_task is not None:
-                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
-        return await executor.run_task(task, request, model=model, store=store, judge=judge)
-
     try:
-        summary = asyncio.run(run_with_sigterm())
+        summaries = asyncio.run(run_with_baselines(task, requests, model=model, store=store, judge=judge,
+                                                   selection=selection))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        rows = store.query("SELECT run_id, count(*) FILTER (WHERE status = 'ok'), count(*) FROM cases "
-                           "WHERE run_id IN (SELECT run_id FROM runs WHERE status = 'interrupted' "
-                           "AND benchmark = ? AND mode = ?) GROUP BY run_id", [task.name, mode])
-        stored = ", ".join(f"{r[1]} ok of {r[2]} stored in run {r[0]}" for r in rows) or "nothing stored"
+        marks = ", ".join("?" for _ in modes)
+        rows = store.query("SELECT r.mode, c.run_id, count(*) FILTER (WHERE c.status = 'ok'), count(*) FROM cases c "
+                           "JOIN runs r ON r.run_id = c.run_id WHERE r.status = 'interrupted' AND r.benchmark = ? "
+                           f"AND r.mode IN ({marks}) GROUP BY ALL", [task.name, *modes])
+        stored = ", ".join(f"{r[2]} ok of {r[3]} stored in {r[0]} run {r[1]}" for r in rows) or "nothing stored"
         sys.stderr.write(f"\ninterrupted: {stored}. Rerun the same command to finish the missing cases.\n")
         store.close()
         return 130
-    means = store.df(
+    means = {s.run_id: store.df(
         "SELECT metric, avg(value) AS mean, count(value) AS n FROM scores WHERE run_id = ? GROUP BY metric ORDER BY metric",
-        [summary.run_id])
+        [s.run_id]) for s in summaries}
     store.close()
-    payload = {"benchmark": task.name, "mode": mode, "model": model_spec, "judge_model": request.judge_spec,
-               "smoke_test": smoke, "db": str(args.db), **summary.to_dict(), "scores": _records(means)}
+    runs = [{"benchmark": task.name, "mode": r.mode, "model": model_spec, "judge_model": r.judge_spec,
+             "smoke_test": smoke, "db": str(args.db), **s.to_dict(), "scores": _records(means[s.run_id])}
+            for r, s in zip(requests, summaries, strict=True)]
     if args.json:
+        payload: dict[str, Any] = {**runs[-1], "selection": rule or "published"}
+        if len(runs) > 1:
+            payload["runs"] = runs
+            payload["report"] = _report_payload(task.name, args.db)
         _print_json(payload, out)
         return 0
     if smoke:
         _banner(SMOKE_LABEL, out)
-    out.write(f"{task.name}/{mode} run {summary.run_id}: {summary.total_cases_ok} ok, {summary.failed} failed "
+    for r, s in zip(requests, summaries, strict=True):
+        _write_run_summary(task.name, r.mode, s, means[s.run_id], out)
+    if len(modes) > 1:
+        _write_report(_report_payload(task.name, args.db, frames=True), out, sections=COMPARISON_SECTIONS)
+    else:
+        out.write(f"  stored in {args.db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
+    return 0
+
+
+def comparison_modes(task: Task, mode: str) -> list[str]:
+    """The modes a run of ``mode`` is compared with, then ``mode``: baseline [, lossy], mode.
+
+    A recovered mode needs its baseline and its lossy mode (recovery); any other non-baseline
+    mode needs the baseline (token savings, quality loss); the baseline needs nothing.
+    """
+    roles = task.roles()
+    if roles is None or mode == roles.baseline or roles.baseline not in task.modes:
+        return [mode]
+    modes = [roles.baseline]
+    if mode == roles.recovered and roles.lossy and roles.lossy in task.modes:
+        modes.append(roles.lossy)
+    return [*modes, mode]
+
+
+async def run_with_baselines(task: Task, requests: Sequence[Any], *, model: Any, store: ResultStore,
+                             judge: Any = None, selection: Any = None) -> list[Any]:
+    """Run (or resume) each request's mode on the same cases, one after another; their summaries.
+
+    These are ordinary runs: the baseline a ``recall`` run brings along has the same id as the
+    one ``--mode long_context`` makes with the same settings, so either command reuses the other's
+    stored cases, and the call cache replays any request already made. SIGTERM (a CI timeout,
+    ``kill``) stops the runs as cleanly as Ctrl-C does.
+    """
+    from agentlab.bench import executor
+
+    main_task = asyncio.current_task()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        if main_task is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
+    selection = selection or task.load_cases(requests[0].settings)
+    return [await executor.run_task(task, request, model=model, store=store, judge=judge, selection=selection)
+            for request in requests]
+
+
+def _choose_cases(task: Task, settings: Any, model: Any, args: argparse.Namespace, smoke: bool,
+                  out: TextIO) -> tuple[Any, str | None]:
+    """The published selection, or on the embedded model without ``--limit`` the demo selection.
+
+    Returns the selection and the rule to store with the runs (``None`` = published).
+    """
+    from agentlab.bench.selection import FITS_WINDOW_RULE, model_prompt_counter, select_fitting
+
+    selection = task.load_cases(settings)
+    if not (smoke and args.limit is None):
+        return selection, None
+    window = int(getattr(model.info, "context_window", 0) or 0)
+    roles = task.roles()
+    if not window or roles is None:
+        _banner(f"embedded model without --limit: running the first {EMBEDDED_DEFAULT_LIMIT} published cases "
+                "(pass --limit 0 for all)", out)
+        return _limited(selection, EMBEDDED_DEFAULT_LIMIT), None
+    counter, counted_with = model_prompt_counter(model)
+    try:
+        fitting = select_fitting(task, selection, settings, window=window, limit=EMBEDDED_DEFAULT_LIMIT,
+                                 counter=counter, counted_with=counted_with)
+    except NotImplementedError:  # the task cannot plan its baseline prompts without a model
+        fitting = None
+    if fitting is None or not fitting.selection.cases:
+        _banner(f"embedded model without --limit: no {task.name} case's {roles.baseline} prompt fits the "
+                f"{window}-token window, so its baseline will fail `context_length`; running the first "
+                f"{EMBEDDED_DEFAULT_LIMIT} published cases (pass --limit N to choose)", out)
+        return _limited(selection, EMBEDDED_DEFAULT_LIMIT), None
+    groups = {task.case_group(c) for c in fitting.selection.cases}
+    _banner(f"DEMO SET, not the published selection: the embedded model's window is {window} tokens, so "
+            f"{task.name} runs the {len(fitting.selection.cases)} first of the {fitting.fitting} published cases "
+            f"(of {fitting.published}) whose {roles.baseline} prompt fits it (largest {fitting.max_prompt_tokens} "
+            f"tokens, {counted_with}; {len(groups)} group(s) of shared context). Pass --limit N for the first N "
+            "published cases, --limit 0 for all", out)
+    return fitting.selection, FITS_WINDOW_RULE
+
+
+def _limited(selection: Any, limit: int) -> Any:
+    from agentlab.bench.tasks import CaseSelection
+
+    return CaseSelection(list(selection.cases)[:limit], selection.dataset_sha256, selection.loaded, selection.note)
+
+
+def _write_run_summary(benchmark: str, mode: str, summary: Any, means: Any, out: TextIO) -> None:
+    out.write(f"{benchmark}/{mode} run {summary.run_id}: {summary.total_cases_ok} ok, {summary.failed} failed "
               f"this time, {summary.already_done} already done (of {summary.selected} selected)\n")
     if summary.errors:
         out.write("  failures by code: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) + "\n")
     out.write(f"  tokens this time: {summary.prompt_tokens} prompt + {summary.completion_tokens} completion\n")
+    if summary.prompt_tokens:
+        processed = summary.processed_prompt_tokens
+        out.write(f"  prompt tokens processed by the server: {processed} of {summary.prompt_tokens} sent "
+                  f"({processed / summary.prompt_tokens:.1%}; {summary.replayed_prompt_tokens} replayed from the call "
+                  f"cache, {summary.server_cached_prompt_tokens} reused from the server's prompt cache)\n")
     if len(means):
         out.write("  mean scores over ok cases (failed cases count as 0 in `report`):\n")
         out.write("    " + means.to_string(index=False).replace("\n", "\n    ") + "\n")
-    out.write(f"  stored in {args.db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
-    return 0
+
+
+#: The report sections a run with baselines ends with (``report`` prints every section).
+COMPARISON_SECTIONS = ("token_savings", "quality_loss", "recovery", "own")
+_NO_ROWS = "(no rows: needs the baseline mode and the compared modes run on the same model)"
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     if not args.db.exists():
         raise CliError(f"no results database at {args.db}; run `python -m agentlab.bench {args.benchmark} ...` first")
-    roles = {}
+    payload = _report_payload(args.benchmark, args.db, frames=not args.json)
+    if args.json:
+        _print_json(payload, out)
+        return 0
+    _write_report(payload, out)
+    return 0
+
+
+def _all_roles() -> dict[str, Any]:
     from agentlab.bench.config import MODE_ROLES
 
-    roles.update(MODE_ROLES)
+    roles: dict[str, Any] = dict(MODE_ROLES)
     try:
-        tasks = discover()
-        for name, cls in tasks.items():
+        for name, cls in discover().items():
             task_roles = cls().roles()
             if task_roles is not None:
                 roles[name] = task_roles
     except Exception:  # a broken task module must not prevent reporting stored results
         pass
+    return roles
+
+
+def _report_payload(benchmark: str, db: Path, frames: bool = False) -> dict[str, Any]:
+    """Rebuild the derived tables and read them back: DataFrames with ``frames``, else JSON records."""
     from agentlab.bench import analysis
 
-    with ResultStore(args.db) as store:
-        store.rebuild_derived(roles)
-        runs = analysis.runs_df(args.benchmark, store=store)
+    with ResultStore(db) as store:
+        store.rebuild_derived(_all_roles())
+        runs = analysis.runs_df(benchmark, store=store)
         if len(runs) == 0:
-            raise CliError(f"no runs of {args.benchmark!r} in {args.db}")
-        means = analysis.mode_means_df(args.benchmark, store=store)
-        savings = analysis.token_savings_df(args.benchmark, level="aggregate", store=store)
-        loss = analysis.quality_loss_df(args.benchmark, store=store)
-        recovery = analysis.recovery_df(args.benchmark, store=store)
-        own = _benchmark_tables(args.benchmark, store)
+            raise CliError(f"no runs of {benchmark!r} in {db}")
+        tables = {
+            "runs": runs.drop(columns=["config"]) if not frames else runs,
+            "scores": analysis.mode_means_df(benchmark, store=store),
+            "token_savings": analysis.token_savings_df(benchmark, level="aggregate", store=store),
+            "quality_loss": analysis.quality_loss_df(benchmark, store=store),
+            "recovery": analysis.recovery_df(benchmark, store=store),
+        }
+        own = _benchmark_tables(benchmark, store)
     smoke = bool(runs["smoke_test"].fillna(False).any())
-    if args.json:
-        _print_json({"benchmark": args.benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None,
-                     "db": str(args.db),
-                     "runs": _records(runs.drop(columns=["config"])), "scores": _records(means),
-                     "token_savings": _records(savings), "quality_loss": _records(loss),
-                     "recovery": _records(recovery),
-                     "benchmark_tables": {name: _records(df) for name, df in own.items()}}, out)
-        return 0
-    if smoke:
-        _banner(SMOKE_LABEL, out)
+    head = {"benchmark": benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None, "db": str(db)}
+    if frames:
+        return {**head, **tables, "benchmark_tables": own}
+    return {**head, **{k: _records(v) for k, v in tables.items()},
+            "benchmark_tables": {name: _records(df) for name, df in own.items()}}
 
-    def section(title: str, df: Any, columns: list[str]) -> None:
+
+def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] | None = None) -> None:
+    """Print a :func:`_report_payload` (made with ``frames=True``): every section, or ``sections``."""
+    shown = set(sections) if sections is not None else None
+
+    def section(key: str, title: str, df: Any, columns: list[str]) -> None:
+        if shown is not None and key not in shown:
+            return
         out.write(f"\n== {title} ==\n")
         if df is None or len(df) == 0:
-            out.write("(no rows: needs the baseline mode and the compared modes run on the same model)\n")
+            out.write(_NO_ROWS + "\n")
             return
-        shown = df[[c for c in columns if c in df.columns]]
-        out.write(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n")
+        picked = df[[c for c in columns if c in df.columns]]
+        out.write(picked.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n")
 
-    section("runs", runs, ["run_id", "mode", "model", "judge_model", "status", "cases_selected", "smoke_test", "started"])
-    section("scores by mode (failed cases count as 0)", means,
+    if payload["smoke_test"] and shown is None:
+        _banner(SMOKE_LABEL, out)
+    savings = payload["token_savings"]
+    section("runs", "runs", payload["runs"],
+            ["run_id", "mode", "model", "judge_model", "status", "cases_selected", "smoke_test", "started"])
+    section("scores", "scores by mode (failed cases count as 0)", payload["scores"],
             ["mode", "model", "metric", "mean", "n_cases", "n_failed", "n_unscored"])
-    section("token_savings (answer-call prompt tokens vs baseline)", savings,
+    section("token_savings", "token_savings (answer-call prompt tokens vs baseline)", savings,
             ["mode", "baseline_mode", "n_cases", "n_baseline_estimated", "baseline_prompt_tokens", "mode_prompt_tokens",
              "prompt_savings", "prompt_savings_ratio", "prompt_savings_with_summary", "total_savings",
              "total_savings_ratio"])
-    if len(savings) and savings.get("n_baseline_estimated") is not None and savings["n_baseline_estimated"].sum() > 0:
+    if (shown is None or "token_savings" in shown) and len(savings) and \
+            savings.get("n_baseline_estimated") is not None and savings["n_baseline_estimated"].sum() > 0:
         out.write("n_baseline_estimated: baseline cases whose prompt did not fit the model's window; their prompt "
                   "tokens are the tokens the prompt needed (cl100k count), and total savings leave them out\n")
-    section("quality_loss (mode vs baseline; failed cases count 0)", loss,
+    section("quality_loss", "quality_loss (mode vs baseline; failed cases count 0)", payload["quality_loss"],
             ["mode", "baseline_mode", "metric", "n_cases", "n_scored", "n_failed_baseline", "n_failed_mode",
              "baseline_mean", "mode_mean", "delta", "relative_loss"])
-    section("recovery ((recovered - lossy) / (baseline - lossy))", recovery,
+    section("recovery", "recovery ((recovered - lossy) / (baseline - lossy))", payload["recovery"],
             ["metric", "n_cases", "n_failed_baseline", "baseline_mean", "lossy_mean", "recovered_mean", "recovery",
              "wins", "losses", "ties"])
-    for name, df in own.items():
-        out.write(f"\n== {name} ({args.benchmark}'s own report table) ==\n")
-        out.write(df.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n" if len(df) else "(no rows)\n")
+    own = payload["benchmark_tables"]
+    if shown is None or "own" in shown:
+        for name, df in own.items():
+            out.write(f"\n== {name} ({payload['benchmark']}'s own report table) ==\n")
+            out.write(df.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n" if len(df) else "(no rows)\n")
     tables = ", ".join(["token_savings", "quality_loss", "recovery", *own])
-    out.write(f"\ntables {tables} rebuilt in {args.db}\n")
-    return 0
+    out.write(f"\ntables {tables} rebuilt in {payload['db']}\n")
+    if payload["smoke_test"] and shown is not None:
+        out.write(SMOKE_LABEL + "\n")
 
 
 def _benchmark_tables(benchmark: str, store: ResultStore) -> dict[str, Any]:

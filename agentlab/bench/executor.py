@@ -64,18 +64,39 @@ class RunSummary:
     failed: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: Prompt tokens of calls answered from the call cache (no server saw them this time).
+    replayed_prompt_tokens: int = 0
+    #: Prompt tokens of calls sent this time that the server took from its prompt cache
+    #: (``usage.prompt_tokens_details.cached_tokens``; 0 when a server does not report it).
+    server_cached_prompt_tokens: int = 0
     errors: dict[str, int] = field(default_factory=dict)
 
     @property
     def total_cases_ok(self) -> int:
         return self.already_done + self.ok
 
+    @property
+    def processed_prompt_tokens(self) -> int:
+        """Prompt tokens a server actually processed this time (neither replayed nor prefix-cached)."""
+        return self.prompt_tokens - self.replayed_prompt_tokens - self.server_cached_prompt_tokens
+
+    def add_calls(self, calls: Sequence[CallRecord]) -> None:
+        for call in calls:
+            self.prompt_tokens += call.usage.prompt_tokens
+            self.completion_tokens += call.usage.completion_tokens
+            if call.cache_hit:
+                self.replayed_prompt_tokens += call.usage.prompt_tokens
+            else:
+                self.server_cached_prompt_tokens += call.usage.cached_tokens
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "status": self.status, "selected": self.selected,
             "already_done": self.already_done, "attempted": self.attempted, "ok": self.ok,
             "failed": self.failed, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "errors": dict(self.errors),
+            "completion_tokens": self.completion_tokens, "replayed_prompt_tokens": self.replayed_prompt_tokens,
+            "server_cached_prompt_tokens": self.server_cached_prompt_tokens,
+            "processed_prompt_tokens": self.processed_prompt_tokens, "errors": dict(self.errors),
         }
 
 
@@ -95,6 +116,28 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str
 def select(selection: CaseSelection, limit: int | None) -> list[Case]:
     cases = list(selection.cases)
     return cases[:limit] if limit else cases
+
+
+def case_groups(todo: Sequence[tuple[int, Case]], task: Task) -> list[list[tuple[int, Case]]]:
+    """``todo`` split by :meth:`Task.case_group`, in order of each group's first case.
+
+    Each group runs sequentially in one worker: a meeting's questions follow each other on the
+    same server slot (its prompt cache keeps the transcript) and the meeting summary built by the
+    first is ready for the rest; groups run concurrently, so one meeting answers while another
+    is still being summarised.
+    """
+    groups: dict[str, list[tuple[int, Case]]] = {}
+    out: list[list[tuple[int, Case]]] = []
+    for item in todo:
+        key = task.case_group(item[1])
+        if key is None:
+            out.append([item])
+        elif key in groups:
+            groups[key].append(item)
+        else:
+            groups[key] = [item]
+            out.append(groups[key])
+    return out
 
 
 def _normalise_scores(scores: Sequence[Score] | dict[str, float] | None, task: Task) -> list[Score]:
@@ -143,41 +186,46 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
                unit="case", disable=not request.progress, dynamic_ncols=True)
 
     async def one(ordinal: int, case: Case) -> None:
-        async with semaphore:
-            calls: list[CallRecord] = []
-            started = time.perf_counter()
-            record = CaseRecord(run_id=run_id, case_id=case.id, status="ok", ordinal=ordinal,
-                                reference=case.reference, metadata=dict(case.metadata))
-            with observe_calls(calls.append):
-                try:
-                    result: CaseResult = await task.run_case(case, request.mode, ctx)
-                    record.prediction = result.prediction
-                    record.reference = result.reference if result.reference is not None else case.reference
-                    record.metadata = {**case.metadata, **result.metadata}
-                    record.compactions = list(result.compactions)
-                    record.scores = _normalise_scores(await task.score(case, result, ctx), task)
-                except Exception as exc:  # the case fails, the run goes on; BaseException (Ctrl-C) escapes
-                    record.status = "failed"
-                    record.error = f"{type(exc).__name__}: {exc}"
-                    record.error_code = _error_code(exc)
-                    record.metadata.update(getattr(exc, "metadata", {}))
-                    record.scores = []
-            record.latency_ms = (time.perf_counter() - started) * 1000
-            record.calls = calls
-            store.write_case(record)  # synchronous: a cancellation cannot split it
-            summary.attempted += 1
-            if record.status == "ok":
-                summary.ok += 1
-            else:
-                summary.failed += 1
-                summary.errors[record.error_code or "error"] = summary.errors.get(record.error_code or "error", 0) + 1
-            summary.prompt_tokens += sum(c.usage.prompt_tokens for c in calls)
-            summary.completion_tokens += sum(c.usage.completion_tokens for c in calls)
-            bar.set_postfix(failed=summary.failed, tokens=summary.prompt_tokens + summary.completion_tokens,
-                            refresh=False)
-            bar.update(1)
+        calls: list[CallRecord] = []
+        started = time.perf_counter()
+        record = CaseRecord(run_id=run_id, case_id=case.id, status="ok", ordinal=ordinal,
+                            reference=case.reference, metadata=dict(case.metadata))
+        with observe_calls(calls.append):
+            try:
+                result: CaseResult = await task.run_case(case, request.mode, ctx)
+                record.prediction = result.prediction
+                record.reference = result.reference if result.reference is not None else case.reference
+                record.metadata = {**case.metadata, **result.metadata}
+                record.compactions = list(result.compactions)
+                record.scores = _normalise_scores(await task.score(case, result, ctx), task)
+            except Exception as exc:  # the case fails, the run goes on; BaseException (Ctrl-C) escapes
+                record.status = "failed"
+                record.error = f"{type(exc).__name__}: {exc}"
+                record.error_code = _error_code(exc)
+                record.metadata.update(getattr(exc, "metadata", {}))
+                record.scores = []
+        record.latency_ms = (time.perf_counter() - started) * 1000
+        record.calls = calls
+        store.write_case(record)  # synchronous: a cancellation cannot split it
+        summary.attempted += 1
+        if record.status == "ok":
+            summary.ok += 1
+        else:
+            summary.failed += 1
+            summary.errors[record.error_code or "error"] = summary.errors.get(record.error_code or "error", 0) + 1
+        summary.add_calls(calls)
+        bar.set_postfix(failed=summary.failed, tokens=summary.prompt_tokens + summary.completion_tokens,
+                        refresh=False)
+        bar.update(1)
 
-    workers = [asyncio.create_task(one(i, c), name=f"case:{c.id}") for i, c in todo]
+    async def group(members: list[tuple[int, Case]]) -> None:
+        # A group holds one concurrency slot for all its cases, so they run back to back.
+        async with semaphore:
+            for ordinal, case in members:
+                await one(ordinal, case)
+
+    workers = [asyncio.create_task(group(members), name=f"cases:{members[0][1].id}")
+               for members in case_groups(todo, task)]
     try:
         if workers:
             await asyncio.gather(*workers)

@@ -26,11 +26,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentlab.events import Usage
+from agentlab.events import Message, Usage
 from agentlab.model.base import ModelChunk, ModelInfo, ModelRequest, ModelResponse, ModelUnavailable
 from agentlab.model.openai_compat import OpenAICompatModel
 
@@ -73,6 +73,13 @@ def find_gguf() -> Path:
 
 def _get_json(url: str, timeout: float = 2.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as response:  # only ever 127.0.0.1
+        return json.loads(response.read())
+
+
+def _post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
+    request = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # only ever 127.0.0.1
         return json.loads(response.read())
 
 
@@ -218,6 +225,22 @@ class EmbeddedModel(OpenAICompatModel):
         self.base_url = self.server.base_url
         self._clients.clear()  # clients made for an earlier server point at a dead port
         self.info = ModelInfo(name=EMBEDDED_MODEL_NAME, context_window=self.server.context_window)
+
+    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens ``messages`` take with this model's own chat template and tokenizer.
+
+        Asks the server (``/apply-template`` then ``/tokenize``), so the count is the one the
+        server holds against its window, not a cl100k estimate. Starts the server if needed.
+        """
+        self.server.start()
+        address = self.server.address
+        assert address is not None
+        try:
+            rendered = _post_json(f"{address}/apply-template", {"messages": [m.to_openai() for m in messages]})
+            tokenized = _post_json(f"{address}/tokenize", {"content": rendered["prompt"]})
+            return len(tokenized["tokens"])
+        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelUnavailable(f"the embedded server at {address} could not count a prompt's tokens: {exc}") from exc
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         await self._ensure_server(request)

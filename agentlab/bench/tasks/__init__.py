@@ -274,6 +274,16 @@ class Task(ABC):
     def roles(self) -> ModeRoles | None:
         return self.mode_roles or MODE_ROLES.get(self.name)
 
+    def case_group(self, case: Case) -> str | None:
+        """Cases that share a long prompt prefix (e.g. one meeting's questions) share a group key.
+
+        The executor runs a group's cases one after another, so a server's prompt cache (llama.cpp
+        keeps a slot's last prompt; hosted APIs cache prefixes) reuses the shared prefix, and
+        per-group work such as a meeting summary is built once before the group's other cases
+        start; different groups still run concurrently. ``None``: the case stands alone.
+        """
+        return None
+
 
 # -------------------------------------------------------------------------------- registry
 
