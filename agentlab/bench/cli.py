@@ -368,8 +368,8 @@ def _choose_cases(task: Task, settings: Any, model: Any, args: argparse.Namespac
         return _limited(selection, EMBEDDED_DEFAULT_LIMIT), None
     groups = {task.case_group(c) for c in fitting.selection.cases}
     _banner(f"DEMO SET, not the published selection: the embedded model's window is {window} tokens, so "
-            f"{task.name} runs the {len(fitting.selection.cases)} first of the {fitting.fitting} published cases "
-            f"(of {fitting.published}) whose {roles.baseline} prompt fits it (largest {fitting.max_prompt_tokens} "
+            f"{task.name} runs {len(fitting.selection.cases)} of the {fitting.fitting} cases (of {fitting.published} "
+            f"published) whose {roles.baseline} prompt fits it (largest {fitting.max_prompt_tokens} "
             f"tokens, {counted_with}; {len(groups)} group(s) of shared context). Pass --limit N for the first N "
             "published cases, --limit 0 for all", out)
     return fitting.selection, FITS_WINDOW_RULE
