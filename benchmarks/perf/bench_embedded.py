@@ -68,7 +68,8 @@ def server_throughput(sizes: list[int], generate: int) -> None:
     server = EmbeddedServer.shared().start()
     assert server.address is not None
     print(f"embedded server: {server.parallel_slots} slots x {server.context_window} tokens, "
-          f"{server.threads} threads, started in {server.startup_seconds:.1f} s")
+          f"{server.threads} generation thread(s), {server.batch_threads} prompt thread(s), "
+          f"started in {server.startup_seconds:.1f} s")
     print(f"{'prompt tokens':>14} {'prompt tok/s':>13} {'generated':>10} {'gen tok/s':>10} {'wall s':>8}")
     for size in sizes:
         text = prompt_of(server.address, size)
