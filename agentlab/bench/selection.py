@@ -76,10 +76,14 @@ def select_fitting(task: Task, selection: CaseSelection, settings: Settings, *, 
     fewer tokens. Chosen cases keep published order except that cases of one group (see
     :meth:`Task.case_group`) are moved next to the group's first case.
     """
+    from agentlab.bench.executor import case_groups
+
     budget = int(settings.get("answer", "max_tokens", 0) or 0)
     chosen: list[tuple[Case, int]] = []
     fitting = 0
-    for case in selection.cases:
+    # Counted group by group: one meeting's prompts repeat its transcript, so the token counter's
+    # per-text cache hits (in published, round-robin order it would have forgotten each meeting).
+    for _, case in (item for group in case_groups(list(enumerate(selection.cases)), task) for item in group):
         prompts = baseline_prompts(task, case, settings)
         if not prompts:
             continue
@@ -90,8 +94,6 @@ def select_fitting(task: Task, selection: CaseSelection, settings: Settings, *, 
             continue
         fitting += 1
         chosen.append((case, needed))
-    from agentlab.bench.executor import case_groups
-
     ordered = [c for group in case_groups(list(enumerate(c for c, _ in chosen)), task) for _, c in group]
     if limit:
         ordered = ordered[:limit]
