@@ -62,7 +62,7 @@ async def test_prompt_count_matches_the_server_and_a_repeated_prefix_is_served_f
     model = EmbeddedModel()
     transcript = [Message.system("Answer from the meeting.")] + [
         Message.user(f"[Turn {i:03d}] Speaker {i % 3}: we discussed the budget item number {i} at length")
-        for i in range(60)]
+        for i in range(30)]
     first = transcript + [Message.user("What was said about item 7?")]
     counted = model.count_prompt_tokens(first)
     config = GenerationConfig(temperature=0.0, max_tokens=4)
