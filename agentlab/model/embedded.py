@@ -42,9 +42,10 @@ SLOT_CONTEXT = 8_192
 PARALLEL_SLOTS = 2
 #: CPU threads for prompt processing (a batch of prompt tokens splits well across both cores).
 BATCH_THREADS = 2
-#: CPU threads for generating one token. One: a 135M model's decode step is too small to split,
-#: and two threads that must meet at a barrier for every layer collapse when the cores are shared
-#: (measured on the loaded 2-core lab machine: 6 tok/s with two threads, 42 with one). Two slots
+#: CPU threads for generating one token. One: two threads that must meet at a barrier for every
+#: layer collapse when other processes share the cores. Measured on the 2-core lab machine at a
+#: 3k-token context: quiet, 51 tok/s with two threads and 32 with one; at load average 10, 2.3 with
+#: two and 13 with one. A 1.6x loss when quiet beats a 6x collapse under load, and two slots
 #: generating at once still use both cores.
 THREADS = 1
 #: Seconds to wait for ``/health`` after the server object is created.
