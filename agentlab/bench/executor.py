@@ -1,8 +1,8 @@
 """Runs a task's cases: bounded concurrency, call capture, one-transaction writes, resume, Ctrl-C.
 
 * **Identity and resume.** A run is identified by :func:`run_config`'s hash (benchmark, mode, model
-  spec, judge spec, settings, dataset sha256, task version; not ``--limit``, ``--concurrency`` or
-  the ``[run]`` settings section).
+  spec, judge spec, settings, dataset sha256, task version, the model's context window and its
+  source; not ``--limit``, ``--concurrency`` or the ``[run]`` settings section).
   Rerunning the same command skips cases already stored with status ``ok``; cases stored as
   ``failed`` are attempted again (and replace their old rows), so a transient error heals on rerun.
 * **Per case.** ``run_case`` and ``score`` run inside :func:`agentlab.model.base.observe_calls`, so
@@ -10,6 +10,11 @@
   exception — a :class:`~agentlab.model.base.ModelError` such as a context-length error included —
   is stored as a failed case with its message and code. Then the case, its calls, scores and
   compaction stats are written in one transaction.
+* **Progress.** The bar counts finished cases; inside a case, long steps (rolling summary steps,
+  memory-extraction chunks and sessions, embedding batches) report through
+  :mod:`agentlab.progress` and show as the bar's postfix (``case: summary step 3, 12,400/20,512
+  tokens``), so a long case is seen moving. ``progress=False`` (``--no-progress``) installs no
+  listener and draws nothing.
 * **Concurrency.** At most ``concurrency`` cases run at once (an ``asyncio.Semaphore``); model-call
   retries with backoff happen inside the model layer.
 * **Ctrl-C.** ``KeyboardInterrupt`` / cancellation stops the run: cases still in flight are
@@ -20,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +39,8 @@ from agentlab.bench.metrics import Score, version_of
 from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
 from agentlab.model import tokens
-from agentlab.model.base import CallRecord, Model, observe_calls
+from agentlab.model.base import CallRecord, Model, ModelInfo, observe_calls
+from agentlab.progress import Progress, observe_progress
 
 
 @dataclass(frozen=True)
@@ -100,9 +107,13 @@ class RunSummary:
         }
 
 
-def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str, Any]:
-    """The config a run id is the hash of (stored in ``runs.config``)."""
-    return {
+def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: ModelInfo | None = None) -> dict[str, Any]:
+    """The config a run id is the hash of (stored in ``runs.config``).
+
+    ``info``: the answer model's resolved info; its context window and where it came from are part
+    of the run (a window decides which prompts fit and how a summary is split).
+    """
+    config: dict[str, Any] = {
         "benchmark": request.benchmark,
         "mode": request.mode,
         "model": request.model_spec,
@@ -111,6 +122,10 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str
         "dataset_sha256": dataset_sha256,
         "task_version": task.version,
     }
+    if info is not None:
+        config["context_window"] = info.context_window
+        config["context_window_source"] = info.context_window_source
+    return config
 
 
 def select(selection: CaseSelection, limit: int | None) -> list[Case]:
@@ -166,9 +181,11 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     """Run (or resume) one benchmark mode and store every case. See the module docstring."""
     if request.mode not in task.modes:
         raise ValueError(f"{task.name}: unknown mode {request.mode!r}; modes: {', '.join(task.modes)}")
+    # Resolved before anything is stored: a model whose window nobody states stops the run here.
+    info = model.info
     selection = selection or task.load_cases(request.settings)
     cases = select(selection, request.limit)
-    config = run_config(task, request, selection.dataset_sha256)
+    config = run_config(task, request, selection.dataset_sha256, info)
     run_id = config_hash(config)
     store.start_run(RunInfo(
         run_id=run_id, benchmark=request.benchmark, mode=request.mode, config=config, model=request.model_spec,
@@ -185,12 +202,19 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",
                unit="case", disable=not request.progress, dynamic_ncols=True)
 
+    def show_step(case: Case) -> Callable[[Progress], None]:
+        def show(step: Progress) -> None:
+            bar.set_postfix_str(f"{case.id}: {step.describe()}", refresh=True)
+
+        return show
+
     async def one(ordinal: int, case: Case) -> None:
         calls: list[CallRecord] = []
         started = time.perf_counter()
         record = CaseRecord(run_id=run_id, case_id=case.id, status="ok", ordinal=ordinal,
                             reference=case.reference, metadata=dict(case.metadata))
-        with observe_calls(calls.append):
+        steps = observe_progress(show_step(case)) if request.progress else contextlib.nullcontext()
+        with observe_calls(calls.append), steps:
             try:
                 result: CaseResult = await task.run_case(case, request.mode, ctx)
                 record.prediction = result.prediction
