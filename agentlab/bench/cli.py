@@ -3,6 +3,7 @@
     python -m agentlab.bench <benchmark> [--mode MODE] [--limit N] [--model SPEC] [--judge-model SPEC]
                                          [--concurrency K] [--db PATH] [--set section.field=value ...]
                                          [--dry-run] [--retrieval-only] [--json] [--no-progress]
+                                         [--executor in-process|ray] [--ray-address ADDR] [--workers N]
     python -m agentlab.bench report <benchmark> [--db PATH] [--json]
     python -m agentlab.bench list [--json]
     python -m agentlab.bench fixture longmemeval PATH [--questions N] [--sessions N] [--turns N]
@@ -34,9 +35,12 @@ from agentlab.bench.config import (
     settings_path,
 )
 from agentlab.bench.datasets.base import DatasetError
+from agentlab.bench.distributed import ExecutorError
 from agentlab.bench.store import DEFAULT_DB, ResultStore
 from agentlab.bench.tasks import Task, UnknownBenchmark, discover, get_task
 
+#: Values of --executor.
+EXECUTORS = ("in-process", "ray")
 #: Cases run with the embedded model when no --limit is given.
 EMBEDDED_DEFAULT_LIMIT = 5
 SMOKE_LABEL = ("SMOKE TEST: produced with the embedded SmolLM2-135M model; these numbers only show that the "
@@ -58,7 +62,7 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
                    help=f"run the first N selected cases (0 = all; default all, {EMBEDDED_DEFAULT_LIMIT} on the embedded model)")
     p.add_argument("--model", help="answer model spec (e.g. embedded, openai:gpt-4o-mini); default from the environment")
     p.add_argument("--judge-model", help="judge model spec; default: [judge] model in the settings, else the answer model")
-    p.add_argument("--concurrency", type=int, default=None, help="cases run at once (default [run] concurrency or 4)")
+    p.add_argument("--concurrency", type=int, default=None, help="cases run at once (per worker with --executor ray; default [run] concurrency or 4)")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"results DuckDB file (default {DEFAULT_DB})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a setting from benchmarks/<benchmark>.toml (repeatable)")
@@ -68,7 +72,36 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--published-settings", action="store_true",
                    help="with the embedded model, keep the published settings (skip the [smoke] settings)")
+    add_executor_args(p)
     return p
+
+
+def add_executor_args(p: argparse.ArgumentParser) -> None:
+    """``--executor``, ``--ray-address``, ``--workers``: where cases run (not part of the run id)."""
+    p.add_argument("--executor", choices=EXECUTORS, default="in-process",
+                   help="where cases run: in this process (default) or on Ray workers (pip install 'agentlab[ray]'); "
+                        "the results land in --db either way and a run can be resumed with the other executor")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="join this Ray cluster ('auto' or HOST:PORT of `ray start --head`); default: a private "
+                        "local Ray instance")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="Ray workers (one CPU each; each runs --concurrency cases at once); default: the cluster's CPUs")
+
+
+def executor_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~agentlab.bench.executor.Executor` the flags ask for (a sweep passes it to every run)."""
+    from agentlab.bench import executor
+
+    if args.executor != "ray":
+        for flag, value in (("--ray-address", args.ray_address), ("--workers", args.workers)):
+            if value is not None:
+                raise CliError(f"{flag} needs --executor ray")
+        return executor.InProcessExecutor()
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers must be >= 1, got {args.workers}")
+    from agentlab.bench.distributed import RayExecutor
+
+    return RayExecutor(args.ray_address, workers=args.workers)
 
 
 def _report_parser(prog: str) -> argparse.ArgumentParser:
@@ -242,9 +275,6 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"{key}: {value}\n")
         return 0
 
-    from agentlab.bench.judge import Judge
-    from agentlab.model.registry import get_model
-
     limit, smoke = _resolve_limit(args, model_spec, out if not args.json else sys.stderr, quiet=False)
     judge_spec = args.judge_model or settings.get("judge", "model") or model_spec
     judge_enabled = bool(settings.get("judge", "enabled", True))
@@ -254,10 +284,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         judge_spec=judge_spec if judge_enabled else None, limit=limit, concurrency=concurrency,
         smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
     )
-    model = get_model(model_spec)
-    judge = None
-    if judge_enabled:
-        judge = Judge(model if judge_spec == model_spec else get_model(judge_spec), judge_spec)
+    chosen = executor_from_args(args)
+    model, judge = executor.build_models(request)
     store = ResultStore(args.db)
 
     async def run_with_sigterm() -> executor.RunSummary:
@@ -266,7 +294,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             if main_task is not None:
                 asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
-        return await executor.run_task(task, request, model=model, store=store, judge=judge)
+        return await executor.run_task(task, request, model=model, store=store, judge=judge, executor=chosen)
 
     try:
         summary = asyncio.run(run_with_sigterm())
@@ -406,7 +434,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if argv[0] == "fixture":
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)
-    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError) as exc:
+    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, ExecutorError) as exc:
         message = exc.args[0] if isinstance(exc, UnknownBenchmark | FileNotFoundError) and exc.args else str(exc)
         sys.stderr.write(f"error: {message}\n")
         return 2

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,6 +57,9 @@ class RunRequest:
     smoke_test: bool = False
     progress: bool = True
     code_version: str = ""
+    #: Keyword arguments of :func:`agentlab.model.registry.get_model` for the answer model (e.g.
+    #: ``context_window``); :func:`build_models` applies them, in the driver and in every worker.
+    model_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,6 +86,21 @@ class RunSummary:
             "failed": self.failed, "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens, "errors": dict(self.errors),
         }
+
+
+def build_models(request: RunRequest, cache: CallCache | bool = True) -> tuple[Model, Judge | None]:
+    """The run's answer model and judge (None when judging is off) from its specs.
+
+    The one place they are built, so a remote worker's models are the driver's. The judge shares
+    the answer model when the specs are equal.
+    """
+    from agentlab.model.registry import get_model
+
+    model = get_model(request.model_spec, cache=cache, **request.model_options)
+    if request.judge_spec is None:
+        return model, None
+    judge_model = model if request.judge_spec == request.model_spec else get_model(request.judge_spec, cache=cache)
+    return model, Judge(judge_model, request.judge_spec)
 
 
 def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str, Any]:

@@ -60,7 +60,7 @@ import importlib
 import os
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -259,6 +259,15 @@ class Task(ABC):
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
         """Scores of one answered case (``ctx.judge`` is None when judging is off)."""
         return []
+
+    def shard_key(self, case: Case) -> Hashable | None:
+        """Cases with the same key share per-run work through :meth:`RunContext.once` (None: none).
+
+        A distributed executor sends cases with one key to the same worker, so work shared by
+        them (a meeting summary, a seeded conversation) is done, and its tokens counted, once per
+        run as in-process.
+        """
+        return None
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
         """Every prompt the mode would send before any model output exists (no model is called)."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -418,6 +418,9 @@ class QMSumTask(Task):
         return [plan.messages, self.answer_messages(item, mode, settings, "")]
 
     # -------------------------------------------------------------------------------- a case
+
+    def shard_key(self, case: Case) -> Hashable | None:
+        return ("qmsum-meeting", case.data.meeting_id)  # the meeting summary is built once per run
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
         item: QMSumCase = case.data
