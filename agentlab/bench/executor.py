@@ -264,7 +264,7 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     summary = RunSummary(run_id, "running", len(cases), len(cases) - len(todo))
     ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
                      model_spec=request.model_spec, judge=judge, run_id=run_id,
-                     session_service_factory=session_service_factory)
+                     session_service_factory=session_service_factory, store=store)
     cache = getattr(model, "cache", None)
     job = Job(task, request, run_id, ctx, cache if isinstance(cache, CallCache) else None)
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",

@@ -132,7 +132,8 @@ async def test_baseline_then_summary_scores_and_tables(tmp_path: Path) -> None:
 
         meta = json.loads(store.query("SELECT metadata FROM cases WHERE run_id = ? AND case_id = 'CM_0001'",
                                       [summ.run_id])[0][0])
-        assert meta["baseline_source"] == "call_cache"
+        # The executor hands the task its store, so the baseline's stored answers are found first.
+        assert meta["baseline_source"] == "store"
         assert meta["baseline_answers"][-1] == "You asked about Paris on 12 March."
         assert meta["turn_answers"][-1] == "You asked about Rome."
         assert meta["turn_summary_chars"] == [0, len(SUMMARY_TEXT), len(SUMMARY_TEXT)]
@@ -188,9 +189,21 @@ async def test_baseline_answers_come_from_the_store_when_the_harness_exposes_it(
         with pytest.raises(CaseError) as missing:
             await task.baseline_answers(case, ctx)
         assert missing.value.code == "baseline_missing"
-        ctx.store = store  # type: ignore[attr-defined]
+        ctx.store = store
         answers, source = await task.baseline_answers(case, ctx)
     assert source == "store" and answers == ["Answer to: Is 7 prime?", "Answer to: Are you sure?"]
+
+
+async def test_through_the_executor_a_model_without_the_cache_finds_the_baseline_in_the_store(
+        tmp_path: Path) -> None:
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        await run("baseline", store, model_with_cache(CallCache(None)))
+        # A new, empty call cache: the baseline answers can only come from the store.
+        summ = await run("summary", store, model_with_cache(CallCache(None)))
+        assert (summ.ok, summ.failed) == (2, 0)
+        sources = {json.loads(m)["baseline_source"] for (m,) in store.query(
+            "SELECT metadata FROM cases WHERE run_id = ?", [summ.run_id])}
+    assert sources == {"store"}
 
 
 @pytest.mark.skipif(not os.environ.get("AGENTLAB_DATA_DIR"), reason="needs the shared MT-Bench-101 file")

@@ -67,7 +67,7 @@ from typing import Any, ClassVar, TypeVar
 from agentlab.bench.config import MODE_ROLES, ModeRoles, Settings
 from agentlab.bench.judge import Judge
 from agentlab.bench.metrics import Score
-from agentlab.bench.store import CompactionRow
+from agentlab.bench.store import CompactionRow, ResultStore
 from agentlab.events import OBJ_COMPACTION, Event, Message
 from agentlab.model.base import Model
 
@@ -195,7 +195,7 @@ class RunContext:
 
     def __init__(self, *, benchmark: str, mode: str, model: Model, settings: Settings, model_spec: str = "",
                  judge: Judge | None = None, run_id: str = "",
-                 session_service_factory: Callable[[], Any] | None = None) -> None:
+                 session_service_factory: Callable[[], Any] | None = None, store: ResultStore | None = None) -> None:
         self.benchmark = benchmark
         self.mode = mode
         self.model = model
@@ -203,6 +203,9 @@ class RunContext:
         self.judge = judge
         self.settings = settings
         self.run_id = run_id
+        #: The results store of the run (set by the executor): a task may read earlier runs from it,
+        #: e.g. MT-Bench-101's summary mode looks up the baseline answers it compares with.
+        self.store = store
         self._session_service_factory = session_service_factory
         self._memo: dict[Any, Any] = {}
         self._locks: dict[Any, asyncio.Lock] = {}

@@ -280,9 +280,8 @@ class MTBench101Task(Task):
 
     async def baseline_answers(self, case: Case, ctx: RunContext) -> tuple[list[str], str]:
         """The baseline run's answers for this case: (answers, "store" | "call_cache")."""
-        store = getattr(ctx, "store", None)
-        if store is not None:
-            found = baseline_from_store(store, case.id, ctx.model_spec, ctx.settings)
+        if ctx.store is not None:
+            found = baseline_from_store(ctx.store, case.id, ctx.model_spec, ctx.settings)
             if found is not None:
                 return found, "store"
         if hasattr(ctx.model, "cache") and hasattr(ctx.model, "inner"):
