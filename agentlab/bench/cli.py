@@ -310,8 +310,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         "SELECT metric, avg(value) AS mean, count(value) AS n FROM scores WHERE run_id = ? GROUP BY metric ORDER BY metric",
         [summary.run_id])
     store.close()
+    workers = list(getattr(chosen, "started", []))
     payload = {"benchmark": task.name, "mode": mode, "model": model_spec, "judge_model": request.judge_spec,
-               "smoke_test": smoke, "db": str(args.db), **summary.to_dict(), "scores": _records(means)}
+               "smoke_test": smoke, "db": str(args.db), **summary.to_dict(), "scores": _records(means),
+               "executor": chosen.name, "workers": workers}
     if args.json:
         _print_json(payload, out)
         return 0
@@ -322,6 +324,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if summary.errors:
         out.write("  failures by code: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) + "\n")
     out.write(f"  tokens this time: {summary.prompt_tokens} prompt + {summary.completion_tokens} completion\n")
+    if workers:
+        out.write(f"  executor: {chosen.name}, {len(workers)} workers ({', '.join(workers)})\n")
     if len(means):
         out.write("  mean scores over ok cases (failed cases count as 0 in `report`):\n")
         out.write("    " + means.to_string(index=False).replace("\n", "\n    ") + "\n")

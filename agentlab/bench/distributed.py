@@ -28,8 +28,12 @@ workers, sends them cases and reports finished ones. :class:`RayBackend` is the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
+import signal
 import socket
+import threading
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -250,6 +254,22 @@ class CaseWorker:
 # --------------------------------------------------------------------------------------- Ray
 
 
+def _python_signal_handlers() -> dict[int, Any]:
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, handler in handlers.items():
+        if handler is not None:
+            signal.signal(sig, handler)
+
+
+def _no_sigterm_warning(record: logging.LogRecord) -> bool:
+    return "SIGTERM handler is not set" not in record.getMessage()
+
+
 class RayBackend:
     """Workers as async Ray actors (one logical CPU each) on a cluster or a local Ray instance.
 
@@ -265,6 +285,7 @@ class RayBackend:
         self._actor: Any = None
         self._args: tuple[Any, ...] = ()
         self._actors: list[Any] = []
+        self._init: asyncio.Future[Any] | None = None
 
     async def open(self, job: Job, seed: list[CacheEntry], slots: int) -> None:
         try:
@@ -278,12 +299,24 @@ class RayBackend:
             if self.address is None:
                 kwargs.update(num_cpus=self.local_cpus or os.cpu_count() or 1,
                               object_store_memory=LOCAL_OBJECT_STORE_BYTES)
+            # ray.init runs off the main thread so that Ray does not replace the CLI's SIGTERM
+            # handler (a SIGTERM must stop the run cleanly); Ray warns about exactly that: hush it.
+            logging.getLogger("ray._private.worker").addFilter(_no_sigterm_warning)
+            handlers = _python_signal_handlers()
+            # A thread cannot be cancelled: if Ctrl-C comes during start-up, close() waits for it
+            # to finish and then stops the instance, so no Ray process outlives the run.
+            self._owns_ray = True
+            self._init = asyncio.ensure_future(asyncio.to_thread(ray.init, address=self.address, **kwargs))
             try:
-                await asyncio.to_thread(ray.init, address=self.address, **kwargs)
+                await asyncio.shield(self._init)
             except (ConnectionError, RuntimeError, ValueError) as exc:
+                self._owns_ray = False
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
                 raise ExecutorError(f"cannot start or join {where}: {exc}") from exc
-            self._owns_ray = True
+            finally:
+                # Ray's core installs a C-level handler that dumps a stack and aborts on SIGTERM;
+                # put the process's own handlers back so SIGTERM still ends the run cleanly.
+                _restore_signal_handlers(handlers)
         env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
         options: dict[str, Any] = {"num_cpus": 1, "max_concurrency": slots, "max_restarts": 0}
         if env:
@@ -348,12 +381,15 @@ class RayBackend:
     async def close(self) -> None:
         if self._ray is None:
             return
+        if self._init is not None and not self._init.done():
+            with contextlib.suppress(Exception):
+                await self._init
         for actor in self._actors:
             self.discard(actor)
         self._actors.clear()
-        if self._owns_ray:
+        if self._owns_ray and self._ray.is_initialized():
             await asyncio.to_thread(self._ray.shutdown)
-            self._owns_ray = False
+        self._owns_ray = False
 
 
 class RayExecutor(RemoteExecutor):
