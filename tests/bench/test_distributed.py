@@ -288,3 +288,36 @@ async def test_worker_cache_entries_travel_to_the_driver_and_seed_the_next_worke
 def test_workers_must_be_positive() -> None:
     with pytest.raises(ValueError, match="workers must be >= 1"):
         RemoteExecutor(FakeBackend(), workers=0)
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    import io
+    import sys
+
+    from agentlab.bench import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    old, sys.stderr = sys.stderr, err
+    try:
+        code = cli.main(list(argv), out=out)
+    finally:
+        sys.stderr = old
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_executor_flags_are_checked(tmp_path: Path, server: OpenAITestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLAB_CACHE_DB", str(tmp_path / "cache.duckdb"))
+    common = ("demo", "--model", server.model_spec, "--db", str(tmp_path / "r.duckdb"), "--no-progress")
+    code, _, err = run_cli(*common, "--workers", "2")
+    assert (code, err) == (2, "error: --workers needs --executor ray\n")
+    code, _, err = run_cli(*common, "--ray-address", "auto")
+    assert (code, err) == (2, "error: --ray-address needs --executor ray\n")
+    code, _, err = run_cli(*common, "--executor", "ray", "--workers", "0")
+    assert (code, err) == (2, "error: --workers must be >= 1, got 0\n")
+    monkeypatch.setitem(__import__("sys").modules, "ray", None)  # Ray not installed
+    code, _, err = run_cli(*common, "--executor", "ray")
+    assert code == 2 and err.startswith("error: --executor ray needs Ray: pip install 'agentlab[ray]'")
+    assert err.count("\n") == 1
+    # The in-process executor is the default and finishes the run the failed Ray attempt started.
+    code, out, _ = run_cli(*common)
+    assert code == 0 and "6 ok, 0 failed this time" in out
