@@ -312,7 +312,12 @@ class RayBackend:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 self._owns_ray = False
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
-                raise ExecutorError(f"cannot start or join {where}: {exc}") from exc
+                hint = ""
+                if self.address and os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+                    hint = ("; a cluster with token authentication (Ray's default) needs RAY_AUTH_MODE=token here and "
+                            "its token in ~/.ray/auth_token or RAY_AUTH_TOKEN (or RAY_AUTH_MODE=disabled on every "
+                            "node of a trusted network)")
+                raise ExecutorError(f"cannot start or join {where}: {exc}{hint}") from exc
             finally:
                 # Ray's core installs a C-level handler that dumps a stack and aborts on SIGTERM;
                 # put the process's own handlers back so SIGTERM still ends the run cleanly.
