@@ -306,7 +306,9 @@ class RayBackend:
             # A thread cannot be cancelled: if Ctrl-C comes during start-up, close() waits for it
             # to finish and then stops the instance, so no Ray process outlives the run.
             self._owns_ray = True
-            self._init = asyncio.ensure_future(asyncio.to_thread(ray.init, address=self.address, **kwargs))
+            # "local": always a new private instance, never a cluster that happens to run on this machine.
+            address = self.address or "local"
+            self._init = asyncio.ensure_future(asyncio.to_thread(ray.init, address=address, **kwargs))
             try:
                 await asyncio.shield(self._init)
             except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -371,7 +373,8 @@ class RayBackend:
         try:
             return self._ray.get(pending)
         except (exceptions.RayActorError, exceptions.WorkerCrashedError, exceptions.ObjectLostError,
-                exceptions.NodeDiedError) as exc:
+                exceptions.NodeDiedError, exceptions.OutOfMemoryError, exceptions.LocalRayletDiedError) as exc:
+            # The process or node is gone (crash, OOM kill, lost node): the case itself did not fail.
             raise WorkerLost(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from exc
         except exceptions.RayTaskError as exc:
             cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else exc

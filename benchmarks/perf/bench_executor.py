@@ -176,7 +176,7 @@ def main() -> None:
 
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             t0 = time.perf_counter()
-            ray.init(num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False, logging_level="ERROR",
+            ray.init(address="local", num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False, logging_level="ERROR",
                      object_store_memory=256 * 1024 * 1024)
             print(f"ray.init: {time.perf_counter() - t0:.2f} s (once, not in the figures below)")
         asyncio.run(measure(args, spec, levels, kinds))
