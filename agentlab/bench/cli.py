@@ -325,7 +325,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         out.write("  failures by code: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) + "\n")
     out.write(f"  tokens this time: {summary.prompt_tokens} prompt + {summary.completion_tokens} completion\n")
     if workers:
-        out.write(f"  executor: {chosen.name}, {len(workers)} workers ({', '.join(workers)})\n")
+        out.write(f"  executor: {chosen.name}, {len(workers)} worker{'s' if len(workers) != 1 else ''} ({', '.join(workers)})\n")
     if len(means):
         out.write("  mean scores over ok cases (failed cases count as 0 in `report`):\n")
         out.write("    " + means.to_string(index=False).replace("\n", "\n    ") + "\n")
