@@ -13,7 +13,7 @@ workers, sends them cases and reports finished ones. :class:`RayBackend` is the 
   127.0.0.1 only) and sends back one record plus the cache rows of the calls it made.
 * **Slots.** A worker runs up to ``slots`` cases at once (an async actor), so ``--workers N
   --concurrency K`` keeps up to N x K cases in flight. Results come back as they finish.
-* **Affinity.** Cases with the same :meth:`Task.shard_key` go to the worker that took the first
+* **Affinity.** Cases with the same :meth:`Task.case_group` go to the worker that took the first
   of them, so work they share (a meeting summary) is done, and its tokens counted, once per run.
 * **The driver writes.** Every outcome goes to the driver's ``deliver``: worker cache rows are
   merged into the driver's call cache, then the case is written in one transaction, as
@@ -35,7 +35,7 @@ import signal
 import socket
 import threading
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -107,7 +107,7 @@ class Backend(Protocol):
 class _Item:
     ordinal: int
     case: Case
-    group: Hashable | None
+    group: str | None
     lost: int = 0
 
 
@@ -116,7 +116,7 @@ class _Worker:
     id: int
     handle: Any
     busy: int = 0
-    groups: set[Hashable] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
 
 
 def seed_entries(job: Job) -> list[CacheEntry]:
@@ -160,8 +160,8 @@ class RemoteExecutor:
         live: dict[int, _Worker] = {i: _Worker(i, self.backend.spawn()) for i in range(n_workers)}
         next_id = n_workers
         self.started = await self.backend.ready([w.handle for w in live.values()])
-        queue: deque[_Item] = deque(_Item(i, c, job.task.shard_key(c)) for i, c in todo)
-        owner: dict[Hashable, int] = {}
+        queue: deque[_Item] = deque(_Item(i, c, job.task.case_group(c)) for i, c in todo)
+        owner: dict[str, int] = {}
         pending: dict[Any, tuple[_Worker, _Item]] = {}
 
         def take(worker: _Worker) -> _Item | None:

@@ -8,7 +8,7 @@ when it is handed a given case. Both executors talk to the local OpenAI-compatib
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,8 +233,8 @@ async def test_cases_sharing_work_go_to_one_worker(tmp_path: Path, server: OpenA
     base = type(get_task("demo"))
 
     class Grouped(base):  # type: ignore[misc, valid-type]
-        def shard_key(self, case: Case) -> Hashable | None:
-            return int(case.data) % 3  # three groups over six cases
+        def case_group(self, case: Case) -> str | None:
+            return str(int(case.data) % 3)  # three groups over six cases
 
     backend = FakeBackend(workers=2)
     await run(tmp_path / "r.duckdb", tmp_path / "c.duckdb", server.model_spec, remote(backend),
@@ -250,7 +250,7 @@ async def test_one_shard_builds_the_shared_summary_once(tmp_path: Path, server: 
     base = type(get_task("demo"))
 
     class OneMeeting(base):  # type: ignore[misc, valid-type]
-        def shard_key(self, case: Case) -> Hashable | None:
+        def case_group(self, case: Case) -> str | None:
             return "the-transcript"  # every case shares the one summary (ctx.once("summary"))
 
     await run(tmp_path / "r.duckdb", tmp_path / "c.duckdb", server.model_spec, remote(FakeBackend(workers=2)),

@@ -60,7 +60,7 @@ import importlib
 import os
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -263,15 +263,6 @@ class Task(ABC):
         """Scores of one answered case (``ctx.judge`` is None when judging is off)."""
         return []
 
-    def shard_key(self, case: Case) -> Hashable | None:
-        """Cases with the same key share per-run work through :meth:`RunContext.once` (None: none).
-
-        A distributed executor sends cases with one key to the same worker, so work shared by
-        them (a meeting summary, a seeded conversation) is done, and its tokens counted, once per
-        run as in-process.
-        """
-        return None
-
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
         """Every prompt the mode would send before any model output exists (no model is called)."""
         raise NotImplementedError(f"{self.name} does not support --dry-run")
@@ -282,6 +273,15 @@ class Task(ABC):
 
     def roles(self) -> ModeRoles | None:
         return self.mode_roles or MODE_ROLES.get(self.name)
+
+    def case_group(self, case: Case) -> str | None:
+        """Cases that share per-run work (:meth:`RunContext.once`: a meeting summary, a seeded
+        conversation) share a group key; ``None``: the case stands alone.
+
+        A distributed executor sends a group's cases to one worker, so that work is done, and its
+        tokens counted, once per run as in-process.
+        """
+        return None
 
 
 # -------------------------------------------------------------------------------- registry

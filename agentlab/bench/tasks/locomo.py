@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -453,9 +453,9 @@ class LoCoMoTask(Task):
         answer = settings["answer"]
         return GenerationConfig(temperature=float(answer["temperature"]), max_tokens=int(answer["max_tokens"]))
 
-    def shard_key(self, case: Case) -> Hashable | None:
+    def case_group(self, case: Case) -> str | None:
         # The seeded sessions and the extracted memories are built once per conversation and run.
-        return ("locomo-conversation", case.data.conversation.sample_id)
+        return str(case.data.conversation.sample_id)
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
         item: LoCoMoItem = case.data

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -419,8 +419,8 @@ class QMSumTask(Task):
 
     # -------------------------------------------------------------------------------- a case
 
-    def shard_key(self, case: Case) -> Hashable | None:
-        return ("qmsum-meeting", case.data.meeting_id)  # the meeting summary is built once per run
+    def case_group(self, case: Case) -> str | None:
+        return str(case.data.meeting_id)  # the meeting summary is built once per run
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
         item: QMSumCase = case.data
