@@ -123,9 +123,9 @@ def seed_entries(job: Job) -> list[CacheEntry]:
     """The driver's cached answers for the run's models (no request JSON), to seed every worker."""
     if job.cache is None:
         return []
-    names = {job.ctx.model.info.name}
-    if job.ctx.judge is not None:
-        names.add(job.ctx.judge.model.info.name)
+    models = [job.ctx.model] + ([job.ctx.judge.model] if job.ctx.judge is not None else [])
+    # The name the cache files a call under (a cached model may say it; else its info's name).
+    names = {str(getattr(m, "model_name", None) or m.info.name) for m in models}
     return job.cache.entries(models=names, with_requests=False)
 
 
