@@ -214,69 +214,18 @@ class CompactionProcessor:
             draft.stats.append(stat)
 
     def compact(self, draft: RequestDraft, *, current_unit: str | None) -> dict[str, Any] | None:
-        policy = self.policy
         events = draft.events
-        keep = set(policy.keep_tools)
-        force_clean = set(policy.force_clean_tools) - keep
-        session_load = any(getattr(t, "name", "") == SESSION_LOAD_TOOL for t in draft.tools)
-        protected = protected_units(events, current_unit, policy.keep_recent_requests)
+        session_load = offers_session_load(draft.tools)
+        protected = protected_units(events, current_unit, self.policy.keep_recent_requests)
         replaced: dict[int, tuple[Event, str]] = {}  # index -> (new event, pass)
-        saved_old = 0
-        saved_new = 0
-
-        def replace_at(i: int, content: str, pass_name: str) -> None:
-            nonlocal saved_old, saved_new
-            original = events[i]
-            message = original.message
-            assert message is not None
-            new_event = original.copy_with(
-                choices=[message.with_content(content)],
-                metadata={**original.metadata, "compacted": pass_name},
-                token_count=None,
-            )
-            new_event.token_count = tokens.count_event(new_event)
-            saved_old += _event_tokens(original)
-            saved_new += new_event.token_count
-            replaced[i] = (new_event, pass_name)
-
         for i, e in enumerate(events):
-            if not e.is_tool_result() or e.metadata.get("compacted"):
-                continue
-            m = e.message
-            assert m is not None
-            name = m.name or ""
-            if name in keep:
+            if not e.is_tool_result():
                 continue
             unit = unit_of(e)
-            historical = unit is not None and unit not in protected
-            # Pass 0: a policy decision, independent of size.
-            if historical and name in force_clean:
-                if m.content != POLICY_PLACEHOLDER:
-                    replace_at(i, POLICY_PLACEHOLDER, "pass0")
-                continue
-            # Pass 1: only once there is a current unit to protect.
-            if historical and current_unit is not None:
-                limit = policy.tool_result_max_tokens
-                if e.token_count is None or e.token_count > limit:
-                    size = tokens.count_text(m.content)
-                    if size > limit:
-                        placeholder = recoverable_placeholder(e, session_load_available=session_load)
-                        if tokens.count_text(placeholder) < size:
-                            replace_at(i, placeholder, "pass1")
-                            continue
-            # Pass 2: oversized results anywhere, the current unit included.
-            limit2 = policy.oversized_tool_result_max_tokens
-            if limit2 > 0 and name != SESSION_LOAD_TOOL and (e.token_count is None or e.token_count > limit2):
-                size = tokens.count_text(m.content)
-                if size > limit2:
-                    markers = [TRUNCATION_MARKER]
-                    if session_load and e.id:
-                        markers = [TRUNCATION_MARKER_RECOVERABLE, TRUNCATION_MARKER_COMPACT, TRUNCATION_MARKER]
-                    markers = [mk.replace("{event_id}", e.id).replace("{tool_call_id}", m.tool_call_id or "")
-                               .replace("{tool_name}", name or "tool") for mk in markers]
-                    cut = head_tail_truncate(m.content, limit2, markers)
-                    if cut is not None and tokens.count_text(cut) < size:
-                        replace_at(i, cut, "pass2")
+            decision = self.compact_event(e, historical=unit is not None and unit not in protected,
+                                          has_current=current_unit is not None, session_load=session_load)
+            if decision is not None:
+                replaced[i] = decision
         if not replaced:
             return None
         # Copy-on-write: a new list; untouched entries are the same (unmodified) objects.
@@ -285,17 +234,88 @@ class CompactionProcessor:
             new_events[i] = new_event
         draft.events = new_events
         before = sum(_event_tokens(e) for e in events)
+        saved_old = sum(_event_tokens(events[i]) for i in replaced)
+        saved_new = sum(_event_tokens(new_event) for new_event, _ in replaced.values())
         passes = [p for _, p in replaced.values()]
-        return {
-            "kind": "tool_results",
-            "results_compacted": len(replaced),
-            "tokens_before": before,
-            "tokens_after": before - saved_old + saved_new,
-            "pass0": passes.count("pass0"),
-            "pass1": passes.count("pass1"),
-            "pass2": passes.count("pass2"),
-            "placeholder_version": PLACEHOLDER_VERSION,
-        }
+        return compaction_stat(len(replaced), before, before - saved_old + saved_new,
+                               passes.count("pass0"), passes.count("pass1"), passes.count("pass2"))
+
+    def compact_event(self, e: Event, *, historical: bool, has_current: bool,
+                      session_load: bool) -> tuple[Event, str] | None:
+        """The replacement of one event (a copy and the pass that made it), or ``None`` to keep it.
+
+        A pure function of the event, the policy and the three flags, so the incremental
+        projection can compute it once per (event, policy) and reuse it on every later call.
+        ``historical``: the event's unit is outside the protected units; ``has_current``: the
+        request has a current unit; ``session_load``: that tool is offered in the request.
+        """
+        if not e.is_tool_result() or e.metadata.get("compacted"):
+            return None
+        policy = self.policy
+        m = e.message
+        assert m is not None
+        name = m.name or ""
+        if name in policy.keep_tools:
+            return None
+        # Pass 0: a policy decision, independent of size.
+        if historical and name in policy.force_clean_tools:
+            return None if m.content == POLICY_PLACEHOLDER else (_replaced(e, POLICY_PLACEHOLDER, "pass0"), "pass0")
+        # Pass 1: only once there is a current unit to protect.
+        if historical and has_current:
+            limit = policy.tool_result_max_tokens
+            if e.token_count is None or e.token_count > limit:
+                size = tokens.count_text(m.content)
+                if size > limit:
+                    placeholder = recoverable_placeholder(e, session_load_available=session_load)
+                    if tokens.count_text(placeholder) < size:
+                        return _replaced(e, placeholder, "pass1"), "pass1"
+        # Pass 2: oversized results anywhere, the current unit included.
+        limit2 = policy.oversized_tool_result_max_tokens
+        if limit2 > 0 and name != SESSION_LOAD_TOOL and (e.token_count is None or e.token_count > limit2):
+            size = tokens.count_text(m.content)
+            if size > limit2:
+                markers = [TRUNCATION_MARKER]
+                if session_load and e.id:
+                    markers = [TRUNCATION_MARKER_RECOVERABLE, TRUNCATION_MARKER_COMPACT, TRUNCATION_MARKER]
+                markers = [mk.replace("{event_id}", e.id).replace("{tool_call_id}", m.tool_call_id or "")
+                           .replace("{tool_name}", name or "tool") for mk in markers]
+                cut = head_tail_truncate(m.content, limit2, markers)
+                if cut is not None and tokens.count_text(cut) < size:
+                    return _replaced(e, cut, "pass2"), "pass2"
+        return None
+
+
+def offers_session_load(tools: list[Any]) -> bool:
+    """Whether the request offers ``session_load`` (recoverable placeholders point to it then)."""
+    return any(getattr(t, "name", "") == SESSION_LOAD_TOOL for t in tools)
+
+
+def _replaced(original: Event, content: str, pass_name: str) -> Event:
+    """Copy-on-write replacement of an event's content, with its own token count."""
+    message = original.message
+    assert message is not None
+    new_event = original.copy_with(
+        choices=[message.with_content(content)],
+        metadata={**original.metadata, "compacted": pass_name},
+        token_count=None,
+    )
+    new_event.token_count = tokens.count_event(new_event)
+    return new_event
+
+
+def compaction_stat(results: int, tokens_before: int, tokens_after: int, pass0: int, pass1: int,
+                    pass2: int) -> dict[str, Any]:
+    """The stats record one compaction leaves in the draft (and in the run's events)."""
+    return {
+        "kind": "tool_results",
+        "results_compacted": results,
+        "tokens_before": tokens_before,
+        "tokens_after": tokens_after,
+        "pass0": pass0,
+        "pass1": pass1,
+        "pass2": pass2,
+        "placeholder_version": PLACEHOLDER_VERSION,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,7 +343,7 @@ async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRe
         return request, draft
     window = resolve_window(agent, inv, policy.fallback_context_window)
     threshold = policy.sync_threshold(window)
-    before = tokens.count_messages(request.messages, request.tools or None)
+    before = draft.prompt_tokens(request)
     if before < threshold:
         return request, draft
     worker = inv.summary_worker
@@ -346,7 +366,7 @@ async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRe
         log.warning("rebuilding the request after a synchronous summary failed (%s: %s); "
                     "sending the original", type(exc).__name__, exc)
         return request, draft
-    after = tokens.count_messages(rebuilt.messages, rebuilt.tools or None)
+    after = rebuilt_draft.prompt_tokens(rebuilt)
     rebuilt_draft.stats.append({
         "kind": "sync_summary",
         "results_compacted": 0,

@@ -1092,6 +1092,11 @@ class SummaryInjectionProcessor:
             cut -= 1
         covered, kept = draft.events[:cut], draft.events[cut:]
         draft.events = _resumed_tool_round(inv, covered) + _calls_of_split_round(covered, kept) + kept
+        self.inject(draft, summary)
+
+    def inject(self, draft: RequestDraft, summary: Summary) -> None:
+        """Put the summary text into the request (the events are decided separately)."""
+        draft.summary = summary
         wrapper = render_injection(summary.text, self.policy.injection)
         if self.policy.injection == "system":
             draft.system_parts.append(wrapper)

@@ -3,9 +3,9 @@
 Session recall indexes events with these; the memory service indexes memories with the same
 classes. Nothing here knows about sessions.
 
-* :class:`LexicalIndex` — BM25 (``bm25s``). Adds are cheap; the BM25 matrix is rebuilt lazily on
-  the first search after any change (a rebuild of 10,000 short documents takes a fraction of a
-  second, and texts are tokenised only once, on add).
+* :class:`LexicalIndex` — BM25 on an inverted index that grows with each add (texts are tokenised
+  once, on add; the next search folds the pending adds in, at the cost of their tokens), scored
+  exactly as bm25s's default Lucene variant.
 * :class:`DenseIndex` — cosine similarity by one matrix product. A document is embedded once
   (per distinct text); pending documents are embedded in one batch on the next search.
 * :func:`rrf_fuse` — reciprocal-rank fusion, score = Σ 1 / (k + rank + 1) with 0-based ranks.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -137,6 +138,14 @@ class LexicalIndex:
 
     Only documents that share at least one (non-stop-word) token with the query are returned,
     so a score of 0 never appears in results.
+
+    The index is an inverted list per term (document slots and term frequencies) plus document
+    lengths, so an add costs the document's tokens, not a rebuild: adds wait in a pending batch
+    that the next search folds in. Scores are computed at query time from the live statistics
+    (the Lucene variant bm25s uses by default: ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``,
+    ``tf / (tf + k1 (1 - b + b dl / avgdl))``, in float64, terms summed in sorted order), so an
+    index grown add by add scores every query exactly as one built at once from the same documents.
+    A removed document leaves a dead slot that scores 0; slots are compacted when most are dead.
     """
 
     def __init__(self, *, tokenizer: Callable[[str], list[str]] = tokenize, k1: float = 1.5,
@@ -147,11 +156,25 @@ class LexicalIndex:
         self._tokens: dict[str, list[int]] = {}
         self._vocab: dict[str, int] = {}
         self._recency = _Recency()
-        self._retriever: object | None = None
+        self._pending: dict[str, list[int]] = {}
+        self._removed: set[str] = set()
+        # Folded-in documents: slot per doc id, doc id per slot, per-slot length and liveness.
+        self._slot_of: dict[str, int] = {}
         self._ids: list[str] = []
-        self._dirty = False
+        self._lengths: list[int] = []
+        self._alive: list[bool] = []
+        self._slot_counts: list[dict[int, int]] = []  # term id -> frequency, per slot
+        self._dead = 0
+        self._total_length = 0
+        # Per term id: the slots holding it and its frequency there (dead slots included), and
+        # how many live documents hold it.
+        self._postings: dict[int, tuple[list[int], list[int]]] = {}
+        self._df: dict[int, int] = {}
+        self._arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._length_array = np.zeros(0, dtype=np.float64)
+        self._alive_array = np.zeros(0, dtype=bool)
         self._lock = threading.Lock()
-        #: How many times the BM25 matrix was (re)built — lets callers verify laziness.
+        #: How many times pending changes were folded in (once per batch of adds, not per search).
         self.builds = 0
 
     def __len__(self) -> int:
@@ -163,15 +186,15 @@ class LexicalIndex:
     def add(self, doc_id: str, text: str, *, timestamp: float | None = None) -> None:
         vocab = self._vocab
         ids: list[int] = []
-        for tok in self.tokenizer(text):
-            tok_id = vocab.get(tok)
-            if tok_id is None:
-                tok_id = vocab[tok] = len(vocab)
-            ids.append(tok_id)
         with self._lock:
+            for tok in self.tokenizer(text):
+                tok_id = vocab.get(tok)
+                if tok_id is None:
+                    tok_id = vocab[tok] = len(vocab)
+                ids.append(tok_id)
             self._tokens[doc_id] = ids
+            self._pending[doc_id] = ids
             self._recency.touch(doc_id, timestamp)
-            self._dirty = True
 
     def add_many(self, items: Iterable[tuple[str, str] | tuple[str, str, float | None]]) -> None:
         for item in items:
@@ -181,41 +204,108 @@ class LexicalIndex:
         with self._lock:
             if self._tokens.pop(doc_id, None) is not None:
                 self._recency.meta.pop(doc_id, None)
-                self._dirty = True
+                self._pending.pop(doc_id, None)
+                if doc_id in self._slot_of:
+                    self._removed.add(doc_id)
 
     def build(self) -> None:
-        """(Re)build the BM25 matrix now if anything changed since the last build."""
+        """Fold pending adds and removals into the inverted lists (nothing to do if none)."""
         with self._lock:
-            if not self._dirty and (self._retriever is not None or not self._tokens):
+            if not self._pending and not self._removed:
                 return
-            if not any(self._tokens.values()):
-                # Nothing to score (no documents, or only stop-words): bm25s would divide by zero.
-                self._retriever = None
-                self._ids = []
-                self._dirty = False
-                return
-            import bm25s
-
-            self._ids = list(self._tokens)
-            corpus = [self._tokens[d] for d in self._ids]
-            retriever = bm25s.BM25(k1=self.k1, b=self.b)
-            # bm25s adds an empty-token entry to the vocabulary it is given: pass a copy.
-            retriever.index((corpus, dict(self._vocab)), show_progress=False)
-            self._retriever = retriever
-            self._dirty = False
+            for doc_id in self._removed:
+                self._kill(doc_id)
+            self._removed.clear()
+            first_new = len(self._ids)
+            for doc_id, ids in self._pending.items():
+                self._kill(doc_id)  # a re-added id replaces its text
+                counts: dict[int, int] = {}
+                for tok_id in ids:
+                    counts[tok_id] = counts.get(tok_id, 0) + 1
+                self._append(doc_id, counts, len(ids))
+            self._pending.clear()
+            if self._dead > 1000 and self._dead > len(self._ids) // 2:
+                self._compact()
+            else:
+                self._length_array = np.concatenate(
+                    [self._length_array, np.asarray(self._lengths[first_new:], dtype=np.float64)])
+                self._alive_array = np.asarray(self._alive, dtype=bool)
             self.builds += 1
 
+    def _append(self, doc_id: str, counts: dict[int, int], length: int) -> None:
+        slot = len(self._ids)
+        self._slot_of[doc_id] = slot
+        self._ids.append(doc_id)
+        self._lengths.append(length)
+        self._alive.append(True)
+        self._slot_counts.append(counts)
+        self._total_length += length
+        for tok_id, tf in counts.items():
+            postings = self._postings.get(tok_id)
+            if postings is None:
+                postings = self._postings[tok_id] = ([], [])
+            postings[0].append(slot)
+            postings[1].append(tf)
+            self._df[tok_id] = self._df.get(tok_id, 0) + 1
+            self._arrays.pop(tok_id, None)
+
+    def _kill(self, doc_id: str) -> None:
+        slot = self._slot_of.pop(doc_id, None)
+        if slot is None:
+            return
+        self._alive[slot] = False
+        self._dead += 1
+        self._total_length -= self._lengths[slot]
+        # The slot's postings entries stay (masked as dead); only the document frequencies change.
+        for tok_id in self._slot_counts[slot]:
+            self._df[tok_id] -= 1
+        self._slot_counts[slot] = {}
+
+    def _compact(self) -> None:
+        """Renumber the live slots (scores do not depend on slot numbers)."""
+        live = [(doc_id, self._slot_counts[slot], self._lengths[slot])
+                for slot, doc_id in enumerate(self._ids) if self._alive[slot]]
+        self._slot_of, self._ids, self._lengths, self._alive, self._slot_counts = {}, [], [], [], []
+        self._dead = self._total_length = 0
+        self._postings, self._df, self._arrays = {}, {}, {}
+        for doc_id, counts, length in live:
+            self._append(doc_id, counts, length)
+        self._length_array = np.asarray(self._lengths, dtype=np.float64)
+        self._alive_array = np.asarray(self._alive, dtype=bool)
+
+    def _term_arrays(self, tok_id: int) -> tuple[np.ndarray, np.ndarray]:
+        cached = self._arrays.get(tok_id)
+        if cached is None:
+            slots, tfs = self._postings[tok_id]
+            cached = (np.asarray(slots, dtype=np.int64), np.asarray(tfs, dtype=np.float64))
+            self._arrays[tok_id] = cached
+        return cached
+
     def scores(self, query: str) -> tuple[list[str], np.ndarray]:
-        """BM25 score of every document for ``query`` (ids in index order)."""
+        """BM25 score of every document for ``query`` (ids in slot order; dead slots score 0)."""
         self.build()
-        retriever = self._retriever
-        if retriever is None or not self._ids:
-            return [], np.zeros(0, dtype=np.float32)
-        vocab = retriever.vocab_dict  # type: ignore[attr-defined]
-        query_ids = sorted({vocab[t] for t in self.tokenizer(query) if t in vocab})
-        if not query_ids:
-            return self._ids, np.zeros(len(self._ids), dtype=np.float32)
-        return self._ids, np.asarray(retriever.get_scores_from_ids(query_ids), dtype=np.float32)  # type: ignore[attr-defined]
+        with self._lock:
+            ids = list(self._ids)
+            n_live = len(self._ids) - self._dead
+            if not ids or n_live == 0 or self._total_length == 0:
+                return ids, np.zeros(len(ids), dtype=np.float32)
+            terms = sorted({t for t in self.tokenizer(query) if t in self._vocab})
+            scores = np.zeros(len(ids), dtype=np.float64)
+            avg_length = self._total_length / n_live
+            k1, b = self.k1, self.b
+            for term in terms:
+                tok_id = self._vocab[term]
+                df = self._df.get(tok_id, 0)
+                if df <= 0:
+                    continue
+                slots, tfs = self._term_arrays(tok_id)
+                idf = math.log(1.0 + (n_live - df + 0.5) / (df + 0.5))
+                lengths = self._length_array[slots]
+                contribution = idf * tfs / (tfs + k1 * (1.0 - b + b * lengths / avg_length))
+                if self._dead:
+                    contribution = np.where(self._alive_array[slots], contribution, 0.0)
+                scores[slots] += contribution
+            return ids, scores.astype(np.float32)
 
     def search(self, query: str, top_k: int, *, include: DocFilter | None = None,
                min_score: float | None = None) -> list[ScoredDoc]:

@@ -1,9 +1,11 @@
 """The per-user event index and ``session_search``.
 
 :func:`index_for` returns the :class:`UserEventIndex` of one (app, user) over a session
-service. The index is lazy: each search first lists the user's sessions and indexes only the
-events appended since the last look (per-session event counts), so a session that did not change
-costs nothing, and the BM25 matrix is rebuilt only when something was added.
+service. The index is lazy: each search first asks the service for the heads of the user's
+sessions (event count and last event id; a listing of every session only when the service cannot
+report heads), reads only the sessions whose head moved, and indexes only the events appended
+since the last look, so a session that did not change costs nothing. The BM25 index grows with
+each added event (see ``LexicalIndex``): no rebuild after an append.
 
 :func:`session_search` implements the reference behaviour: four scopes, clause and keyword query
 expansion with broadening rules, an in-session lexical scan fallback, merge by session:event
@@ -24,7 +26,7 @@ from agentlab.recall import SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.embed import Embedder, shared_embedder
 from agentlab.recall.index import SearchIndex
 from agentlab.runtime.context import in_filter
-from agentlab.session.base import Session, SessionService, SummaryBoundary
+from agentlab.session.base import Session, SessionHead, SessionService, SummaryBoundary
 
 if TYPE_CHECKING:
     from agentlab.runtime.invocation import Invocation
@@ -166,35 +168,60 @@ class UserEventIndex:
     def embedder(self) -> Embedder | None:
         return self.index.embedder
 
-    async def refresh(self) -> None:
-        """Index whatever was appended since the last look (and forget deleted sessions)."""
-        sessions = await self.service.list_sessions(self.app_name, self.user_id)
-        self.sync(sessions)
+    async def refresh(self, current: Session | None = None) -> None:
+        """Index whatever was appended since the last look (and forget deleted sessions).
+
+        With a service that reports session heads (``SessionHeadReader``) only the sessions
+        whose head moved are read — ``current``, the caller's live session, without a read at
+        all when it is up to date — instead of listing every session of the user each time.
+        """
+        heads_of = getattr(self.service, "session_heads", None)
+        if heads_of is None:
+            self.sync(await self.service.list_sessions(self.app_name, self.user_id))
+            return
+        heads: dict[str, SessionHead] = await heads_of(self.app_name, self.user_id)
+        for session_id, head in heads.items():
+            state = self._sessions.get(session_id)
+            if state is not None and state.count == head.event_count and state.last_event_id == head.last_event_id:
+                continue
+            session: Session | None = None
+            if (current is not None and current.id == session_id and len(current.events) == head.event_count
+                    and (not current.events or current.events[-1].id == head.last_event_id)):
+                session = current
+            else:
+                session = await self.service.get_session(self.app_name, self.user_id, session_id)
+            if session is not None:
+                self._sync_session(session)
+        for session_id in [s for s in self._sessions if s not in heads]:
+            self._drop(session_id)
 
     def sync(self, sessions: Sequence[Session]) -> None:
         seen: set[str] = set()
         for session in sessions:
             seen.add(session.id)
-            state = self._sessions.get(session.id)
-            events = session.events
-            if state is not None and (
-                len(events) < state.count
-                or (state.count and events[state.count - 1].id != state.last_event_id)
-            ):
-                # The ledger is append-only, so a shorter or different prefix means the session
-                # was deleted and recreated under the same id: start it over.
-                self._drop(session.id)
-                state = None
-            if state is None:
-                state = _IndexedSession()
-                self._sessions[session.id] = state
-            for position in range(state.count, len(events)):
-                self._add_event(session.id, position, events[position], state)
-            state.count = len(events)
-            state.last_event_id = events[-1].id if events else ""
-            state.snapshot = session
+            self._sync_session(session)
         for session_id in [s for s in self._sessions if s not in seen]:
             self._drop(session_id)
+
+    def _sync_session(self, session: Session) -> None:
+        state = self._sessions.get(session.id)
+        events = session.events
+        if state is not None and (
+            len(events) < state.count
+            or (state.count and events[state.count - 1].id != state.last_event_id)
+        ):
+            # The ledger is append-only, so a shorter or different prefix means the session
+            # was deleted and recreated under the same id: start it over.
+            self._drop(session.id)
+            state = None
+        if state is None:
+            state = _IndexedSession()
+            self._sessions[session.id] = state
+        for position in range(state.count, len(events)):
+            self._add_event(session.id, position, events[position], state)
+        state.count = len(events)
+        state.last_event_id = events[-1].id if events else ""
+        state.snapshot = session
 
     def _add_event(self, session_id: str, position: int, event: Event, state: _IndexedSession) -> None:
         if not event.id:
@@ -606,7 +633,7 @@ async def session_search(inv: Invocation, policy: RecallPolicy, query: str, scop
     if not query:
         return result
 
-    await index.refresh()
+    await index.refresh(current=inv.session)
     searcher = _ScopedSearch(inv, policy, index, mode, k, floor)
     if scope_name == "current_session":
         hits = await searcher.current_session(query)

@@ -25,6 +25,7 @@ from agentlab.runtime.context import (
     run_processors,
 )
 from agentlab.runtime.invocation import Invocation
+from agentlab.runtime.projection_cache import ProjectionCache, plan_for
 from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class LLMAgent:
         max_tool_iterations: int = 10,
         stream: bool = False,
         processors: list[RequestProcessor] | None = None,
+        incremental_projection: bool = True,
     ) -> None:
         self.name = name
         self.model = model
@@ -85,6 +87,10 @@ class LLMAgent:
         self.max_tool_iterations = max_tool_iterations
         self.stream = stream
         self.processors = processors if processors is not None else self.default_processors()
+        #: Serve the history part of each request from the previous call's projection (same result
+        #: as the full chain; see ``agentlab.runtime.projection_cache``). ``False`` = always rebuild.
+        self.incremental_projection = incremental_projection
+        self.projection_cache = ProjectionCache()
 
     # ---------------------------------------------------------------------------- projection
 
@@ -136,7 +142,11 @@ class LLMAgent:
             tools=self.resolve_tools(inv) if allow_tools else [],
             config=self.generation_for(inv),
         )
-        await run_processors(inv, self.processors, draft)
+        plan = plan_for(self.processors) if self.incremental_projection else None
+        if plan is None:
+            await run_processors(inv, self.processors, draft)
+        else:
+            await self.projection_cache.build(inv, self.processors, plan, draft)
         if not allow_tools:
             draft.trailing_system.append(TOOL_BUDGET_NOTE)
         return draft

@@ -11,16 +11,31 @@ the session history stays exactly as it was appended.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentlab.events import Event, Message
+from agentlab.model import tokens
 from agentlab.model.base import GenerationConfig, ModelRequest
 from agentlab.session.base import Summary
 
 if TYPE_CHECKING:
     from agentlab.runtime.invocation import Invocation
     from agentlab.runtime.tools import Tool
+
+
+@dataclass(frozen=True)
+class RenderedHistory:
+    """History messages already rendered from ``RequestDraft.events``, with their token count.
+
+    Left by the incremental projection (``agentlab.runtime.projection_cache``) so that building
+    the request does not walk the whole history again; ``tokens`` is the sum of
+    :func:`agentlab.model.tokens.count_message` over ``messages``.
+    """
+
+    messages: list[Message]
+    tokens: int
 
 
 @dataclass
@@ -40,6 +55,10 @@ class RequestDraft:
     stats: list[dict[str, Any]] = field(default_factory=list)
     #: Extra system text appended after everything else (e.g. "tool budget exhausted").
     trailing_system: list[str] = field(default_factory=list)
+    #: ``events`` rendered ahead of time by the incremental projection; ``None`` = render here.
+    rendered_history: RenderedHistory | None = None
+    #: The last list :meth:`messages` built from ``rendered_history`` and its token count.
+    _counted: tuple[list[Message], int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def copy(self) -> RequestDraft:
         return RequestDraft(
@@ -51,6 +70,7 @@ class RequestDraft:
             user_prefix=list(self.user_prefix),
             stats=list(self.stats),
             trailing_system=list(self.trailing_system),
+            rendered_history=self.rendered_history,
         )
 
     def messages(self) -> list[Message]:
@@ -58,17 +78,37 @@ class RequestDraft:
         system = "\n\n".join(p for p in self.system_parts + self.trailing_system if p)
         if system:
             out.append(Message.system(system))
-        history = events_to_messages(self.events)
+        start = len(out)
+        rendered = self.rendered_history
+        out.extend(rendered.messages if rendered is not None else events_to_messages(self.events))
+        changed: list[tuple[Message | None, Message]] = []  # (replaced message, new message)
         if self.user_prefix:
             prefix = "\n\n".join(self.user_prefix)
-            for i, m in enumerate(history):
-                if m.role == "user":
-                    history[i] = m.with_content(f"{prefix}\n\n{m.content}")
+            for i in range(start, len(out)):
+                if out[i].role == "user":
+                    changed.append((out[i], out[i].with_content(f"{prefix}\n\n{out[i].content}")))
+                    out[i] = changed[-1][1]
                     break
             else:
-                history.insert(0, Message.user(prefix))
-        out.extend(history)
+                changed.append((None, Message.user(prefix)))
+                out.insert(start, changed[-1][1])
+        if rendered is not None:
+            # The history's tokens are known; only the few messages added or changed here are counted.
+            total = rendered.tokens + sum(tokens.count_message(m) for m in out[:start])
+            for old, new in changed:
+                total += tokens.count_message(new) - (tokens.count_message(old) if old is not None else 0)
+            self._counted = (out, total)
         return out
+
+    def prompt_tokens(self, request: ModelRequest) -> int:
+        """Prompt tokens of ``request`` (built from this draft), as ``tokens.count_messages`` counts them.
+
+        When the messages came from the incremental projection the history is not counted again.
+        """
+        counted = self._counted
+        if counted is not None and counted[0] is request.messages:
+            return counted[1] + tokens.REPLY_PRIMING_TOKENS + tokens.count_tools(request.tools or None)
+        return tokens.count_messages(request.messages, request.tools or None)
 
     def to_model_request(self, purpose: str = "answer") -> ModelRequest:
         return ModelRequest(
@@ -90,18 +130,26 @@ def events_to_messages(events: list[Event]) -> list[Message]:
     answered = {m.tool_call_id for m in msgs if m.role == "tool"}
     out: list[Message] = []
     for m in msgs:
-        if m.role == "tool":
-            if m.tool_call_id in called:
-                out.append(m)
-        elif m.role == "assistant" and m.tool_calls:
-            kept = tuple(c for c in m.tool_calls if c.id in answered)
-            if kept != m.tool_calls:
-                m = Message(role="assistant", content=m.content, tool_calls=kept)
-            if m.content or m.tool_calls:
-                out.append(m)
-        else:
-            out.append(m)
+        rendered = render_history_message(m, called, answered)
+        if rendered is not None:
+            out.append(rendered)
     return out
+
+
+def render_history_message(m: Message, called: Container[str], answered: Container[str | None]) -> Message | None:
+    """One history message as it goes out, given the call ids and result ids in view.
+
+    Shared by :func:`events_to_messages` and the incremental projection, so both render a
+    message the same way. ``None`` when the message must be left out.
+    """
+    if m.role == "tool":
+        return m if m.tool_call_id in called else None
+    if m.role == "assistant" and m.tool_calls:
+        kept = tuple(c for c in m.tool_calls if c.id in answered)
+        if kept != m.tool_calls:
+            m = Message(role="assistant", content=m.content, tool_calls=kept)
+        return m if (m.content or m.tool_calls) else None
+    return m
 
 
 @runtime_checkable

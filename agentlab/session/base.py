@@ -113,6 +113,27 @@ class Session:
         return [e for e in self.events if e.timestamp >= boundary.cutoff_at]
 
 
+@dataclass(frozen=True)
+class SessionHead:
+    """How far one session's ledger goes: enough to tell whether it changed since it was read."""
+
+    event_count: int
+    last_event_id: str
+
+
+@runtime_checkable
+class SessionHeadReader(Protocol):
+    """Optional for a ``SessionService``: the heads of a user's sessions without their events.
+
+    Lets an index that follows every session of a user (recall) fetch only the sessions that
+    changed, instead of listing them all on every search.
+    """
+
+    async def session_heads(self, app_name: str, user_id: str) -> dict[str, SessionHead]:
+        """Session id -> head, for every session of the user, oldest session first."""
+        ...
+
+
 #: Counts the tokens of an event when it is appended (stored in ``Event.token_count``).
 EventTokenCounter = Callable[[Event], int]
 

@@ -49,6 +49,7 @@ from agentlab.session.base import (
     FULL_SESSION_KEY,
     EventTokenCounter,
     Session,
+    SessionHead,
     SessionKey,
     Summary,
     SummaryBoundary,
@@ -191,6 +192,9 @@ class DuckDBSessionService:
         # Next seq per session; valid while this service holds the connection (no other
         # process can write the file meanwhile), dropped whenever the connection changes.
         self._next_seq: dict[SessionKey, int] = {}
+        # Session heads per (app, user), kept up to date by this service's own writes under the
+        # same single-writer assumption as ``_next_seq``; loaded on first use, dropped with it.
+        self._heads: dict[tuple[str, str], dict[str, SessionHead]] = {}
         # asyncio primitives bind to the loop that first uses them; one writer per loop keeps
         # the service usable from several asyncio.run() calls (scripts, notebooks).
         self._writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWriter] = (
@@ -217,6 +221,7 @@ class DuckDBSessionService:
                 self._connection.close()
                 self._connection = None
                 self._next_seq.clear()
+                self._heads.clear()
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -237,6 +242,7 @@ class DuckDBSessionService:
             except duckdb.ConstraintException:
                 raise ValueError(f"session already exists: {describe(key)}") from None
             self._next_seq[key] = 0
+            self._heads.pop((app_name, user_id), None)  # reloaded in created_at order on next use
 
         async with self._write_lock():
             await self._run(insert)
@@ -306,6 +312,32 @@ class DuckDBSessionService:
 
         return await self._run(read)
 
+    async def session_heads(self, app_name: str, user_id: str) -> dict[str, SessionHead]:
+        user = (app_name, user_id)
+        # Known heads are answered without a thread hop, unless a write holds the lock right now.
+        if self._connection is not None and self._db_lock.acquire(blocking=False):
+            try:
+                known = self._heads.get(user)
+                if known is not None:
+                    return dict(known)
+            finally:
+                self._db_lock.release()
+
+        # Two small queries (a join of the two costs twice as much): no event JSON is read.
+        def read(con: _Connection) -> dict[str, SessionHead]:
+            known = self._heads.get(user)
+            if known is None:
+                params = [app_name, user_id]
+                ids = con.execute("SELECT session_id FROM sessions WHERE app_name = ? AND user_id = ?"
+                                  " ORDER BY created_at, session_id", params).fetchall()
+                ends = {sid: (int(count), last) for sid, count, last in con.execute(
+                    "SELECT session_id, count(*), arg_max(event_id, seq) FROM events"
+                    " WHERE app_name = ? AND user_id = ? GROUP BY session_id", params).fetchall()}
+                known = self._heads[user] = {sid: SessionHead(*ends.get(sid, (0, ""))) for (sid,) in ids}
+            return dict(known)
+
+        return await self._run(read)
+
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
         params = [app_name, user_id, session_id]
 
@@ -314,6 +346,7 @@ class DuckDBSessionService:
                 for table in ("events", "summaries", "sessions"):
                     con.execute(f"DELETE FROM {table} WHERE {_KEY_MATCH}", params)
             self._next_seq.pop(SessionKey(app_name, user_id, session_id), None)
+            self._heads.pop((app_name, user_id), None)
 
         async with self._write_lock():
             await self._run(delete)
@@ -399,6 +432,7 @@ class DuckDBSessionService:
             # One statement is its own transaction; BEGIN/COMMIT would add two round trips.
             _insert_event_rows(con, rows)
             self._next_seq.update(next_seq)
+            self._advance_heads(batch, next_seq)
             return
         with _transaction(con):
             _insert_event_rows(con, rows)
@@ -412,6 +446,15 @@ class DuckDBSessionService:
                 con.execute(f"UPDATE sessions SET state = ?, updated_at = ? WHERE {_KEY_MATCH}",
                             [json.dumps(stored_state), now, *_key_params(key)])
         self._next_seq.update(next_seq)
+        self._advance_heads(batch, next_seq)
+
+    def _advance_heads(self, batch: list[_PendingAppend], next_seq: dict[SessionKey, int]) -> None:
+        """After a committed batch: the heads of its sessions (seq = count, as seqs start at 0)."""
+        for item in batch:
+            key = item.session.key
+            heads = self._heads.get((key.app_name, key.user_id))
+            if heads is not None:
+                heads[key.session_id] = SessionHead(next_seq[key], item.event.id)
 
     def _load_next_seq(self, con: _Connection, key: SessionKey) -> int:
         row = con.execute(
@@ -537,6 +580,7 @@ class DuckDBSessionService:
             for statement in _SCHEMA:
                 con.execute(statement)
             self._next_seq.clear()
+            self._heads.clear()
             self._connection = con
         return self._connection
 

@@ -21,6 +21,7 @@ from agentlab.session.base import (
     FULL_SESSION_KEY,
     EventTokenCounter,
     Session,
+    SessionHead,
     SessionKey,
     Summary,
 )
@@ -165,6 +166,15 @@ class InMemorySessionService:
         ]
         found.sort(key=lambda s: (s.created_at, s.id))
         return found
+
+    async def session_heads(self, app_name: str, user_id: str) -> dict[str, SessionHead]:
+        found = sorted(
+            ((stored.created_at, key.session_id, stored) for key, stored in self._sessions.items()
+             if key.app_name == app_name and key.user_id == user_id),
+            key=lambda item: (item[0], item[1]),
+        )
+        return {sid: SessionHead(len(stored.events), stored.events[-1].id if stored.events else "")
+                for _, sid, stored in found}
 
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
         self._sessions.pop(SessionKey(app_name, user_id, session_id), None)

@@ -1,0 +1,452 @@
+"""Incremental request projection: each model call processes only what changed since the last one.
+
+The processor chain (``context.py``, ``summary.py``, ``compaction.py``) re-walks the whole projected
+history on every call: it filters the ledger, finds the protected units, rebuilds the placeholder
+of every old tool result and re-renders and re-counts every message. Between two calls of one
+session almost none of that changes: the ledger only grows, and the units that change status are
+the newest ones. :class:`ProjectionCache` keeps, per (app, user, session, filter key), the
+projection of the previous call (one per compaction policy and tool offer, too) and redoes only the
+part that can differ:
+
+* the *kept history* ``K`` — history events visible under the filter key and after the summary
+  boundary, in ledger order — grows by the events appended since (with per-unit and per-tool-call
+  bookkeeping: last position, final answers, first tool result, first call / result per id);
+* the protected units are found by walking back from the end over the last few units only;
+* the previous output — compacted events, rendered messages, prefix sums of the token counts the
+  stats and the pressure check need — is kept up to the first position anything could have
+  changed (the first new event; the first tool result of a unit that entered or left the
+  protected window; a tool call whose result arrived, or the reverse), and only the tail after
+  it is computed again;
+* a compacted copy (placeholder, truncation, and its token count) is computed once per (event,
+  protection status) for a given policy, then reused.
+
+Rebuilt from scratch: on the first call (also the first with a new compaction policy, ``session_load``
+offer or processor chain), when the summary boundary moved, and when the ledger is not an extension
+of the one seen before (a session deleted and recreated under the same id).
+Handed back to the full chain (:meth:`ProjectionCache.project` returns ``None``): a legacy
+time-only boundary, a ledger with empty or repeated event ids, a summary that split a tool round
+or absorbed the current run, a current input that belongs in the middle of the history or is not
+a plain user message — rare cases whose handling needs the whole list, kept in one place.
+
+The result is the full chain's, message for message and stat for stat
+(``tests/runtime/test_projection_cache.py`` compares them over random sessions). The ledger is
+never touched: entries are ledger events or copies. A kept ledger event may be the object of an
+earlier read of the same session (backends hand out copies); it is equal, the ledger never changes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentlab.events import Event, Message
+from agentlab.model import tokens
+from agentlab.runtime.context import (
+    RenderedHistory,
+    RequestDraft,
+    RequestProcessor,
+    in_filter,
+    is_history_event,
+    render_history_message,
+    run_processors,
+)
+
+if TYPE_CHECKING:
+    from agentlab.compaction import CompactionPolicy, CompactionProcessor
+    from agentlab.runtime.invocation import Invocation
+    from agentlab.session.base import Summary
+    from agentlab.summary import SummaryInjectionProcessor
+
+#: Processors known to leave ``draft.events`` alone (by module and class name, so that this module
+#: needs no import of the components, which import the runtime).
+_EVENT_NEUTRAL = frozenset({
+    ("agentlab.runtime.context", "InstructionProcessor"),
+    ("agentlab.memory.preload", "MemoryPreloadProcessor"),
+    ("agentlab.recall.preload", "PreloadRecallProcessor"),
+    ("agentlab.recall.tools", "RecallOverviewProcessor"),
+})
+_HISTORY = ("agentlab.runtime.context", "HistoryProcessor")
+_SUMMARY = ("agentlab.summary", "SummaryInjectionProcessor")
+_CURRENT_INPUT = ("agentlab.runtime.context", "CurrentInputProcessor")
+_COMPACTION = ("agentlab.compaction", "CompactionProcessor")
+
+#: Sessions whose projection one agent keeps (least recently used dropped first).
+DEFAULT_MAX_SESSIONS = 64
+
+
+@dataclass(frozen=True)
+class ProjectionPlan:
+    """The event processors of a chain this cache reproduces (the others run as they are)."""
+
+    history: RequestProcessor
+    current_input: RequestProcessor
+    summary: SummaryInjectionProcessor | None = None
+    compaction: CompactionProcessor | None = None
+
+
+def plan_for(processors: Sequence[RequestProcessor]) -> ProjectionPlan | None:
+    """The plan for a chain, or ``None`` when the chain holds a processor this cache cannot mirror.
+
+    Required: exactly one history and one current-input processor, at most one summary injection
+    (between them) and one compaction (after current input), and no other processor that could
+    read or write ``draft.events``.
+    """
+    found: dict[tuple[str, str], list[Any]] = {}
+    order: list[tuple[str, str]] = []
+    for p in processors:
+        kind = (type(p).__module__, type(p).__qualname__)
+        if kind in _EVENT_NEUTRAL:
+            continue
+        if kind not in (_HISTORY, _SUMMARY, _CURRENT_INPUT, _COMPACTION):
+            return None
+        found.setdefault(kind, []).append(p)
+        order.append(kind)
+    if any(len(v) > 1 for v in found.values()) or _HISTORY not in found or _CURRENT_INPUT not in found:
+        return None
+    expected = [k for k in (_HISTORY, _SUMMARY, _CURRENT_INPUT, _COMPACTION) if k in found]
+    if order != expected:
+        return None
+    return ProjectionPlan(
+        history=found[_HISTORY][0],
+        current_input=found[_CURRENT_INPUT][0],
+        summary=found[_SUMMARY][0] if _SUMMARY in found else None,
+        compaction=found[_COMPACTION][0] if _COMPACTION in found else None,
+    )
+
+
+@dataclass
+class Projected:
+    """The events stage of one request, as the full chain would have left it."""
+
+    events: list[Event]
+    rendered: RenderedHistory
+    summary: Summary | None
+    stat: dict[str, Any] | None
+
+
+_NO_DECISION = object()
+
+
+@dataclass
+class _Projection:
+    """Everything kept for one (app, user, session, filter key, signature)."""
+
+    # -- ledger layer: every ledger event seen so far ----------------------------------------
+    ledger_len: int = 0
+    last_id: str = ""
+    positions: dict[str, int] = field(default_factory=dict)
+    #: An empty or repeated event id: the fast path cannot tell kept from covered events.
+    broken: bool = False
+    # -- kept-history layer (valid for one boundary) --------------------------------------------
+    signature: tuple[Any, ...] | None = None
+    boundary: int = -2  # ledger index of the last covered event; -1 = nothing covered
+    covered: list[Event] = field(default_factory=list)
+    kept: list[Event] = field(default_factory=list)
+    kept_ids: set[str] = field(default_factory=set)
+    kept_until: int = 0  # ledger events examined for ``kept``
+    first_of_invocation: dict[str, int] = field(default_factory=dict)
+    unit_finals: dict[str, int] = field(default_factory=dict)
+    first_tool_result: dict[str, int] = field(default_factory=dict)
+    called: set[str] = field(default_factory=set)
+    answered: set[str | None] = field(default_factory=set)
+    first_call: dict[str, int] = field(default_factory=dict)
+    first_result: dict[str | None, int] = field(default_factory=dict)
+    # -- output layer: the previous call's result over E = kept (+ the current input) ----------
+    out_events: list[Event] = field(default_factory=list)
+    msgs: list[Message] = field(default_factory=list)
+    msg_at: list[int] = field(default_factory=lambda: [0])
+    #: Prefix sums per position: tokens before, replaced tokens (old, new), pass 0/1/2 counts.
+    sums: list[tuple[int, int, int, int, int, int]] = field(default_factory=lambda: [(0, 0, 0, 0, 0, 0)])
+    msg_tokens: list[int] = field(default_factory=lambda: [0])
+    valid_upto: int = 0  # output positions known to be current (the dirty tail starts here)
+    protected: frozenset[str] = frozenset()
+    #: Compacted copy (or ``None``) per (event id, historical); valid for ``signature``.
+    decisions: dict[tuple[str, bool], tuple[Event, str] | None] = field(default_factory=dict)
+
+    def reset_kept(self, signature: tuple[Any, ...], boundary: int) -> None:
+        decisions = self.decisions if signature == self.signature else {}
+        fresh = _Projection(ledger_len=self.ledger_len, last_id=self.last_id, positions=self.positions,
+                            broken=self.broken)
+        self.__dict__.update(fresh.__dict__)
+        self.signature = signature
+        self.boundary = boundary
+        self.decisions = decisions
+
+    def mark_dirty(self, position: int) -> None:
+        if position < self.valid_upto:
+            self.valid_upto = position
+
+
+class ProjectionCache:
+    """Per-agent store of incremental projections (see the module docstring)."""
+
+    def __init__(self, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
+        self.max_sessions = max_sessions
+        self._states: OrderedDict[tuple[str, str, str, str, tuple[Any, ...]], _Projection] = OrderedDict()
+        self._lock = threading.Lock()
+        #: Calls served incrementally, rebuilt from scratch, and handed to the full chain.
+        self.counts = {"incremental": 0, "rebuilt": 0, "full_chain": 0}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._states.clear()
+
+    async def build(self, inv: Invocation, processors: Sequence[RequestProcessor], plan: ProjectionPlan,
+                    draft: RequestDraft) -> None:
+        """Run the chain into ``draft``, with its events stage served from the cache when possible."""
+        projected = self.project(inv, draft, plan)
+        if projected is None:
+            await run_processors(inv, list(processors), draft)
+            return
+        for p in processors:
+            if p is plan.history or p is plan.current_input:
+                continue
+            if p is plan.summary:
+                if projected.summary is not None:
+                    plan.summary.inject(draft, projected.summary)
+                continue
+            if p is plan.compaction:
+                if projected.stat is not None:
+                    draft.stats.append(projected.stat)
+                continue
+            await p.process(inv, draft)
+        draft.events = projected.events
+        draft.rendered_history = projected.rendered
+
+    def project(self, inv: Invocation, draft: RequestDraft, plan: ProjectionPlan) -> Projected | None:
+        """The events stage for this call, or ``None`` to let the full chain build it."""
+        with self._lock:
+            rebuilt_before = self.counts["rebuilt"]
+            result = self._project(inv, draft, plan)
+            if result is None:
+                self.counts["full_chain"] += 1
+            elif self.counts["rebuilt"] == rebuilt_before:
+                self.counts["incremental"] += 1
+        return result
+
+    # ------------------------------------------------------------------------------ internals
+
+    def _state(self, key: tuple[str, str, str, str, tuple[Any, ...]]) -> _Projection:
+        state = self._states.get(key)
+        if state is None:
+            state = _Projection()
+            self._states[key] = state
+            while len(self._states) > self.max_sessions:
+                self._states.popitem(last=False)
+        else:
+            self._states.move_to_end(key)
+        return state
+
+    def _project(self, inv: Invocation, draft: RequestDraft, plan: ProjectionPlan) -> Projected | None:
+        from agentlab.compaction import offers_session_load
+        from agentlab.summary import _calls_of_split_round, _resumed_tool_round, pick_summary
+
+        session = inv.session
+        ledger = session.events
+        compaction = plan.compaction
+        policy: CompactionPolicy | None = compaction.policy if compaction is not None else None
+        current_unit = inv.request_id or None
+        # What the kept projection depends on besides the ledger and the boundary. It is part of
+        # the key, so that requests which alternate (say, with and without tools once the tool
+        # budget is spent) each keep their own projection instead of rebuilding one another's.
+        signature = (policy, offers_session_load(draft.tools) if policy is not None else None,
+                     current_unit is not None, plan.summary is not None)
+        key = (inv.app_name, inv.user_id, session.id, inv.filter_key, signature)
+        state = self._state(key)
+        if len(ledger) < state.ledger_len or (state.ledger_len and ledger[state.ledger_len - 1].id != state.last_id):
+            # Not an extension of the ledger seen before: the session was recreated. Start over.
+            state = self._states[key] = _Projection()
+        self._consume_ledger(state, ledger)
+        if state.broken:
+            return None
+
+        summary = pick_summary(session, inv.filter_key) if plan.summary is not None else None
+        boundary = -1
+        if summary is not None and summary.boundary is not None:
+            boundary = state.positions.get(summary.boundary.last_event_id, -1) if summary.boundary.last_event_id else -1
+            if boundary < 0:
+                return None  # a time-only (legacy) boundary: the full chain resolves it
+        if state.signature != signature or state.boundary != boundary:
+            state.reset_kept(signature, boundary)
+            self._rebuild_kept(state, ledger, inv.filter_key)
+            self.counts["rebuilt"] += 1
+        else:
+            self._extend_kept(state, ledger, inv.filter_key)
+
+        if _resumed_tool_round(inv, state.covered) or _calls_of_split_round(state.covered, state.kept):
+            return None  # the summary cut a tool round: the full chain re-projects it
+        current = inv.user_event
+        virtual: Event | None = None
+        if current is not None and current.id not in state.kept_ids:
+            m = current.message
+            if inv.id in state.first_of_invocation or (m is not None and (m.role != "user" or m.tool_calls)):
+                return None
+            virtual = current
+
+        kept = state.kept
+        n = len(kept) + (virtual is not None)
+        protected = self._protected(state, virtual, current_unit,
+                                    policy.keep_recent_requests if policy is not None else 0)
+        if policy is not None:
+            for unit in protected.symmetric_difference(state.protected):
+                first = state.first_tool_result.get(unit)
+                if first is not None:
+                    state.mark_dirty(first)
+        state.protected = protected
+        self._render_tail(state, virtual, n, protected, compaction, signature[1] or False, current_unit is not None)
+        state.valid_upto = len(kept)  # the current input (if virtual) is recomputed next time
+
+        totals = state.sums[n]
+        stat = None
+        if compaction is not None and (totals[3] + totals[4] + totals[5]):
+            from agentlab.compaction import compaction_stat
+
+            before = totals[0]
+            stat = compaction_stat(totals[3] + totals[4] + totals[5], before, before - totals[1] + totals[2],
+                                   totals[3], totals[4], totals[5])
+        return Projected(events=list(state.out_events), rendered=RenderedHistory(list(state.msgs), state.msg_tokens[-1]),
+                         summary=summary, stat=stat)
+
+    @staticmethod
+    def _consume_ledger(state: _Projection, ledger: list[Event]) -> None:
+        positions = state.positions
+        for index in range(state.ledger_len, len(ledger)):
+            event_id = ledger[index].id
+            if not event_id or event_id in positions:
+                state.broken = True
+            positions[event_id] = index
+        if len(ledger) > state.ledger_len:
+            state.ledger_len = len(ledger)
+            state.last_id = ledger[-1].id
+
+    def _rebuild_kept(self, state: _Projection, ledger: list[Event], filter_key: str) -> None:
+        boundary = state.boundary
+        if boundary >= 0:
+            # Same start as the history processor: the last user turn at or before the boundary.
+            start = boundary
+            while start > 0 and ledger[start].role != "user":
+                start -= 1
+            state.covered = [e for e in ledger[start:boundary + 1]
+                             if is_history_event(e) and in_filter(e.filter_key, filter_key)]
+        state.kept_until = boundary + 1
+        self._extend_kept(state, ledger, filter_key)
+
+    @staticmethod
+    def _extend_kept(state: _Projection, ledger: list[Event], filter_key: str) -> None:
+        from agentlab.compaction import unit_of
+
+        kept = state.kept
+        state.mark_dirty(len(kept))
+        for index in range(state.kept_until, len(ledger)):
+            e = ledger[index]
+            if not (is_history_event(e) and in_filter(e.filter_key, filter_key)):
+                continue
+            position = len(kept)
+            kept.append(e)
+            state.kept_ids.add(e.id)
+            state.first_of_invocation.setdefault(e.invocation_id, position)
+            unit = unit_of(e)
+            if unit is not None:
+                if e.is_final_response():
+                    state.unit_finals[unit] = state.unit_finals.get(unit, 0) + 1
+                if e.is_tool_result():
+                    state.first_tool_result.setdefault(unit, position)
+            m = e.message
+            assert m is not None  # a history event has a message
+            if m.role == "assistant":
+                for call in m.tool_calls:
+                    if call.id not in state.called:
+                        state.called.add(call.id)
+                        # A result seen before its call was left out; it is in view now.
+                        if call.id in state.first_result:
+                            state.mark_dirty(state.first_result[call.id])
+                    state.first_call.setdefault(call.id, position)
+            elif m.role == "tool":
+                if m.tool_call_id not in state.answered:
+                    state.answered.add(m.tool_call_id)
+                    # The call's message was rendered without this call; render it again.
+                    if m.tool_call_id in state.first_call:
+                        state.mark_dirty(state.first_call[m.tool_call_id])  # type: ignore[index]
+                state.first_result.setdefault(m.tool_call_id, position)
+        state.kept_until = len(ledger)
+
+    @staticmethod
+    def _protected(state: _Projection, virtual: Event | None, current_unit: str | None,
+                   keep_recent: int) -> frozenset[str]:
+        """``compaction.protected_units`` over E, walking back only as far as the recent units go."""
+        from agentlab.compaction import unit_of
+
+        recent: list[str] = []
+        if keep_recent > 0:
+            kept = state.kept
+            seen: set[str] = set()
+            position = len(kept) - (virtual is None)
+            while position >= 0 and len(recent) < keep_recent:
+                e = kept[position] if position < len(kept) else virtual
+                position -= 1
+                unit = unit_of(e)  # type: ignore[arg-type]
+                if unit is None or unit in seen:
+                    continue
+                seen.add(unit)
+                # A unit is completed once any of its events in view is a final answer; the
+                # current input (a user message) never is one.
+                if unit != current_unit and state.unit_finals.get(unit, 0) > 0:
+                    recent.append(unit)
+        protected = set(recent)
+        if current_unit:
+            protected.add(current_unit)
+        return frozenset(protected)
+
+    @staticmethod
+    def _render_tail(state: _Projection, virtual: Event | None, n: int, protected: frozenset[str],
+                     compaction: CompactionProcessor | None, session_load: bool, has_current: bool) -> None:
+        from agentlab.compaction import _event_tokens, unit_of
+
+        start = min(state.valid_upto, len(state.out_events))
+        del state.out_events[start:]
+        del state.sums[start + 1:]
+        first_msg = state.msg_at[start]
+        del state.msg_at[start + 1:]
+        del state.msgs[first_msg:]
+        del state.msg_tokens[first_msg + 1:]
+        kept, decisions = state.kept, state.decisions
+        called, answered = state.called, state.answered
+        total = state.sums[start]
+        msg_total = state.msg_tokens[-1]
+        for position in range(start, n):
+            e = kept[position] if position < len(kept) else virtual
+            assert e is not None
+            out = e
+            replaced_old = replaced_new = 0
+            passes = [0, 0, 0]
+            if compaction is not None and e.is_tool_result():
+                unit = unit_of(e)
+                historical = unit is not None and unit not in protected
+                decision = decisions.get((e.id, historical), _NO_DECISION)
+                if decision is _NO_DECISION:
+                    decision = compaction.compact_event(e, historical=historical, has_current=has_current,
+                                                        session_load=session_load)
+                    if e is not virtual:
+                        decisions[(e.id, historical)] = decision  # type: ignore[assignment]
+                if decision is not None:
+                    out, pass_name = decision  # type: ignore[misc]
+                    replaced_old, replaced_new = _event_tokens(e), _event_tokens(out)
+                    passes[int(pass_name[-1])] = 1
+            total = (total[0] + _event_tokens(e), total[1] + replaced_old, total[2] + replaced_new,
+                     total[3] + passes[0], total[4] + passes[1], total[5] + passes[2])
+            state.sums.append(total)
+            state.out_events.append(out)
+            m = out.message
+            if m is not None and m.role != "system":
+                rendered = render_history_message(m, called, answered)
+                if rendered is not None:
+                    state.msgs.append(rendered)
+                    msg_total += tokens.count_message(rendered)
+                    state.msg_tokens.append(msg_total)
+            state.msg_at.append(len(state.msgs))
+
+
+__all__ = ["DEFAULT_MAX_SESSIONS", "Projected", "ProjectionCache", "ProjectionPlan", "plan_for"]
