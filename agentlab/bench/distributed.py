@@ -13,8 +13,9 @@ workers, sends them cases and reports finished ones. :class:`RayBackend` is the 
   127.0.0.1 only) and sends back one record plus the cache rows of the calls it made.
 * **Slots.** A worker runs up to ``slots`` cases at once (an async actor), so ``--workers N
   --concurrency K`` keeps up to N x K cases in flight. Results come back as they finish.
-* **Affinity.** Cases with the same :meth:`Task.case_group` go to the worker that took the first
-  of them, so work they share (a meeting summary) is done, and its tokens counted, once per run.
+* **Affinity.** Cases with the same :meth:`Task.case_group` go, one after another, to the worker
+  that took the first of them, so work they share (a meeting summary) is done, and its tokens
+  counted, once per run; different groups run at once.
 * **The driver writes.** Every outcome goes to the driver's ``deliver``: worker cache rows are
   merged into the driver's call cache, then the case is written in one transaction, as
   in-process. Identity and resume are the executor's (:mod:`agentlab.bench.executor`).
@@ -164,11 +165,19 @@ class RemoteExecutor:
         owner: dict[str, int] = {}
         pending: dict[Any, tuple[_Worker, _Item]] = {}
 
+        running: dict[str, int] = {}  # group -> its cases in flight (0 or 1)
+
         def take(worker: _Worker) -> _Item | None:
-            """The first queued case of a group this worker owns, else the first one nobody owns."""
+            """The first queued case of a group this worker owns, else the first one nobody owns.
+
+            A group's cases run one after another (one slot), as in-process: the work they share is
+            built by the first, and a server's prompt cache keeps their common prefix.
+            """
             own: _Item | None = None
             free: _Item | None = None
             for item in queue:
+                if item.group is not None and running.get(item.group):
+                    continue
                 if item.group is not None and owner.get(item.group) == worker.id:
                     own = item
                     break
@@ -182,6 +191,7 @@ class RemoteExecutor:
                 if chosen.group is not None:
                     owner[chosen.group] = worker.id
                     worker.groups.add(chosen.group)
+                    running[chosen.group] = 1
             return chosen
 
         def lose(worker: _Worker) -> None:
@@ -206,10 +216,12 @@ class RemoteExecutor:
                 if not live:
                     raise ExecutorError(f"every worker was lost ({len(queue)} cases not run); the finished cases "
                                         "are stored: rerun the same command to run the rest")
-                raise ExecutorError("no worker can take the queued cases")  # unreachable: a free worker takes any
+                raise ExecutorError("no worker can take the queued cases")  # unreachable: nothing in flight blocks a group
             for ref in await self.backend.wait(list(pending)):
                 worker, item = pending.pop(ref)
                 worker.busy -= 1
+                if item.group is not None:
+                    running.pop(item.group, None)
                 try:
                     outcome = self.backend.result(ref)
                 except WorkerLost as exc:

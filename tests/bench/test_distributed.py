@@ -321,3 +321,34 @@ def test_executor_flags_are_checked(tmp_path: Path, server: OpenAITestServer, mo
     # The in-process executor is the default and finishes the run the failed Ray attempt started.
     code, out, _ = run_cli(*common)
     assert code == 0 and "6 ok, 0 failed this time" in out
+
+
+async def test_a_group_runs_one_case_at_a_time_and_groups_run_together(
+        tmp_path: Path, server: OpenAITestServer) -> None:
+    base = type(get_task("demo"))
+    in_flight: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    overall = {"now": 0, "peak": 0}
+
+    class Grouped(base):  # type: ignore[misc, valid-type]
+        def case_group(self, case: Case) -> str | None:
+            return str(int(case.data) % 2)
+
+        async def run_case(self, case: Case, mode: str, ctx: Any) -> Any:
+            group = self.case_group(case) or ""
+            in_flight[group] = in_flight.get(group, 0) + 1
+            peak[group] = max(peak.get(group, 0), in_flight[group])
+            overall["now"] += 1
+            overall["peak"] = max(overall["peak"], overall["now"])
+            try:
+                await asyncio.sleep(0.05)
+                return await super().run_case(case, mode, ctx)
+            finally:
+                in_flight[group] -= 1
+                overall["now"] -= 1
+
+    summary = await run(tmp_path / "r.duckdb", tmp_path / "c.duckdb", server.model_spec,
+                        remote(FakeBackend(workers=1), slots=4), task=Grouped())
+    assert summary.ok == 6
+    assert peak == {"0": 1, "1": 1}  # four slots, yet one case per group at a time
+    assert overall["peak"] == 2  # the two groups ran side by side
