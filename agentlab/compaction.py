@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Window assumed when neither the run nor the model states one (reference fallback).
+#: Window assumed when neither the run nor the model states one (reference fallback). Every
+#: built-in backend states its window (an HTTP model resolves it from its server or stops), so
+#: this is reached only by a custom Model whose ``info.context_window`` is 0.
 FALLBACK_CONTEXT_WINDOW = 8192
 #: The recall tool a recoverable placeholder may point to.
 SESSION_LOAD_TOOL = "session_load"

@@ -386,9 +386,18 @@ def side_by_side(frames: Mapping[str, pd.DataFrame | str], *, max_rows: int = 40
     return HTML(f'<div style="display:flex;gap:16px;align-items:flex-start">{"".join(cells)}</div>')
 
 
+def published_savings_column(frame: pd.DataFrame) -> str:
+    """The prompt-savings column of a ``token_savings`` frame that follows its benchmark's published
+    token rule: ``prompt_savings_last`` where the report counts the last answer call of a run,
+    else ``prompt_savings`` (the sum over a case's answer calls)."""
+    rules = set(frame["published_token_rule"].dropna()) if "published_token_rule" in frame else set()
+    return "prompt_savings_last" if rules == {"last_answer_call"} else "prompt_savings"
+
+
 def mode_quality_and_savings(benchmark: str, metric: str, *, db: str | os.PathLike[str], model: str) -> pd.DataFrame:
     """Per mode: mean ``metric`` (failed cases count 0) and the mean per-case prompt savings vs the
-    baseline mode (0 for the baseline itself), for one model."""
+    baseline mode (0 for the baseline itself), for one model, by the published token rule
+    (``prompt_savings_rule`` names the column it came from)."""
     from agentlab.bench import analysis
 
     means = analysis.mode_means_df(benchmark, db=db)
@@ -396,6 +405,7 @@ def mode_quality_and_savings(benchmark: str, metric: str, *, db: str | os.PathLi
     savings = analysis.token_savings_df(benchmark, level="aggregate", db=db)
     savings = savings[savings["model"] == model] if len(savings) else savings
     baseline = mode_roles()[benchmark].baseline
+    column = published_savings_column(savings)
     rows = []
     for _, row in means.iterrows():
         mode = row["mode"]
@@ -403,18 +413,23 @@ def mode_quality_and_savings(benchmark: str, metric: str, *, db: str | os.PathLi
             saving = 0.0
         else:
             match = savings[savings["mode"] == mode] if len(savings) else savings
-            saving = float(match["prompt_savings"].iloc[0]) if len(match) else float("nan")
-        rows.append({"mode": mode, metric: row["mean"], "prompt_savings": saving, "n_cases": row["n_cases"],
-                     "n_failed": row["n_failed"]})
+            saving = float(match[column].iloc[0]) if len(match) else float("nan")
+        rows.append({"mode": mode, metric: row["mean"], "prompt_savings": saving, "prompt_savings_rule": column,
+                     "n_cases": row["n_cases"], "n_failed": row["n_failed"]})
     return pd.DataFrame(rows)
 
 
-def plot_savings_distribution(per_case: pd.DataFrame, *, column: str = "prompt_savings", ax: Axes | None = None,
+def plot_savings_distribution(per_case: pd.DataFrame, *, column: str | None = None, ax: Axes | None = None,
                               published_points: Mapping[str, float] | None = None, title: str = "") -> Axes:
-    """Per-case savings of each mode as dots over a box; published aggregates as diamonds."""
+    """Per-case savings of each mode as dots over a box; published aggregates as diamonds.
+
+    ``column`` defaults to the savings column of the benchmark's published token rule
+    (:func:`published_savings_column`), so the dots and the diamonds count tokens the same way.
+    """
     import matplotlib.pyplot as plt
     import numpy as np
 
+    column = column or published_savings_column(per_case)
     ax = ax or plt.subplots()[1]
     published_points = {m: v for m, v in (published_points or {}).items() if v is not None and not pd.isna(v)}
     cases = per_case[per_case["level"] == "case"] if "level" in per_case else per_case

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from agentlab import progress
 from agentlab.events import Event, Message
 from agentlab.model import tokens
 from agentlab.model.base import ContextLengthError, GenerationConfig, Model, ModelRequest
@@ -44,7 +45,9 @@ log = logging.getLogger(__name__)
 InjectionMode = Literal["system", "user"]
 ChecksMode = Literal["all", "any"]
 
-#: Window assumed when neither the run, the agent's model nor the summary model states one.
+#: Window assumed when neither the run, the agent's model nor the summary model states one. Every
+#: built-in backend states its window (an HTTP model resolves it from its server or stops), so
+#: this is reached only by a custom Model whose ``info.context_window`` is 0.
 FALLBACK_CONTEXT_WINDOW = 8192
 
 # ---------------------------------------------------------------------------------------------
@@ -239,6 +242,11 @@ class SummaryPolicy(PolicyJSON):
         if self.workers < 1 or self.queue_size < 1 or self.job_timeout <= 0:
             raise ValueError("SummaryPolicy.workers and queue_size must be >= 1 and job_timeout > 0")
         if self.prompt not in BUILTIN_PROMPTS:
+            if "{" not in self.prompt and len(self.prompt.split()) <= 1:
+                # One bare word is a misspelt built-in name, not a template without placeholders.
+                raise ValueError(
+                    f"SummaryPolicy.prompt: unknown built-in prompt {self.prompt!r}; built-in prompts: "
+                    f"{', '.join(BUILTIN_PROMPTS)} (or a custom template containing {{conversation_text}})")
             validate_prompt_template(self.prompt, self.max_summary_words)
         # a JSON round-trip turns tuples into lists; keep the frozen value hashable
         object.__setattr__(self, "filter_key_allowlist", tuple(self.filter_key_allowlist))
@@ -743,6 +751,9 @@ class WorkerStats:
     skipped_by_trigger: int = 0
     #: One record per summariser run (input tokens, covered events, ...), for analysis.
     runs: list[dict[str, Any]] = field(default_factory=list)
+    #: The latest summariser error (a failed update is logged and swallowed; callers that must
+    #: explain why a summary stopped advancing read it here).
+    last_error: Exception | None = None
 
 
 class SummaryWorker:
@@ -760,6 +771,8 @@ class SummaryWorker:
         self.policy = policy or summarizer.policy
         self.checks = list(checks) if checks is not None else self.policy.trigger_checks()
         self.stats = WorkerStats()
+        #: Summariser runs per scope, for progress reports ("summary step k").
+        self._steps: dict[LockKey, int] = {}
         self._queues: list[asyncio.Queue[_Job]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -825,6 +838,7 @@ class SummaryWorker:
                 outcome = await self.summarizer.summarize(delta, previous_text, parent_request=parent_request)
             except Exception as exc:  # the old summary stays; a failed update is not fatal to a run
                 self.stats.failed += 1
+                self.stats.last_error = exc
                 log.warning("summary update failed for %s (old summary kept): %s: %s",
                             _describe(key), type(exc).__name__, exc)
                 return False
@@ -838,6 +852,7 @@ class SummaryWorker:
                 "summary_tokens": tokens.count_text(outcome.text), "prompt_version": outcome.prompt_version,
                 "latency_ms": round((time.perf_counter() - started) * 1000, 3),
             })
+            self._report_step(session, key, delta, outcome.covered if outcome.text else 0)
             if not outcome.text:
                 return False
             boundary = previous_boundary
@@ -857,6 +872,20 @@ class SummaryWorker:
             if advanced:
                 self.stats.advanced += 1
             return advanced
+
+    def _report_step(self, session: Session, key: LockKey, delta: Sequence[Event], covered: int) -> None:
+        """Progress of a (rolling) summary of this scope: step k, history tokens covered so far.
+
+        The number of steps is not known in advance (it depends on how much of the remaining
+        history each safe prefix holds), so the step has no total; the tokens do.
+        """
+        self._steps[key] = step = self._steps.get(key, 0) + 1
+        if not progress.listening():
+            return
+        history = delta_after_boundary(session, None, key[3])
+        total = sum(_event_tokens(e) for e in history)
+        remaining = sum(_event_tokens(e) for e in delta[covered:])
+        progress.report_progress("summary", step, tokens=total - remaining, tokens_total=total)
 
     async def _write(self, session: Session, filter_key: str, summary: Summary) -> None:
         try:

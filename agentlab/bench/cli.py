@@ -1,7 +1,7 @@
 """``python -m agentlab.bench``: run a benchmark mode, print a report, list benchmarks.
 
     python -m agentlab.bench <benchmark> [--mode MODE] [--limit N] [--model SPEC] [--judge-model SPEC]
-                                         [--concurrency K] [--db PATH] [--set section.field=value ...]
+                                         [--context-window N] [--concurrency K] [--db PATH] [--set section.field=value ...]
                                          [--dry-run] [--retrieval-only] [--json] [--no-progress]
                                          [--executor in-process|ray] [--ray-address ADDR] [--workers N]
     python -m agentlab.bench report <benchmark> [--db PATH] [--json]
@@ -36,8 +36,9 @@ from agentlab.bench.config import (
 )
 from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.distributed import ExecutorError
-from agentlab.bench.store import DEFAULT_DB, ResultStore
+from agentlab.bench.store import DEFAULT_DB, RUN_MEANS_SQL, ResultStore
 from agentlab.bench.tasks import Task, UnknownBenchmark, discover, get_task
+from agentlab.duckdb_files import DatabaseFileError
 
 #: Values of --executor.
 EXECUTORS = ("in-process", "ray")
@@ -62,7 +63,11 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
                    help=f"run the first N selected cases (0 = all; default all, {EMBEDDED_DEFAULT_LIMIT} on the embedded model)")
     p.add_argument("--model", help="answer model spec (e.g. embedded, openai:gpt-4o-mini); default from the environment")
     p.add_argument("--judge-model", help="judge model spec; default: [judge] model in the settings, else the answer model")
-    p.add_argument("--concurrency", type=int, default=None, help="cases run at once (per worker with --executor ray; default [run] concurrency or 4)")
+    p.add_argument("--context-window", type=int, default=None, metavar="N",
+                   help="the answer model's context window in tokens (default: what its server states, else the "
+                        "known-model table; a model neither knows stops the run)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="cases run at once (per worker with --executor ray; default [run] concurrency or 4)")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"results DuckDB file (default {DEFAULT_DB})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a setting from benchmarks/<benchmark>.toml (repeatable)")
@@ -235,9 +240,76 @@ def _resolve_limit(args: argparse.Namespace, model_spec: str, out: TextIO, quiet
     return args.limit, smoke
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """Numbers no run can use: one line before anything is loaded."""
+    if args.limit is not None and args.limit < 0:
+        raise CliError(f"--limit must be >= 0 (0 = all cases), got {args.limit}")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise CliError(f"--concurrency must be >= 1, got {args.concurrency}")
+    if args.context_window is not None and args.context_window < 1:
+        raise CliError(f"--context-window must be a positive number of tokens, got {args.context_window}")
+
+
+def _check_policies(task: Task, mode: str, settings: Any) -> None:
+    """Build the mode's policies now, so a value one rejects stops the run before any case."""
+    try:
+        task.policies(mode, settings)
+    except (ValueError, TypeError, KeyError) as exc:
+        detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise CliError(f"{task.name}/{mode} settings rejected: {detail} (fix the --set value or "
+                       f"benchmarks/{task.name}.toml)") from exc
+
+
+def _load_selection(task: Task, settings: Any) -> Any:
+    try:
+        return task.load_cases(settings)
+    except (ValueError, KeyError) as exc:
+        if isinstance(exc, DatasetError):
+            raise
+        detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise CliError(f"{task.name}: {detail} (fix the --set value or benchmarks/{task.name}.toml)") from exc
+
+
+def _build_model(spec: str, what: str, context_window: int | None = None) -> Any:
+    """The cached model for ``spec``, with a mistake in the spec or a missing key as a :class:`CliError`."""
+    from agentlab.model.base import ModelError
+    from agentlab.model.registry import get_model
+
+    try:
+        return get_model(spec, context_window=context_window)
+    except ModelError as exc:  # e.g. a missing OPENAI_API_KEY
+        raise CliError(f"{what} {spec!r}: {exc}") from exc
+    except ValueError as exc:  # an unknown spec
+        raise CliError(f"{what}: {exc}") from exc
+
+
+def _prepare_model(model: Any, spec: str, what: str, *, window: bool) -> Any:
+    """Resolve the model's window (answer model) and make sure its server answers, before any case."""
+    from agentlab.model.base import ModelError
+
+    info = None
+    if window:
+        resolve = getattr(model, "resolve_info", None)
+        try:
+            info = resolve() if resolve is not None else model.info
+        except ModelError as exc:
+            raise CliError(f"{what} {spec!r}: {exc}") from exc
+    check = getattr(model, "server_problem", None)
+    problem = check() if check is not None else None
+    if problem is not None:
+        server = getattr(getattr(model, "inner", model), "server_label", "its server")
+        raise CliError(f"{what} {spec!r}: the model server at {server} {problem}")
+    return info
+
+
+def _has_retrieval(task: Task) -> bool:
+    return type(task).retrieval_only is not Task.retrieval_only
+
+
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from agentlab.model.registry import default_spec
 
+    _check_flags(args)
     task = get_task(args.benchmark)
     model_spec = args.model or default_spec()
     calls_model = not (args.dry_run or args.retrieval_only)
@@ -246,14 +318,17 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     mode = args.mode or task.default_mode
     if mode not in task.modes:
         raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
-    if args.concurrency is not None and args.concurrency < 1:
-        raise CliError(f"--concurrency must be >= 1, got {args.concurrency}")
+    if args.retrieval_only and not _has_retrieval(task):
+        with_retrieval = ", ".join(name for name, cls in sorted(discover().items()) if _has_retrieval(cls()))
+        raise CliError(f"{task.name} has no retrieval to measure, so --retrieval-only does not apply; "
+                       f"benchmarks with it: {with_retrieval}")
+    _check_policies(task, mode, settings)
 
     from agentlab.bench import executor
 
     if args.dry_run:
         limit = args.limit or None
-        result = executor.dry_run(task, mode, settings, limit=limit)
+        result = executor.dry_run(task, mode, settings, limit=limit, selection=_load_selection(task, settings))
         if args.json:
             _print_json(result, out)
         else:
@@ -264,7 +339,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         return 0
 
     if args.retrieval_only:
-        selection = task.load_cases(settings)
+        selection = _load_selection(task, settings)
         cases = executor.select(selection, args.limit or None)
         result = task.retrieval_only(cases, mode, settings)
         result = {"benchmark": task.name, "mode": mode, "cases": len(cases), **result}
@@ -275,7 +350,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"{key}: {value}\n")
         return 0
 
-    limit, smoke = _resolve_limit(args, model_spec, out if not args.json else sys.stderr, quiet=False)
+    from agentlab.bench.judge import Judge
+
+    notes = out if not args.json else sys.stderr
+    limit, smoke = _resolve_limit(args, model_spec, notes, quiet=False)
     judge_spec = args.judge_model or settings.get("judge", "model") or model_spec
     judge_enabled = bool(settings.get("judge", "enabled", True))
     concurrency = args.concurrency or int(settings.get("run", "concurrency", 4))
@@ -283,10 +361,24 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         benchmark=task.name, mode=mode, model_spec=model_spec, settings=settings,
         judge_spec=judge_spec if judge_enabled else None, limit=limit, concurrency=concurrency,
         smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
+        # Remote workers build their own models (executor.build_models): the same window for them.
+        model_options={} if args.context_window is None else {"context_window": args.context_window},
     )
     chosen = executor_from_args(args)
-    model, judge = executor.build_models(request)
+    # Every check that can stop the run happens here, before the results file is touched.
+    model = _build_model(model_spec, "--model", args.context_window)
+    info = _prepare_model(model, model_spec, "--model", window=True)
+    judge = None
+    if judge_enabled:
+        judge_model = model
+        if judge_spec != model_spec:
+            judge_model = _build_model(judge_spec, "--judge-model")
+            _prepare_model(judge_model, judge_spec, "--judge-model", window=False)
+        judge = Judge(judge_model, judge_spec)
+    selection = _load_selection(task, settings)
     store = ResultStore(args.db)
+    notes.write(f"{task.name}/{mode}: model {model_spec}, context window {info.context_window} tokens "
+                f"({info.context_window_source or 'stated by the model'})\n")
 
     async def run_with_sigterm() -> executor.RunSummary:
         # SIGTERM (a CI timeout, `kill`) stops the run as cleanly as Ctrl-C does.
@@ -294,7 +386,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             if main_task is not None:
                 asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
-        return await executor.run_task(task, request, model=model, store=store, judge=judge, executor=chosen)
+        return await executor.run_task(task, request, model=model, store=store, judge=judge, selection=selection,
+                                       executor=chosen)
 
     try:
         summary = asyncio.run(run_with_sigterm())
@@ -306,12 +399,11 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         sys.stderr.write(f"\ninterrupted: {stored}. Rerun the same command to finish the missing cases.\n")
         store.close()
         return 130
-    means = store.df(
-        "SELECT metric, avg(value) AS mean, count(value) AS n FROM scores WHERE run_id = ? GROUP BY metric ORDER BY metric",
-        [summary.run_id])
+    means = store.df(RUN_MEANS_SQL, [summary.run_id, summary.run_id])
     store.close()
     workers = list(getattr(chosen, "started", []))
     payload = {"benchmark": task.name, "mode": mode, "model": model_spec, "judge_model": request.judge_spec,
+               "context_window": info.context_window, "context_window_source": info.context_window_source,
                "smoke_test": smoke, "db": str(args.db), **summary.to_dict(), "scores": _records(means),
                "executor": chosen.name, "workers": workers}
     if args.json:
@@ -327,7 +419,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if workers:
         out.write(f"  executor: {chosen.name}, {len(workers)} worker{'s' if len(workers) != 1 else ''} ({', '.join(workers)})\n")
     if len(means):
-        out.write("  mean scores over ok cases (failed cases count as 0 in `report`):\n")
+        out.write("  mean scores of this run's cases (failed cases count 0; unscored ones are left out):\n")
         out.write("    " + means.to_string(index=False).replace("\n", "\n    ") + "\n")
     out.write(f"  stored in {args.db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
     return 0
@@ -386,7 +478,10 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     section("token_savings (answer-call prompt tokens vs baseline)", savings,
             ["mode", "baseline_mode", "n_cases", "n_baseline_estimated", "baseline_prompt_tokens", "mode_prompt_tokens",
              "prompt_savings", "prompt_savings_ratio", "prompt_savings_with_summary", "total_savings",
-             "total_savings_ratio"])
+             "total_savings_ratio", "mode_prompt_tokens_last", "prompt_savings_last", "published_token_rule"])
+    if len(savings):
+        out.write("prompt tokens of a case: summed over all its answer calls; *_last: its last answer call only. "
+                  "published_token_rule names the one the published report uses (README, Token accounting)\n")
     if len(savings) and savings.get("n_baseline_estimated") is not None and savings["n_baseline_estimated"].sum() > 0:
         out.write("n_baseline_estimated: baseline cases whose prompt did not fit the model's window; their prompt "
                   "tokens are the tokens the prompt needed (cl100k count), and total savings leave them out\n")
@@ -395,7 +490,10 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
              "baseline_mean", "mode_mean", "delta", "relative_loss"])
     section("recovery ((recovered - lossy) / (baseline - lossy))", recovery,
             ["metric", "n_cases", "n_failed_baseline", "baseline_mean", "lossy_mean", "recovered_mean", "recovery",
-             "wins", "losses", "ties"])
+             "n_baseline_ok", "recovery_baseline_ok", "wins", "losses", "ties"])
+    if len(recovery) and recovery.get("n_failed_baseline") is not None and recovery["n_failed_baseline"].sum() > 0:
+        out.write("recovery: over all n_cases, failed baseline cases counting 0 (this can exceed 1); "
+                  "recovery_baseline_ok: over the n_baseline_ok cases whose baseline answered\n")
     for name, df in own.items():
         out.write(f"\n== {name} ({args.benchmark}'s own report table) ==\n")
         out.write(df.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n" if len(df) else "(no rows)\n")
@@ -438,7 +536,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if argv[0] == "fixture":
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)
-    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, ExecutorError) as exc:
+    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, DatabaseFileError,
+            ExecutorError) as exc:
         message = exc.args[0] if isinstance(exc, UnknownBenchmark | FileNotFoundError) and exc.args else str(exc)
         sys.stderr.write(f"error: {message}\n")
         return 2

@@ -3,7 +3,8 @@
 A settings file has named sections of scalar (or list) fields, e.g. ``[answer] max_tokens = 384``.
 The task's own defaults come first, the TOML file overrides them, and ``--set section.field=value``
 overrides both; ``--set`` may only name a section and field that already exist, and its value is
-parsed as int / float / bool / str (or a comma-separated list) and checked against the existing type.
+parsed as int / float / bool / str (or a list: a TOML array ``[1,4]`` or ``1,4``) and checked
+against the existing type.
 A ``[published]`` section, if present, holds the published numbers to compare with; it is kept
 apart from the settings (not settable, not part of the run identity).
 
@@ -69,6 +70,23 @@ MODE_ROLES: dict[str, ModeRoles] = {
     "mtbench101": ModeRoles(baseline="baseline", lossy="summary"),
     # LoCoMo compares session_recall and memory with the long context; no lossy/recovered pair.
     "locomo": ModeRoles(baseline="long_context"),
+}
+
+#: Which answer calls a published report counts as one case's tokens, so the columns compared
+#: with it use the same rule (the store keeps both; README "Token accounting"):
+#: * ``last_answer_call`` — the summary benchmark's harness takes the provider usage of the last
+#:   answer call of each run (reference §5.2): a recall run's search and load rounds are not
+#:   added up, only the final prompt, which already carries the tool results.
+#: * ``sum_answer_calls`` — every answer call of the case. MT-Bench-101's published totals sum the
+#:   turns, and each turn is one run with one answer call (no tools), so the sum over a dialogue's
+#:   answer calls *is* the sum of each run's last usage; LoCoMo's Tokens/QA and Calls/QA count
+#:   every call of a question (e.g. 3 calls and 17,182 tokens per question for two memory_search
+#:   passes, reference §6.2).
+PUBLISHED_TOKEN_RULES: dict[str, str] = {
+    "qmsum": "last_answer_call",
+    "longmemeval": "last_answer_call",
+    "mtbench101": "sum_answer_calls",
+    "locomo": "sum_answer_calls",
 }
 
 
@@ -206,6 +224,27 @@ def parse_value(raw: str) -> int | float | bool | str:
         return raw
 
 
+def _list_items(raw: str, where: str) -> list[str]:
+    """The items of a list value as text: a TOML array (``[1, 4]``, ``["a", "b"]``) or ``1,4``.
+
+    A bracketed value is read as TOML; one that is not valid TOML (``[CM, SI]``, bare words) is
+    split on commas inside the brackets, so either spelling works.
+    """
+    text = raw.strip()
+    if text.startswith("["):
+        if not text.endswith("]"):
+            raise SettingsError(f"--set {where}: a list must end with ']', got {raw!r} (e.g. {where}=[1,4])")
+        try:
+            parsed = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            text = text[1:-1]
+        else:
+            if any(isinstance(item, list | dict) for item in parsed):
+                raise SettingsError(f"--set {where}: nested lists or tables are not settings, got {raw!r}")
+            return [str(item).lower() if isinstance(item, bool) else str(item) for item in parsed]
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
 def _coerce(raw: str, current: Any, where: str) -> Any:
     if isinstance(current, bool):
         value = parse_value(raw)
@@ -223,7 +262,7 @@ def _coerce(raw: str, current: Any, where: str) -> Any:
             raise SettingsError(f"--set {where}: expected a number, got {raw!r}")
         return float(value)
     if isinstance(current, list):
-        items = [p.strip() for p in raw.split(",") if p.strip()]
+        items = _list_items(raw, where)
         if current:
             return [_coerce(p, current[0], where) for p in items]
         return [parse_value(p) for p in items]

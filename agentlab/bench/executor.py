@@ -1,8 +1,8 @@
 """Runs a task's cases: bounded concurrency, call capture, one-transaction writes, resume, Ctrl-C.
 
 * **Identity and resume.** A run is identified by :func:`run_config`'s hash (benchmark, mode, model
-  spec, judge spec, settings, dataset sha256, task version; not ``--limit``, ``--concurrency`` or
-  the ``[run]`` settings section).
+  spec, judge spec, settings, dataset sha256, task version, the model's context window and its
+  source; not ``--limit``, ``--concurrency`` or the ``[run]`` settings section).
   Rerunning the same command skips cases already stored with status ``ok``; cases stored as
   ``failed`` are attempted again (and replace their old rows), so a transient error heals on rerun.
 * **Per case.** ``run_case`` and ``score`` run inside :func:`agentlab.model.base.observe_calls`, so
@@ -10,6 +10,11 @@
   exception — a :class:`~agentlab.model.base.ModelError` such as a context-length error included —
   is stored as a failed case with its message and code. Then the case, its calls, scores and
   compaction stats are written in one transaction.
+* **Progress.** The bar counts finished cases; inside a case, long steps (rolling summary steps,
+  memory-extraction chunks and sessions, embedding batches) report through
+  :mod:`agentlab.progress` and show as the bar's postfix (``case: summary step 3, 12,400/20,512
+  tokens``), so a long case is seen moving. ``progress=False`` (``--no-progress``) installs no
+  listener and draws nothing.
 * **Concurrency.** At most ``concurrency`` cases run at once (an ``asyncio.Semaphore``); model-call
   retries with backoff happen inside the model layer.
 * **Executors.** Where cases run is an :class:`Executor`: :class:`InProcessExecutor` (the default)
@@ -25,6 +30,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,8 +44,9 @@ from agentlab.bench.metrics import Score, version_of
 from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
 from agentlab.model import tokens
-from agentlab.model.base import CallRecord, Model, observe_calls
+from agentlab.model.base import CallRecord, Model, ModelInfo, observe_calls
 from agentlab.model.cache import CacheEntry, CallCache
+from agentlab.progress import Progress, observe_progress
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ class RunSummary:
 def build_models(request: RunRequest, cache: CallCache | bool = True) -> tuple[Model, Judge | None]:
     """The run's answer model and judge (None when judging is off) from its specs.
 
-    The one place they are built, so a remote worker's models are the driver's. The judge shares
+    The one place a remote worker builds them, so its models are the driver's. The judge shares
     the answer model when the specs are equal.
     """
     from agentlab.model.registry import get_model
@@ -103,9 +110,13 @@ def build_models(request: RunRequest, cache: CallCache | bool = True) -> tuple[M
     return model, Judge(judge_model, request.judge_spec)
 
 
-def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str, Any]:
-    """The config a run id is the hash of (stored in ``runs.config``)."""
-    return {
+def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: ModelInfo | None = None) -> dict[str, Any]:
+    """The config a run id is the hash of (stored in ``runs.config``).
+
+    ``info``: the answer model's resolved info; its context window and where it came from are part
+    of the run (a window decides which prompts fit and how a summary is split).
+    """
+    config: dict[str, Any] = {
         "benchmark": request.benchmark,
         "mode": request.mode,
         "model": request.model_spec,
@@ -114,6 +125,10 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str) -> dict[str
         "dataset_sha256": dataset_sha256,
         "task_version": task.version,
     }
+    if info is not None:
+        config["context_window"] = info.context_window
+        config["context_window_source"] = info.context_window_source
+    return config
 
 
 def select(selection: CaseSelection, limit: int | None) -> list[Case]:
@@ -148,17 +163,19 @@ def failed_record(run_id: str, ordinal: int, case: Case, exc: BaseException, *, 
                       error=f"{type(exc).__name__}: {exc}", error_code=code or _error_code(exc))
 
 
-async def attempt_case(task: Task, mode: str, ctx: RunContext, ordinal: int, case: Case) -> CaseRecord:
+async def attempt_case(task: Task, mode: str, ctx: RunContext, ordinal: int, case: Case,
+                       steps: Any = None) -> CaseRecord:
     """Run and score one case with every model call captured; never raises for a case error.
 
     The same function runs in the driver (in-process executor) and inside a remote worker, so a
-    case is answered, scored and recorded identically wherever it runs.
+    case is answered, scored and recorded identically wherever it runs. ``steps``: a context
+    manager that shows the case's long steps (:mod:`agentlab.progress`) while it runs.
     """
     calls: list[CallRecord] = []
     started = time.perf_counter()
     record = CaseRecord(run_id=ctx.run_id, case_id=case.id, status="ok", ordinal=ordinal,
                         reference=case.reference, metadata=dict(case.metadata))
-    with observe_calls(calls.append):
+    with observe_calls(calls.append), (steps if steps is not None else contextlib.nullcontext()):
         try:
             result: CaseResult = await task.run_case(case, mode, ctx)
             record.prediction = result.prediction
@@ -197,6 +214,9 @@ class Job:
     ctx: RunContext
     #: The driver's call cache: remote workers are seeded from it and their new entries merged into it.
     cache: CallCache | None = None
+    #: ``progress(case)``: a context manager showing the case's steps on the driver's progress bar
+    #: (in-process only; a remote worker's steps are not seen).
+    progress: Callable[[Case], Any] | None = None
 
 
 #: Receives each finished case; called synchronously, so a case is stored before the next is taken.
@@ -229,7 +249,8 @@ class InProcessExecutor:
 
         async def one(ordinal: int, case: Case) -> None:
             async with semaphore:
-                deliver(CaseOutcome(await attempt_case(job.task, job.request.mode, job.ctx, ordinal, case)))
+                steps = job.progress(case) if job.progress is not None else None
+                deliver(CaseOutcome(await attempt_case(job.task, job.request.mode, job.ctx, ordinal, case, steps)))
 
         workers = [asyncio.create_task(one(i, c), name=f"case:{c.id}") for i, c in todo]
         try:
@@ -250,9 +271,11 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     if request.mode not in task.modes:
         raise ValueError(f"{task.name}: unknown mode {request.mode!r}; modes: {', '.join(task.modes)}")
     executor = executor or InProcessExecutor()
+    # Resolved before anything is stored: a model whose window nobody states stops the run here.
+    info = model.info
     selection = selection or task.load_cases(request.settings)
     cases = select(selection, request.limit)
-    config = run_config(task, request, selection.dataset_sha256)
+    config = run_config(task, request, selection.dataset_sha256, info)
     run_id = config_hash(config)
     store.start_run(RunInfo(
         run_id=run_id, benchmark=request.benchmark, mode=request.mode, config=config, model=request.model_spec,
@@ -269,6 +292,18 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     job = Job(task, request, run_id, ctx, cache if isinstance(cache, CallCache) else None)
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",
                unit="case", disable=not request.progress, dynamic_ncols=True)
+
+    def show_step(case: Case) -> Any:
+        """The context in which a case's long steps show as the bar's postfix (none without a bar)."""
+        if not request.progress:
+            return contextlib.nullcontext()
+
+        def show(step: Progress) -> None:
+            bar.set_postfix_str(f"{case.id}: {step.describe()}", refresh=True)
+
+        return observe_progress(show)
+
+    job.progress = show_step
 
     def store_outcome(outcome: CaseOutcome) -> None:
         record = outcome.record

@@ -12,8 +12,10 @@
   with ``Score: <decimal>``.
 
 A reply that does not parse is a :class:`JudgeResult` with ``parse_error`` set and ``score`` None:
-it is stored as such and never silently scored (the reference defaulted such replies to 0.5 /
-"correct if the word true appears"). A failing judge *call* (``ModelError``) propagates, so the case
+it is never silently scored (the reference defaulted such replies to 0.5 / "correct if the word
+true appears"). It is stored as NULL (left out of a mean, and counted), except where the published
+score divides by all questions (LoCoMo, LongMemEval): there it is stored as 0, with the parse error
+in the detail. A failing judge *call* (``ModelError``) propagates, so the case
 is recorded as failed and retried on the next run. Every result carries the judge model name and
 the prompt version, and both are stored with the scores.
 """
@@ -125,6 +127,8 @@ PROMPT_VERSIONS: dict[str, str] = {
 
 #: Judge replies are short; this cap keeps a rambling model from spending tokens.
 JUDGE_MAX_TOKENS = 256
+#: How the ``detail`` of a score from an unparsable judge reply starts (the tables count these).
+PARSE_ERROR_PREFIX = "parse_error:"
 
 
 # ------------------------------------------------------------------------------------- result
@@ -146,17 +150,24 @@ class JudgeResult:
     skipped_call: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_scores(self, metric: str = "llm_score") -> list[Score]:
+    def to_scores(self, metric: str = "llm_score", *, unparsed_scores_zero: bool = False) -> list[Score]:
         """Rows for the store: ``<metric>`` (and ``<metric>_correct`` when a label exists).
 
         The version names prompt and judge model, so scores from different judges never mix.
+        A reply that did not parse is stored as NULL (left out of means and counted), unless
+        ``unparsed_scores_zero``: benchmarks whose published score divides by *all* questions
+        (LoCoMo's LLM score, LongMemEval's fixed denominator) store 0 instead. Either way the
+        detail starts with :data:`PARSE_ERROR_PREFIX`, so the tables can count such replies.
         """
         version = f"{self.prompt_version}@{self.judge_model}"
-        detail = f"parse_error: {self.parse_error}" if self.parse_error else (self.reason or None)
-        rows = [Score(metric, self.score, version, detail)]
+        detail = f"{PARSE_ERROR_PREFIX} {self.parse_error}" if self.parse_error else (self.reason or None)
+        zeroed = bool(self.parse_error) and unparsed_scores_zero
+        if zeroed:
+            detail = f"{detail}; scored 0 (the published score divides by all questions)"
+        rows = [Score(metric, 0.0 if zeroed else self.score, version, detail)]
         if self.correct is not None or self.parse_error:
             label = None if self.correct is None else float(self.correct)
-            rows.append(Score(f"{metric}_correct", label, version, detail))
+            rows.append(Score(f"{metric}_correct", 0.0 if zeroed else label, version, detail))
         return rows
 
 

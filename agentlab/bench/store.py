@@ -7,7 +7,8 @@ Raw tables (written by the executor):
 * ``cases``       one row per (run, case): status ``ok`` / ``failed``, prediction, reference,
                   error (+ code such as ``context_length``), metadata JSON, latency.
 * ``calls``       every model call of a case: purpose (answer/summary/judge/memory/tool/other),
-                  model, prompt/completion/cached tokens, latency, cache hit, error.
+                  model, prompt/completion/cached tokens, latency, cache hit, error, and the
+                  HTTP ``attempts`` it took (a retried 429/5xx/timeout/garbage 200 shows as > 1).
 * ``scores``      (run, case, metric) → value (NULL when it could not be computed), version, detail.
 * ``compactions`` request-side compaction stats per case: results compacted, tokens before/after.
 
@@ -22,12 +23,18 @@ the *current* run of each (benchmark, model, mode) — the most recently started
                       tokens of the ``answer`` calls vs the baseline mode, as the mean of per-case
                       savings AND the ratio of totals; total (prompt + completion) savings; and the
                       same with summary-generation tokens added to both sides (the honest cost).
+                      A case's answer tokens are the sum over all its answer calls; the ``*_last``
+                      columns take only the last answer call's prompt, the rule of the published
+                      summary benchmark; ``published_token_rule`` names the rule the benchmark's
+                      published report uses (``config.PUBLISHED_TOKEN_RULES``).
                       Only cases that are ``ok`` in both runs are compared.
 * ``quality_loss``    per metric, each mode vs its benchmark's baseline mode on the cases both runs
                       attempted. A failed case scores 0 (it stays in the denominator); a score that
                       could not be computed (NULL, e.g. a judge parse failure) is left out and counted.
 * ``recovery``        per metric, (recovered − lossy) / (baseline − lossy) on the cases all three
-                      runs attempted, with per-case wins / losses / ties of recovered vs lossy.
+                      runs attempted (``recovery``, ``n_cases``; failed cases count 0) and on those
+                      of them whose baseline answered (``recovery_baseline_ok``, ``n_baseline_ok``),
+                      with per-case wins / losses / ties of recovered vs lossy.
 """
 
 from __future__ import annotations
@@ -40,10 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from agentlab.bench.config import MODE_ROLES, ModeRoles
+from agentlab.bench.config import MODE_ROLES, PUBLISHED_TOKEN_RULES, ModeRoles
 from agentlab.bench.metrics import Score
+from agentlab.duckdb_files import connect
 from agentlab.model.base import CallRecord
 
 DEFAULT_DB = Path("results") / "agentlab.duckdb"
@@ -93,6 +99,7 @@ CREATE TABLE IF NOT EXISTS calls (
     latency_ms DOUBLE,
     cache_hit BOOLEAN,
     error VARCHAR,
+    attempts INTEGER,          -- HTTP attempts (transient faults retried); 0 = replayed from the cache
     PRIMARY KEY (run_id, case_id, seq)
 );
 CREATE TABLE IF NOT EXISTS scores (
@@ -113,6 +120,12 @@ CREATE TABLE IF NOT EXISTS compactions (
     tokens_after BIGINT,
     PRIMARY KEY (run_id, case_id, seq)
 );
+"""
+
+# Columns added after a table's first release: files written before them gain the column (NULL for
+# old rows) when they are opened for writing.
+_MIGRATIONS = """
+ALTER TABLE calls ADD COLUMN IF NOT EXISTS attempts INTEGER;
 """
 
 RAW_TABLES = ("runs", "cases", "calls", "scores", "compactions")
@@ -180,13 +193,12 @@ class ResultStore:
             if not read_only:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             target = str(self.path)
-        try:
-            self.conn = duckdb.connect(target, read_only=read_only)
-        except duckdb.Error as exc:
-            raise RuntimeError(f"cannot open results database {target}: {exc}") from exc
+        self.conn = connect(None if self.path is None else target, read_only=read_only,
+                            what="results database", fix="pass another --db")
         self._lock = threading.Lock()
         if not read_only:
             self.conn.execute(_SCHEMA)
+            self.conn.execute(_MIGRATIONS)
 
     # ------------------------------------------------------------------------- lifecycle
 
@@ -253,9 +265,11 @@ class ResultStore:
                 )
                 if record.calls:
                     self.conn.executemany(
-                        "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO calls (run_id, case_id, seq, purpose, model, prompt_tokens, completion_tokens, "
+                        "cached_tokens, latency_ms, cache_hit, error, attempts) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [[*key, i, c.purpose, c.model, c.usage.prompt_tokens, c.usage.completion_tokens,
-                          c.usage.cached_tokens, c.latency_ms, c.cache_hit, c.error]
+                          c.usage.cached_tokens, c.latency_ms, c.cache_hit, c.error, c.attempts]
                          for i, c in enumerate(record.calls)],
                     )
                 if record.scores:
@@ -317,11 +331,12 @@ class ResultStore:
             try:
                 self.conn.execute(
                     "CREATE OR REPLACE TABLE mode_roles (benchmark VARCHAR PRIMARY KEY, baseline VARCHAR, "
-                    "lossy VARCHAR, recovered VARCHAR)"
+                    "lossy VARCHAR, recovered VARCHAR, published_token_rule VARCHAR)"
                 )
                 if roles:
-                    self.conn.executemany("INSERT INTO mode_roles VALUES (?, ?, ?, ?)",
-                                          [[b, r.baseline, r.lossy, r.recovered] for b, r in roles.items()])
+                    self.conn.executemany("INSERT INTO mode_roles VALUES (?, ?, ?, ?, ?)",
+                                          [[b, r.baseline, r.lossy, r.recovered, PUBLISHED_TOKEN_RULES.get(b)]
+                                           for b, r in roles.items()])
                 for statement in _DERIVED_SQL:
                     self.conn.execute(statement)
                 self.conn.execute("COMMIT")
@@ -385,6 +400,8 @@ case_tokens AS (
     SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, FALSE AS estimated,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens END), 0) AS answer_prompt,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens + k.completion_tokens END), 0) AS answer_total,
+        COALESCE(arg_max(k.prompt_tokens, k.seq) FILTER (WHERE k.purpose = 'answer' AND k.error IS NULL), 0)
+            AS answer_prompt_last,
         COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens END), 0) AS summary_prompt,
         COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens + k.completion_tokens END), 0) AS summary_total
     FROM current_runs r
@@ -398,7 +415,8 @@ case_tokens AS (
 baseline_needed AS (
     SELECT r.benchmark, r.model, r.mode, r.smoke_test, c.case_id, TRUE AS estimated,
         TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) AS answer_prompt,
-        NULL::BIGINT AS answer_total, 0 AS summary_prompt, NULL::BIGINT AS summary_total
+        NULL::BIGINT AS answer_total, 0 AS summary_prompt, NULL::BIGINT AS summary_total,
+        TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) AS answer_prompt_last
     FROM current_runs r
     JOIN mode_roles mr ON mr.benchmark = r.benchmark AND r.mode = mr.baseline
     JOIN cases c ON c.run_id = r.run_id AND c.status = 'failed' AND c.error_code = 'context_length'
@@ -410,7 +428,9 @@ pairs AS (
         b.answer_prompt AS baseline_prompt_tokens, x.answer_prompt AS mode_prompt_tokens,
         b.answer_total AS baseline_total_tokens, x.answer_total AS mode_total_tokens,
         b.summary_prompt AS baseline_summary_prompt_tokens, x.summary_prompt AS mode_summary_prompt_tokens,
-        b.summary_total AS baseline_summary_total_tokens, x.summary_total AS mode_summary_total_tokens
+        b.summary_total AS baseline_summary_total_tokens, x.summary_total AS mode_summary_total_tokens,
+        b.answer_prompt_last AS baseline_prompt_tokens_last, x.answer_prompt_last AS mode_prompt_tokens_last,
+        mr.published_token_rule
     FROM case_tokens x
     JOIN mode_roles mr ON mr.benchmark = x.benchmark AND x.mode <> mr.baseline
     JOIN (SELECT * FROM case_tokens UNION ALL BY NAME SELECT * FROM baseline_needed) b
@@ -423,7 +443,9 @@ per_case AS (
         ((baseline_prompt_tokens + baseline_summary_prompt_tokens) - (mode_prompt_tokens + mode_summary_prompt_tokens))
             / NULLIF(baseline_prompt_tokens + baseline_summary_prompt_tokens, 0) AS prompt_savings_with_summary,
         ((baseline_total_tokens + baseline_summary_total_tokens) - (mode_total_tokens + mode_summary_total_tokens))
-            / NULLIF(baseline_total_tokens + baseline_summary_total_tokens, 0) AS total_savings_with_summary
+            / NULLIF(baseline_total_tokens + baseline_summary_total_tokens, 0) AS total_savings_with_summary,
+        (baseline_prompt_tokens_last - mode_prompt_tokens_last) / NULLIF(baseline_prompt_tokens_last, 0)
+            AS prompt_savings_last
     FROM pairs
 )
 SELECT benchmark, model, mode, baseline_mode, 'case' AS level, case_id, 1 AS n_cases, smoke_test,
@@ -436,7 +458,10 @@ SELECT benchmark, model, mode, baseline_mode, 'case' AS level, case_id, 1 AS n_c
     total_savings, total_savings AS total_savings_ratio,
     prompt_savings_with_summary, prompt_savings_with_summary AS prompt_savings_with_summary_ratio,
     total_savings_with_summary, total_savings_with_summary AS total_savings_with_summary_ratio,
-    CASE WHEN total_savings < 0 THEN 1.0 WHEN total_savings IS NULL THEN NULL ELSE 0.0 END AS negative_rate
+    CASE WHEN total_savings < 0 THEN 1.0 WHEN total_savings IS NULL THEN NULL ELSE 0.0 END AS negative_rate,
+    baseline_prompt_tokens_last::DOUBLE AS baseline_prompt_tokens_last,
+    mode_prompt_tokens_last::DOUBLE AS mode_prompt_tokens_last,
+    prompt_savings_last, prompt_savings_last AS prompt_savings_last_ratio, published_token_rule
 FROM per_case
 UNION ALL
 SELECT benchmark, model, mode, baseline_mode, 'aggregate' AS level, NULL AS case_id, count(*) AS n_cases,
@@ -459,7 +484,10 @@ SELECT benchmark, model, mode, baseline_mode, 'aggregate' AS level, NULL AS case
     (sum(baseline_total_tokens + baseline_summary_total_tokens) FILTER (WHERE NOT baseline_estimated)
         - sum(mode_total_tokens + mode_summary_total_tokens) FILTER (WHERE NOT baseline_estimated))
         / NULLIF(sum(baseline_total_tokens + baseline_summary_total_tokens) FILTER (WHERE NOT baseline_estimated), 0),
-    avg(CASE WHEN total_savings < 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE total_savings IS NOT NULL)
+    avg(CASE WHEN total_savings < 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE total_savings IS NOT NULL),
+    avg(baseline_prompt_tokens_last), avg(mode_prompt_tokens_last), avg(prompt_savings_last),
+    (sum(baseline_prompt_tokens_last) - sum(mode_prompt_tokens_last)) / NULLIF(sum(baseline_prompt_tokens_last), 0),
+    any_value(published_token_rule)
 FROM per_case
 GROUP BY benchmark, model, mode, baseline_mode
 """
@@ -514,6 +542,13 @@ SELECT benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode,
     CASE WHEN count(*) FILTER (WHERE baseline_status = 'failed') < count(*) THEN
         (avg(recovered_value) - avg(lossy_value)) / NULLIF(avg(baseline_value) - avg(lossy_value), 0)
     END AS recovery,
+    -- The same over the cases whose baseline answered: a failed baseline case counts 0 above,
+    -- which shrinks the loss to recover and can push ``recovery`` past 100 %; this one cannot be
+    -- moved by baseline failures.
+    count(*) FILTER (WHERE baseline_status = 'ok') AS n_baseline_ok,
+    (avg(recovered_value) FILTER (WHERE baseline_status = 'ok') - avg(lossy_value) FILTER (WHERE baseline_status = 'ok'))
+        / NULLIF(avg(baseline_value) FILTER (WHERE baseline_status = 'ok')
+                 - avg(lossy_value) FILTER (WHERE baseline_status = 'ok'), 0) AS recovery_baseline_ok,
     count(*) FILTER (WHERE recovered_value - lossy_value > {TIE_EPSILON}) AS wins,
     count(*) FILTER (WHERE lossy_value - recovered_value > {TIE_EPSILON}) AS losses,
     count(*) FILTER (WHERE abs(recovered_value - lossy_value) <= {TIE_EPSILON}) AS ties
@@ -533,6 +568,20 @@ FROM case_metric
 WHERE benchmark = ?
 GROUP BY benchmark, model, mode, metric
 ORDER BY model, mode, metric
+"""
+
+#: Mean of each metric over all cases of one run (params: run_id twice), by the same rule:
+#: failed cases count 0, NULL scores of ok cases are left out and counted.
+RUN_MEANS_SQL = """
+SELECT m.metric, avg(CASE WHEN c.status = 'ok' THEN s.value ELSE 0.0 END) AS mean, count(*) AS n_cases,
+    count(*) FILTER (WHERE c.status = 'failed') AS n_failed,
+    count(*) FILTER (WHERE c.status = 'ok' AND s.value IS NULL) AS n_unscored
+FROM cases c
+CROSS JOIN (SELECT DISTINCT metric FROM scores WHERE run_id = ?) m
+LEFT JOIN scores s ON s.run_id = c.run_id AND s.case_id = c.case_id AND s.metric = m.metric
+WHERE c.run_id = ?
+GROUP BY m.metric
+ORDER BY m.metric
 """
 
 

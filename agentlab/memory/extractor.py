@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentlab import progress
 from agentlab.events import Event, Message, Usage
 from agentlab.memory.policies import (
     MEMORY_KINDS,
@@ -225,6 +226,12 @@ def split_delta(delta: list[Event], chunk_tokens: int) -> list[list[Event]]:
         chunks[-1].append(event)
         used += size
     return chunks
+
+
+def _message_tokens(event: Event) -> int:
+    from agentlab.model.tokens import count_text
+
+    return count_text(format_conversation([event]))
 
 
 def bounded_tail(text: str, max_bytes: int) -> str:
@@ -434,6 +441,7 @@ class MemoryExtractor:
             memory_service.ensure_embedder(policy.embedder)
         scope = Scope(session.app_name, session.user_id, session.id)
         chunks = split_delta(delta, policy.delta_chunk_tokens)
+        sizes = [sum(_message_tokens(e) for e in chunk) for chunk in chunks] if progress.listening() else []
         for number, chunk in enumerate(chunks, start=1):
             where = f" (chunk {number} of {len(chunks)})" if len(chunks) > 1 else ""
             failure = await self._extract_chunk(chunk, memory_service, scope, result)
@@ -443,6 +451,9 @@ class MemoryExtractor:
             result.cursor = max(e.timestamp for e in chunk)
             if session_service is not None:
                 await session_service.update_state(session, {LAST_EXTRACTED_AT_KEY: result.cursor})
+            if sizes:
+                progress.report_progress("memory extraction", number, len(chunks), unit="chunk",
+                                         tokens=sum(sizes[:number]), tokens_total=sum(sizes))
 
         result.status = "extracted"
         result.reason = (f"{len(result.operations)} operation(s) from {len(delta)} message(s)"

@@ -24,6 +24,9 @@ Purpose = Literal["answer", "summary", "judge", "memory", "tool", "other"]
 class ModelInfo:
     name: str
     context_window: int
+    #: Where the window came from: ``"--context-window"``, ``"server:/v1/models max_model_len"``,
+    #: ``"known-model table"``... (stored with a run, printed in its header).
+    context_window_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ class ModelResponse:
     finish_reason: str | None = None
     cache_hit: bool = False
     latency_ms: float = 0.0
+    #: HTTP attempts it took (a retried 5xx or garbage body counts); 0 when replayed from the cache.
+    attempts: int = 1
 
 
 @dataclass
@@ -119,6 +124,16 @@ class Model(Protocol):
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
 
 
+def model_name(model: Model) -> str:
+    """A model's name without resolving anything else about it.
+
+    An HTTP model learns its context window from its server on first use of ``info``; a cache key
+    or a call record needs only the name, so it must not trigger (or fail on) that probe.
+    """
+    name = getattr(model, "model_name", None)
+    return name if isinstance(name, str) else model.info.name
+
+
 # --------------------------------------------------------------------------------------- errors
 
 
@@ -127,10 +142,18 @@ class ModelError(Exception):
 
     code = "model_error"
     retryable = False
+    #: Attempts made before giving up (set by backends that retry).
+    attempts = 1
 
 
 class ContextLengthError(ModelError):
     code = "context_length"
+
+
+class ContextWindowUnknown(ModelError):
+    """Nobody states the model's window: not the caller, not the server, not the known-model table."""
+
+    code = "context_window_unknown"
 
 
 class RateLimitError(ModelError):
@@ -170,6 +193,8 @@ class CallRecord:
     cache_hit: bool
     cache_key: str = ""
     error: str | None = None
+    #: HTTP attempts the call took (retries of transient faults included); 0 for a cache hit.
+    attempts: int = 1
 
 
 CallObserver = Callable[[CallRecord], None]

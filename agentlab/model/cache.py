@@ -27,8 +27,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
+from agentlab.duckdb_files import connect
 from agentlab.events import Message, Usage
 from agentlab.model.base import (
     CallRecord,
@@ -37,6 +36,7 @@ from agentlab.model.base import (
     ModelInfo,
     ModelRequest,
     ModelResponse,
+    model_name,
     report_call,
     suppress_reports,
 )
@@ -100,10 +100,8 @@ class CallCache:
         self.path = Path(path) if path is not None else None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._conn = duckdb.connect(str(self.path) if self.path is not None else ":memory:")
-        except duckdb.Error as exc:
-            raise RuntimeError(f"cannot open call cache {self.path}: {exc}") from exc
+        self._conn = connect(self.path, what="call cache",
+                             fix=f"set {CACHE_PATH_ENV} to another file")
         self._lock = threading.Lock()
         with self._lock:
             self._conn.execute(_SCHEMA)
@@ -231,28 +229,44 @@ class CachedModel:
         # Read through: a backend may learn its real window on first use (the embedded server).
         return self.inner.info
 
+    @property
+    def model_name(self) -> str:
+        return model_name(self.inner)
+
+    def resolve_info(self) -> ModelInfo:
+        """The inner model's info, its window resolved (see ``OpenAICompatModel.resolve_info``)."""
+        resolve = getattr(self.inner, "resolve_info", None)
+        return resolve() if resolve is not None else self.inner.info
+
+    def server_problem(self) -> str | None:
+        """What would stop every call to the inner model's server (``None``: it answers, or has none)."""
+        check = getattr(self.inner, "server_problem", None)
+        return check() if check is not None else None
+
     def _key(self, request: ModelRequest) -> str:
-        return request.cache_key(self.inner.info.name)
+        return request.cache_key(self.model_name)
 
     def _hit(self, request: ModelRequest, key: str, started: float) -> ModelResponse | None:
         stored = self.cache.get(key)
         if stored is None:
             return None
         latency = (time.perf_counter() - started) * 1000
-        report_call(CallRecord(model=self.inner.info.name, purpose=request.purpose, usage=stored.usage,
-                               latency_ms=latency, cache_hit=True, cache_key=key))
+        report_call(CallRecord(model=self.model_name, purpose=request.purpose, usage=stored.usage,
+                               latency_ms=latency, cache_hit=True, cache_key=key, attempts=0))
         return ModelResponse(message=stored.message, usage=stored.usage, model=stored.model,
-                             finish_reason=stored.finish_reason, cache_hit=True, latency_ms=latency)
+                             finish_reason=stored.finish_reason, cache_hit=True, latency_ms=latency, attempts=0)
 
     def _record(self, request: ModelRequest, key: str, response: ModelResponse) -> None:
-        self.cache.put(key, response, request, self.inner.info.name)
-        report_call(CallRecord(model=self.inner.info.name, purpose=request.purpose, usage=response.usage,
-                               latency_ms=response.latency_ms, cache_hit=False, cache_key=key))
+        self.cache.put(key, response, request, self.model_name)
+        report_call(CallRecord(model=self.model_name, purpose=request.purpose, usage=response.usage,
+                               latency_ms=response.latency_ms, cache_hit=False, cache_key=key,
+                               attempts=response.attempts))
 
     def _report_error(self, request: ModelRequest, key: str, started: float, exc: BaseException) -> None:
-        report_call(CallRecord(model=self.inner.info.name, purpose=request.purpose, usage=Usage(),
+        report_call(CallRecord(model=self.model_name, purpose=request.purpose, usage=Usage(),
                                latency_ms=(time.perf_counter() - started) * 1000, cache_hit=False,
-                               cache_key=key, error=f"{type(exc).__name__}: {exc}"))
+                               cache_key=key, error=f"{type(exc).__name__}: {exc}",
+                               attempts=getattr(exc, "attempts", 1)))
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         started = time.perf_counter()

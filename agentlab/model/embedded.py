@@ -32,7 +32,7 @@ from typing import Any
 
 from agentlab.events import Usage
 from agentlab.model.base import ModelChunk, ModelInfo, ModelRequest, ModelResponse, ModelUnavailable
-from agentlab.model.openai_compat import OpenAICompatModel
+from agentlab.model.openai_compat import EXPLICIT_SOURCE, OpenAICompatModel
 
 #: Name the embedded model is known by in call records and the call cache.
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
@@ -42,6 +42,8 @@ SLOT_CONTEXT = 8_192
 PARALLEL_SLOTS = 2
 #: CPU threads for prompt processing and decoding.
 THREADS = 2
+#: Where the embedded model's window comes from (stored with runs; the same before and after start).
+EMBEDDED_WINDOW_SOURCE = "embedded: llama.cpp slot n_ctx"
 #: Seconds to wait for ``/health`` after the server object is created.
 STARTUP_TIMEOUT = 60.0
 
@@ -196,12 +198,25 @@ class EmbeddedModel(OpenAICompatModel):
     enforces_json_schema = True
 
     def __init__(self, server: EmbeddedServer | None = None, timeout: float = 600.0,
-                 max_attempts: int = 2) -> None:
+                 max_attempts: int = 2, context_window: int | None = None) -> None:
         # The base URL is filled in once the server runs; the key is ignored by llama.cpp.
         super().__init__(EMBEDDED_MODEL_NAME, base_url=None, api_key="not-needed",
-                         context_window=(server or EmbeddedServer.shared()).context_window,
+                         context_window=context_window or (server or EmbeddedServer.shared()).context_window,
                          timeout=timeout, max_attempts=max_attempts)
         self.server = server or EmbeddedServer.shared()
+        #: A smaller window asked for with ``--context-window`` (to study a tighter budget); else the slot's.
+        self.window_override = context_window
+        # It knows its window (the slot size it starts the server with): never probed.
+        self.info = self._own_info()
+
+    def _own_info(self) -> ModelInfo:
+        if self.window_override:
+            return ModelInfo(EMBEDDED_MODEL_NAME, self.window_override, EXPLICIT_SOURCE)
+        return ModelInfo(EMBEDDED_MODEL_NAME, self.server.context_window, EMBEDDED_WINDOW_SOURCE)
+
+    def server_problem(self) -> str | None:
+        """None: the server is started in this process on the first call (its failures say why)."""
+        return None
 
     def __repr__(self) -> str:
         return f"EmbeddedModel({EMBEDDED_MODEL_NAME!r}, base_url={self.base_url!r})"
@@ -217,7 +232,7 @@ class EmbeddedModel(OpenAICompatModel):
             raise
         self.base_url = self.server.base_url
         self._clients.clear()  # clients made for an earlier server point at a dead port
-        self.info = ModelInfo(name=EMBEDDED_MODEL_NAME, context_window=self.server.context_window)
+        self.info = self._own_info()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         await self._ensure_server(request)

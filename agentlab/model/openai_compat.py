@@ -20,6 +20,7 @@ import json
 import os
 import random
 import re
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -28,10 +29,11 @@ from typing import Any
 import openai
 
 from agentlab.events import Message, ToolCall, Usage, new_id
-from agentlab.model import tokens
+from agentlab.model import tokens, window
 from agentlab.model.base import (
     CallRecord,
     ContextLengthError,
+    ContextWindowUnknown,
     MalformedResponse,
     ModelChunk,
     ModelError,
@@ -45,7 +47,8 @@ from agentlab.model.base import (
     report_call,
 )
 
-#: Context windows of well-known hosted models, matched by longest name prefix.
+#: Context windows of well-known hosted models, matched by longest name prefix. Used only when
+#: neither the caller nor the server states the window (see :meth:`OpenAICompatModel.resolve_info`).
 KNOWN_CONTEXT_WINDOWS: dict[str, int] = {
     "gpt-4o-mini": 128_000,
     "gpt-4o": 128_000,
@@ -62,13 +65,17 @@ KNOWN_CONTEXT_WINDOWS: dict[str, int] = {
     "o4-mini": 200_000,
 }
 
-#: Window assumed for a model we know nothing about (the reference fallback window).
-FALLBACK_CONTEXT_WINDOW = 8_192
+#: Source label of a window given by the caller (``--context-window`` / ``context_window=``).
+EXPLICIT_SOURCE = "--context-window"
+#: Source label of a window taken from :data:`KNOWN_CONTEXT_WINDOWS`.
+TABLE_SOURCE = "known-model table"
 
-# Wording servers use when a prompt does not fit: OpenAI/vLLM ("maximum context length"),
-# llama.cpp ("exceed_context_size_error", "n_ctx"), and assorted proxies.
+# Wording servers use when a prompt does not fit: OpenAI/vLLM ("maximum context length",
+# code context_length_exceeded), llama.cpp ("exceeds the available context size",
+# exceed_context_size_error, n_ctx), Ollama ("input length exceeds the context length"), proxies.
 _CONTEXT_LENGTH_PATTERN = re.compile(
-    r"context[ _]length|maximum context|too many tokens|exceeds|exceed_context_size|n_ctx|context size",
+    r"context[ _]length|maximum context|too many tokens|exceeds? (?:the )?(?:available |maximum )?context"
+    r"|exceed_context_size|n_ctx|context size|context window",
     re.IGNORECASE,
 )
 
@@ -76,16 +83,14 @@ _NUMBER_WORDS = {1: "once", 2: "twice", 3: "three times", 4: "four times", 5: "f
                  6: "six times", 7: "seven times", 8: "eight times", 9: "nine times", 10: "ten times"}
 
 
-def context_window_for(model: str, context_window: int | None = None) -> int:
-    """The explicit window, else the known window of ``model``, else the fallback window."""
-    if context_window:
-        return int(context_window)
+def known_context_window(model: str) -> int | None:
+    """The window of ``model`` from :data:`KNOWN_CONTEXT_WINDOWS` (longest prefix), else ``None``."""
     name = model.rsplit("/", 1)[-1].lower()
     best = ""
     for prefix in KNOWN_CONTEXT_WINDOWS:
         if name.startswith(prefix) and len(prefix) > len(best):
             best = prefix
-    return KNOWN_CONTEXT_WINDOWS[best] if best else FALLBACK_CONTEXT_WINDOW
+    return KNOWN_CONTEXT_WINDOWS[best] if best else None
 
 
 def _short(text: Any, limit: int = 200) -> str:
@@ -280,16 +285,20 @@ class OpenAICompatModel:
         max_attempts: int = 4,
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
+        probe_timeout: float = window.PROBE_TIMEOUT,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if context_window is not None and int(context_window) < 1:
+            raise ValueError(f"context_window must be a positive number of tokens, got {context_window}")
         self.model = model
         self.base_url = base_url
         if api_key is None:
             api_key = os.environ.get("OPENAI_API_KEY")
         if api_key is None and base_url is None:
             raise ModelUnavailable(
-                f"model {model!r} needs OPENAI_API_KEY (or give a base_url of an OpenAI-compatible server)"
+                f"model {model!r} needs OPENAI_API_KEY: set it (export OPENAI_API_KEY=...), or reach an "
+                f"OpenAI-compatible server with openai:{model}@<base_url>"
             )
         # Local servers ignore the key but the client insists on having one.
         self.api_key = api_key or "not-needed"
@@ -297,13 +306,81 @@ class OpenAICompatModel:
         self.max_attempts = max_attempts
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
-        self.info = ModelInfo(name=model, context_window=context_window_for(model, context_window))
+        self.probe_timeout = probe_timeout
+        self._explicit_window = int(context_window) if context_window is not None else None
+        # The window is resolved on first use of ``info`` (one cheap probe of the server), then kept.
+        self._info: ModelInfo | None = None
+        self._info_error: ContextWindowUnknown | None = None
+        self._info_lock = threading.Lock()
+        #: What the last probe learned (``None`` until the server was asked).
+        self.probe: window.ProbeResult | None = None
         #: Flipped off when a server rejects ``stream_options``; usage is then counted locally.
         self.stream_usage_supported = True
         # One client per event loop: an httpx pool must not outlive or cross its loop.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
             weakref.WeakKeyDictionary()
         )
+
+    # --------------------------------------------------------------------- context window
+
+    @property
+    def model_name(self) -> str:
+        return self.model
+
+    @property
+    def info(self) -> ModelInfo:
+        """Name and context window; the first access resolves the window (see :meth:`resolve_info`)."""
+        return self.resolve_info()
+
+    @info.setter
+    def info(self, value: ModelInfo) -> None:
+        with self._info_lock:
+            self._info, self._info_error = value, None
+
+    def resolve_info(self) -> ModelInfo:
+        """The window, in this order: ``context_window=`` → what the server states → the known table.
+
+        Done once per model object (the server is asked with a short timeout, synchronously: call
+        this before an event loop starts when the server may be slow). When none of them knows the
+        window, :class:`ContextWindowUnknown` is raised, now and on every later access.
+        """
+        with self._info_lock:
+            if self._info is None and self._info_error is None:
+                try:
+                    self._info = self._resolve()
+                except ContextWindowUnknown as exc:
+                    self._info_error = exc
+            if self._info_error is not None:
+                raise self._info_error
+            assert self._info is not None
+            return self._info
+
+    def _resolve(self) -> ModelInfo:
+        if self._explicit_window is not None:
+            return ModelInfo(self.model, self._explicit_window, EXPLICIT_SOURCE)
+        known = known_context_window(self.model)
+        if self.base_url is not None:
+            self.probe = window.probe_window(self.base_url, self.model, self.api_key, timeout=self.probe_timeout)
+            if self.probe.window is not None:
+                return ModelInfo(self.model, self.probe.window, self.probe.source)
+        if known is not None:
+            return ModelInfo(self.model, known, TABLE_SOURCE)
+        fix = "pass --context-window N (API: context_window=N)"
+        problem = window.server_problem(self.probe) if self.probe is not None else None
+        if problem is not None:
+            raise ContextWindowUnknown(
+                f"the context window of model {self.model!r} is unknown: the model server at {self.server_label} "
+                f"{problem}; or {fix}")
+        asked = ", ".join(self.probe.tried) if self.probe is not None else "nothing"
+        raise ContextWindowUnknown(
+            f"the context window of model {self.model!r} is unknown: the server at {self.server_label} states "
+            f"none (asked {asked}) and it is not in the known-model table; {fix}")
+
+    def server_problem(self) -> str | None:
+        """What would stop every call (unreachable, API key refused), or ``None``; reuses the window probe."""
+        if self.probe is not None:
+            return window.server_problem(self.probe)
+        return window.check_server(self.server_label, self.api_key, self.probe_timeout)
 
     def __repr__(self) -> str:
         return f"OpenAICompatModel({self.model!r}, base_url={self.base_url!r})"
@@ -379,21 +456,31 @@ class OpenAICompatModel:
         seen = ", ".join(str(f.status) if f.status is not None else f.detail.split(" (")[0] for f in failures)
         return last.error_class(f"{where} failed {_times(len(failures))} ({seen}); last: {last.detail}")
 
-    async def _with_retries(self, call: Any) -> Any:
-        """Run ``call()`` (a coroutine factory) with our retry policy; raise a ModelError when done."""
+    async def _with_retries(self, call: Any) -> tuple[Any, int]:
+        """Run ``call()`` (a coroutine factory) with our retry policy: its result and the attempts taken.
+
+        Raises a ModelError (with ``attempts`` set) when done. A 200 whose body is not a completion
+        (``call`` raises :class:`MalformedResponse`) is a transient fault like a 5xx: retried.
+        """
         failures: list[_Attempt] = []
         for attempt in range(1, self.max_attempts + 1):
             try:
-                return await asyncio.wait_for(call(), timeout=self.timeout)
+                return await asyncio.wait_for(call(), timeout=self.timeout), attempt
             except (openai.APIError, asyncio.TimeoutError) as exc:
                 failure = _classify(exc)
+            except MalformedResponse as exc:
+                detail = str(exc).removeprefix(f"model server at {self.server_label} ")
+                failure = _Attempt(MalformedResponse, detail, 200, retryable=True)
             failures.append(failure)
             if not failure.retryable or attempt == self.max_attempts:
                 break
             await asyncio.sleep(self._backoff(attempt, failure.retry_after))
-        raise self._final_error(failures)
+        error = self._final_error(failures)
+        error.attempts = len(failures)
+        raise error
 
-    def _report(self, request: ModelRequest, usage: Usage, started: float, error: BaseException | None) -> None:
+    def _report(self, request: ModelRequest, usage: Usage, started: float, error: BaseException | None,
+                attempts: int = 1) -> None:
         report_call(
             CallRecord(
                 model=self.model,
@@ -403,6 +490,7 @@ class OpenAICompatModel:
                 cache_hit=False,
                 cache_key=request.cache_key(self.model),
                 error=None if error is None else f"{type(error).__name__}: {error}",
+                attempts=getattr(error, "attempts", 1) if error is not None else attempts,
             )
         )
 
@@ -410,15 +498,15 @@ class OpenAICompatModel:
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         started = time.perf_counter()
+        where = f"model server at {self.server_label}"
         try:
             params = self._params(request)
 
-            async def one_attempt() -> str:
+            async def one_attempt() -> tuple[Message, Usage | None, str | None]:
                 raw = await self._client().chat.completions.with_raw_response.create(**params)
-                return raw.text
+                return parse_completion(raw.text, where)
 
-            body = await self._with_retries(one_attempt)
-            message, usage, finish = parse_completion(body, f"model server at {self.server_label}")
+            (message, usage, finish), attempts = await self._with_retries(one_attempt)
             if usage is None:
                 usage = _estimated_usage(request, message)
         except ModelError as exc:
@@ -426,18 +514,18 @@ class OpenAICompatModel:
             raise
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             # Anything the library or pydantic trips over deep inside is a malformed answer.
-            error = MalformedResponse(f"model server at {self.server_label} sent an unreadable response: "
+            error = MalformedResponse(f"{where} sent an unreadable response: "
                                       f"{type(exc).__name__}: {_short(str(exc), 160)}")
             self._report(request, Usage(), started, error)
             raise error from exc
         response = ModelResponse(message=message, usage=usage, model=self.model, finish_reason=finish,
-                                 latency_ms=(time.perf_counter() - started) * 1000)
-        self._report(request, usage, started, None)
+                                 latency_ms=(time.perf_counter() - started) * 1000, attempts=attempts)
+        self._report(request, usage, started, None, attempts)
         return response
 
     # --------------------------------------------------------------------------- stream
 
-    async def _open_stream(self, params: dict[str, Any]) -> Any:
+    async def _open_stream(self, params: dict[str, Any]) -> tuple[Any, int]:
         async def one_attempt() -> Any:
             extra = {"stream_options": {"include_usage": True}} if self.stream_usage_supported else {}
             return await self._client().chat.completions.create(stream=True, **params, **extra)
@@ -448,7 +536,8 @@ class OpenAICompatModel:
             # Older servers reject stream_options; retry once without it and remember.
             if self.stream_usage_supported and "stream_options" in str(exc) and not exc.retryable:
                 self.stream_usage_supported = False
-                return await self._with_retries(one_attempt)
+                stream, attempts = await self._with_retries(one_attempt)
+                return stream, attempts + exc.attempts
             raise
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
@@ -460,7 +549,7 @@ class OpenAICompatModel:
         saw_choice = False
         try:
             params = self._params(request)
-            stream = await self._open_stream(params)
+            stream, attempts = await self._open_stream(params)
             try:
                 async for chunk in stream:
                     data = chunk.model_dump(warnings=False) if hasattr(chunk, "model_dump") else chunk
@@ -510,6 +599,6 @@ class OpenAICompatModel:
         if usage is None:
             usage = _estimated_usage(request, message)
         response = ModelResponse(message=message, usage=usage, model=self.model, finish_reason=finish,
-                                 latency_ms=(time.perf_counter() - started) * 1000)
-        self._report(request, usage, started, None)
+                                 latency_ms=(time.perf_counter() - started) * 1000, attempts=attempts)
+        self._report(request, usage, started, None, attempts)
         yield ModelChunk(response=response)

@@ -15,8 +15,13 @@ Spec strings
     ``openai:llama3.1@http://localhost:11434/v1`` (Ollama),
     ``openai:local@http://127.0.0.1:8080/v1`` (llama.cpp server),
     ``openai:deepseek-chat@https://api.deepseek.com/v1``. The key is ``OPENAI_API_KEY`` when set
-    (local servers need none). The context window comes from ``context_window=`` or a small table
-    of known models, else 8,192.
+    (local servers need none).
+
+Context window: ``context_window=`` if given, else what the server states (asked once, on first
+use of ``model.info``: vLLM/OpenRouter/LM Studio ``/v1/models``, llama.cpp ``/props``, Ollama
+``/api/show``), else a small table of well-known hosted models; otherwise ``model.info`` raises
+:class:`~agentlab.model.base.ContextWindowUnknown` naming ``context_window=`` (CLI:
+``--context-window``). It is never guessed.
 
 When ``spec`` is omitted: ``$AGENTLAB_MODEL`` if set, else ``openai:gpt-4o-mini`` when
 ``OPENAI_API_KEY`` is set, else ``embedded``.
@@ -67,9 +72,15 @@ def build_model(spec: str, *, context_window: int | None = None) -> Model:
     """The uncached model for ``spec``."""
     spec = spec.strip()
     if spec == "embedded":
-        from agentlab.model.embedded import EmbeddedModel  # keeps xllamacpp out of plain imports
+        from agentlab.model.embedded import (  # keeps xllamacpp out of plain imports
+            SLOT_CONTEXT,
+            EmbeddedModel,
+        )
 
-        return EmbeddedModel()
+        if context_window is not None and context_window > SLOT_CONTEXT:
+            raise ValueError(f"the embedded model's window is {SLOT_CONTEXT} tokens per slot; a context_window "
+                             f"of {context_window} cannot be honoured (give at most {SLOT_CONTEXT})")
+        return EmbeddedModel(context_window=context_window)
     match = _OPENAI_AT_URL.match(spec)
     if match:
         return OpenAICompatModel(match["model"], base_url=match["url"].rstrip("/"),
@@ -91,7 +102,7 @@ def get_model(
     """The model for ``spec`` (default: :func:`default_spec`), wrapped in the call cache.
 
     ``cache``: ``True`` = the default DuckDB file; a :class:`CallCache` = that cache;
-    ``False`` or ``None`` = no cache. ``context_window`` overrides the model's known window.
+    ``False`` or ``None`` = no cache. ``context_window`` (tokens) wins over what the server states.
     """
     model = build_model(spec if spec is not None else default_spec(), context_window=context_window)
     if cache is True:

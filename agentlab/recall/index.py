@@ -29,6 +29,7 @@ from typing import Literal
 
 import numpy as np
 
+from agentlab import progress
 from agentlab.recall.embed import Embedder, embed_query
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ SEARCH_MODES: tuple[str, ...] = ("lexical", "dense", "hybrid")
 RRF_K = 60
 #: Each ranked list contributes ``top_k × CANDIDATE_RATIO`` candidates to the fusion.
 CANDIDATE_RATIO = 3
+#: Documents embedded per embedder call when a dense index flushes (one progress step each).
+EMBED_BATCH = 64
 
 #: Function words that carry no topic; dropped from BM25 documents and queries alike.
 ENGLISH_STOPWORDS: frozenset[str] = frozenset(
@@ -384,7 +387,15 @@ class DenseIndex:
                 return 0
             pending = list(self._pending.items())
             texts = [text[: self.max_chars] for _, text in pending]
-            matrix = self.embedder.embed(texts)
+            # In batches, so a long flush (thousands of events on a CPU model) reports progress;
+            # each text's vector does not depend on the batch it is embedded in.
+            parts = []
+            for start in range(0, len(texts), EMBED_BATCH):
+                parts.append(self.embedder.embed(texts[start:start + EMBED_BATCH]))
+                if len(texts) > EMBED_BATCH:
+                    progress.report_progress("embedding", min(start + EMBED_BATCH, len(texts)), len(texts),
+                                             unit="texts")
+            matrix = np.concatenate(parts) if len(parts) > 1 else parts[0]
             if matrix.shape[0] != len(pending):
                 raise RuntimeError(
                     f"embedder {self.embedder.name!r} returned {matrix.shape[0]} vectors for {len(pending)} texts"

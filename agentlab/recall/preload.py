@@ -55,9 +55,13 @@ async def preload_hits(inv: Invocation, policy: RecallPolicy, query: str) -> lis
     def include(ref: EventRef) -> bool:
         return ref.session_id != current and in_filter(ref.filter_key, inv.filter_key)
 
+    # The floor is handed to the index, which applies it where its scale means something: to BM25
+    # scores in lexical mode, to cosine similarities in dense mode, and to the dense list *before*
+    # fusion in hybrid mode. Filtering the returned scores again would compare a similarity floor
+    # (0.3) with fused RRF scores (at most 2 / 61 ≈ 0.033) and drop every hybrid hit.
     floor = policy.preload_min_score if policy.preload_min_score > 0 else None
     hits = await index.search(query, policy.preload_limit, mode=mode, include=include, min_score=floor)
-    return [h for h in hits if floor is None or h.score >= floor][: policy.preload_limit]
+    return hits[: policy.preload_limit]
 
 
 def render_preload_block(hits: list[EventHit], policy: RecallPolicy) -> str:

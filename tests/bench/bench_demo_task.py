@@ -23,6 +23,7 @@ from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Ta
 from agentlab.events import Message
 from agentlab.model.base import ContextLengthError, GenerationConfig, ModelRequest
 from agentlab.model.scripted import ScriptedModel
+from agentlab.progress import report_progress
 
 COLOURS = ["blue", "red", "green", "amber"]
 INSTRUCTION = "Answer from the transcript only, in one short sentence."
@@ -111,7 +112,11 @@ class DemoTask(Task):
         if mode != "long_context":
             async def build() -> str:
                 request = ModelRequest([Message.user("Summarise the transcript.")], purpose="summary")
-                return (await ctx.model.generate(request)).message.content
+                text = (await ctx.model.generate(request)).message.content
+                # Stands in for a rolling summariser's steps (the executor shows them inside the case).
+                for step in (1, 2, 3):
+                    report_progress("summary", step, 3, tokens=400 * step, tokens_total=1200)
+                return text
             summary = await ctx.once("summary", build)
         answer = ctx.settings["answer"]
         request = ModelRequest(self.prompts(case, mode, ctx.settings, summary),

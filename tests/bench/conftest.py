@@ -41,3 +41,16 @@ def http_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def real_model_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No model or key from the environment, a private call cache, a fresh demo task."""
+    import bench_demo_task as demo
+
+    for name in ("AGENTLAB_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AGENTLAB_CACHE_DB", str(tmp_path / "cache.duckdb"))
+    demo.reset()
+    yield
+    demo.reset()

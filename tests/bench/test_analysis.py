@@ -113,6 +113,8 @@ def test_recovery_with_wins_losses_ties(store: ResultStore) -> None:
     # (0.2333 - 0.1333) / (0.4 - 0.1333) = 0.375
     assert row["recovery"] == pytest.approx((0.7 / 3 - 0.4 / 3) / (0.4 - 0.4 / 3))
     assert (row["wins"], row["losses"], row["ties"]) == (2, 1, 0)
+    # Every baseline case answered: both recoveries are the same number over the same cases.
+    assert row["n_baseline_ok"] == 3 and row["recovery_baseline_ok"] == pytest.approx(row["recovery"])
     judge = df.loc["llm_score"]
     # c2 has no recall judge score: c1 (1, 0.5, 1) and c3 (1, 0, 0.5) remain.
     assert judge["n_cases"] == 2
@@ -210,6 +212,69 @@ def test_quality_tables_keep_an_all_failed_baseline_at_zero(overflow_store: Resu
     # wins and losses of recall over summary still count (c1 a win, c2 a loss).
     assert recovery.loc["rougeL", "n_failed_baseline"] == 2 and pd.isna(recovery.loc["rougeL", "recovery"])
     assert (recovery.loc["rougeL", "wins"], recovery.loc["rougeL", "losses"]) == (1, 1)
+    assert recovery.loc["rougeL", "n_baseline_ok"] == 0 and pd.isna(recovery.loc["rougeL", "recovery_baseline_ok"])
     means = analysis.mode_means_df("qmsum", store=overflow_store).set_index(["mode", "metric"])
     assert means.loc[("long_context", "rougeL"), "n_failed"] == 2
     assert ("long_context", "evidence_recall@5") not in means.index
+
+
+# ----------------------------------------------- a partly failed baseline and the two recoveries
+#
+# rougeL    long_context   summary   recall
+#   c1          0.5          0.2       0.4
+#   c2        failed         0.2       0.4
+
+
+def test_recovery_over_all_cases_and_over_cases_whose_baseline_answered(tmp_path: Path) -> None:
+    values = {"long_context": {"c1": 0.5, "c2": None}, "summary": {"c1": 0.2, "c2": 0.2},
+              "recall": {"c1": 0.4, "c2": 0.4}}
+    with ResultStore(tmp_path / "p.duckdb") as s:
+        for mode, per_case in values.items():
+            run_id = f"run-{mode}"
+            s.start_run(RunInfo(run_id, "qmsum", mode, {"mode": mode}, "scripted", "judge", "sha", "v", "1"))
+            for i, (case_id, value) in enumerate(per_case.items()):
+                if value is None:
+                    s.write_case(CaseRecord(run_id, case_id, "failed", ordinal=i, error="server hung up",
+                                            error_code="model_error"))
+                else:
+                    s.write_case(CaseRecord(run_id, case_id, "ok", ordinal=i, calls=[call("answer", 100, 10)],
+                                            scores=[Score("rougeL", value, "v1")]))
+        s.rebuild_derived()
+        row = analysis.recovery_df("qmsum", store=s).set_index("metric").loc["rougeL"]
+    # All cases, the failed baseline case counting 0: baseline 0.25, lossy 0.2, recovered 0.4
+    # -> (0.4 - 0.2) / (0.25 - 0.2) = 4.0, past 100 % only because the baseline failed.
+    assert (row["n_cases"], row["n_failed_baseline"]) == (2, 1)
+    assert row["recovery"] == pytest.approx(4.0)
+    # The cases whose baseline answered (c1 only): (0.4 - 0.2) / (0.5 - 0.2) = 2/3.
+    assert row["n_baseline_ok"] == 1
+    assert row["recovery_baseline_ok"] == pytest.approx(2 / 3)
+
+
+# ------------------------------------------------------- the last answer call vs all answer calls
+#
+# long_context c1: one answer call of 4000 prompt tokens.
+# recall       c1: a search round (500), a load round (800), a refused retry (error, 0) and the final
+#                  answer (1200): 2500 summed, 1200 by the published rule (the last answer call).
+
+
+def test_token_savings_keep_the_sum_and_the_last_answer_call(tmp_path: Path) -> None:
+    with ResultStore(tmp_path / "t.duckdb") as s:
+        s.start_run(RunInfo("run-long", "qmsum", "long_context", {}, "scripted", None, "sha", "v", "1"))
+        s.write_case(CaseRecord("run-long", "c1", "ok", calls=[call("answer", 4000, 100)],
+                                scores=[Score("rougeL", 0.5, "v1")]))
+        s.start_run(RunInfo("run-recall", "qmsum", "recall", {}, "scripted", None, "sha", "v", "1"))
+        rounds = [call("summary", 3000, 200), call("answer", 500, 20), call("answer", 800, 20),
+                  call("answer", 1200, 60),
+                  CallRecord("scripted", "answer", Usage(), 1.0, False, error="RateLimitError")]
+        s.write_case(CaseRecord("run-recall", "c1", "ok", calls=rounds, scores=[Score("rougeL", 0.4, "v1")]))
+        s.rebuild_derived()
+        df = analysis.token_savings_df("qmsum", store=s)
+    for level in ("case", "aggregate"):
+        row = df[(df["level"] == level) & (df["mode"] == "recall")].iloc[0]
+        assert row["mode_prompt_tokens"] == 2500 and row["mode_prompt_tokens_last"] == 1200
+        assert row["baseline_prompt_tokens"] == row["baseline_prompt_tokens_last"] == 4000
+        assert row["prompt_savings"] == pytest.approx(1500 / 4000)
+        assert row["prompt_savings_last"] == pytest.approx(2800 / 4000)
+        assert row["prompt_savings_last_ratio"] == pytest.approx(2800 / 4000)
+        # QMSum's published table counts the last answer call of a run (reference §5.2).
+        assert row["published_token_rule"] == "last_answer_call"

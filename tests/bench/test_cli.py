@@ -7,6 +7,7 @@ from pathlib import Path
 
 import bench_demo_task as demo
 import pytest
+from cli_helpers import run_cli
 
 from agentlab.bench import cli
 from agentlab.bench.config import (
@@ -29,19 +30,6 @@ def scripted_models(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(registry, "default_spec", lambda: "embedded")
     yield
     demo.reset()
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    import sys
-
-    old = sys.stderr
-    sys.stderr = err
-    try:
-        code = cli.main(list(argv), out=out)
-    finally:
-        sys.stderr = old
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_list_and_unknown_benchmark() -> None:
@@ -267,3 +255,30 @@ def test_report_prints_and_stores_a_benchmarks_own_tables(tmp_path: Path, monkey
         assert store.query("SELECT \"group\", cases FROM demo_per_group") == [("all", 2)]
         with pytest.raises(ValueError, match="store's own tables"):
             store.write_frame("cases", pd.DataFrame([{"x": 1}]))
+
+
+def test_steps_inside_a_case_show_on_the_bar_unless_no_progress(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.duckdb")
+    code, _, err = run_cli("demo", "--mode", "summary", "--model", "openai:fake", "--limit", "2", "--db", db)
+    assert code == 0
+    # the demo's summary build reports three steps; the bar shows them beside the case that runs it
+    assert "summary step 1/3, 400/1,200 tokens" in err and "summary step 3/3, 1,200/1,200 tokens" in err
+    code, _, err = run_cli("demo", "--mode", "recall", "--model", "openai:fake", "--limit", "2", "--db", db,
+                           "--no-progress")
+    assert code == 0 and err == ""
+
+
+def test_run_summary_means_count_failed_cases_as_zero(tmp_path: Path) -> None:
+    demo.FAIL_IDS.add("d02")
+    code, out, _ = run_cli("demo", "--model", "openai:fake", "--limit", "2", "--db", str(tmp_path / "r.duckdb"),
+                           "--no-progress", "--json", "--set", "judge.enabled=false")
+    assert code == 0
+    result = json.loads(out)
+    assert (result["ok"], result["failed"]) == (1, 1)
+    exact = next(s for s in result["scores"] if s["metric"] == "exact_match")
+    # d01 answered exactly (1), d02 failed and counts 0: the mean is over both cases
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        (d01,), = store.query("SELECT value FROM scores WHERE case_id = 'd01' AND metric = 'exact_match'")
+    assert d01 == 1.0  # long context holds the evidence line
+    assert (exact["n_cases"], exact["n_failed"]) == (2, 1)
+    assert exact["mean"] == pytest.approx(0.5)

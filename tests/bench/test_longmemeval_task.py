@@ -131,6 +131,31 @@ async def test_summary_mode_answers_from_the_summary_only(fixture_file: Path, tm
     assert got["llm_score"] == 0.5
 
 
+async def test_a_summary_that_stops_advancing_fails_the_case(fixture_file: Path, tmp_path: Path) -> None:
+    # A 400-token window needs three rolling steps over the 12 seeded events; the summariser
+    # answers the first and then returns nothing, so the boundary stops part-way (as in QMSum).
+    summary_calls = 0
+
+    def stalling(request: ModelRequest) -> str | Message:
+        nonlocal summary_calls
+        if request.purpose == "summary":
+            summary_calls += 1
+            return SUMMARY_TEXT if summary_calls == 1 else ""
+        return reply(request)
+
+    model = ScriptedModel(info=ModelInfo("scripted", 400), default_reply=stalling)  # type: ignore[arg-type]
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        summary = await run("summary", fixture_file, store, model, limit=1)
+        (status, code, error), = store.query("SELECT status, error_code, error FROM cases WHERE run_id = ?",
+                                             [summary.run_id])
+        table = get_task("longmemeval").report_tables(store)["modes"].set_index("mode")
+    assert (summary.ok, summary.failed) == (0, 1)
+    assert (status, code) == ("failed", "summary_incomplete")
+    assert "of 12 events after 2 forced updates" in error
+    assert not [r for r in model.requests if r.purpose == "answer"]  # never answered from a partial summary
+    assert table.loc["summary", "failed"] == 1 and table.loc["summary", "exact_match"] == 0.0
+
+
 async def test_recall_mode_searches_hidden_history_and_records_evidence_recall(fixture_file: Path,
                                                                                tmp_path: Path) -> None:
     model = scripted()
@@ -158,7 +183,7 @@ async def test_report_table_pairs_modes_with_long_context(fixture_file: Path, tm
             "AND purpose = 'answer' GROUP BY case_id ORDER BY case_id")]
         table = get_task("longmemeval").report_tables(store)["modes"].set_index("mode")
     expected = sum(1 - s / lp for s, lp in zip(short_prompts, long_prompts, strict=True)) / 2
-    assert table.loc["summary", "prompt_savings_vs_long"] == pytest.approx(expected)
+    assert table.loc["summary", "prompt_savings_vs_long_last_call"] == pytest.approx(expected)
     assert table.loc["summary", "avg_summary_chars"] == len(SUMMARY_TEXT)
     assert table.loc["long_context", "exact_match"] == 1.0 and table.loc["summary", "exact_match"] == 0.0
 

@@ -214,3 +214,35 @@ def test_published_selection_has_917_dialogues(monkeypatch: pytest.MonkeyPatch) 
     task = get_task("mtbench101")
     out = executor.dry_run(task, "baseline", load_settings("mtbench101", task.default_settings()))
     assert out["cases"] == 917 and out["prompts"] == 2838  # 3.09 turns per dialogue, as published
+
+
+def test_quality_table_counts_a_failed_summary_case_as_zero(tmp_path: Path) -> None:
+    """Per-task quality by hand: CM ok (consistency 0.8, retention 0.6), SA failed -> 0 everywhere."""
+    from agentlab.bench.metrics import Score
+    from agentlab.bench.store import CaseRecord, RunInfo
+    from agentlab.model.base import CallRecord
+
+    def answer_call() -> CallRecord:
+        return CallRecord("scripted", "answer", Usage(100, 10), 1.0, False)
+
+    meta = {"CM_0001": {"task": "CM", "n_turns": 3}, "SA_0002": {"task": "SA", "n_turns": 2}}
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        for mode in ("baseline", "summary"):
+            run_id = f"run-{mode}"
+            store.start_run(RunInfo(run_id, "mtbench101", mode, {}, "scripted", "scripted", "sha", "v", "1"))
+            for i, case_id in enumerate(meta):
+                if mode == "summary" and case_id == "SA_0002":
+                    store.write_case(CaseRecord(run_id, case_id, "failed", ordinal=i, error="judge down",
+                                                error_code="model_error", metadata=meta[case_id]))
+                    continue
+                scores = [Score("consistency", 0.8, "j"), Score("pass1", 1.0, "j"), Score("retention", 0.6, "r"),
+                          Score("word_jaccard", 0.5, "w")] if mode == "summary" else []
+                store.write_case(CaseRecord(run_id, case_id, "ok", ordinal=i, metadata=meta[case_id],
+                                            calls=[answer_call()], scores=scores))
+        quality = get_task("mtbench101").report_tables(store)["quality"].set_index("task")
+    assert quality.loc["CM", "consistency"] == pytest.approx(0.8) and quality.loc["CM", "failed"] == 0
+    assert (quality.loc["SA", "cases"], quality.loc["SA", "failed"]) == (1, 1)
+    assert quality.loc["SA", "consistency"] == 0.0 and quality.loc["SA", "retention"] == 0.0
+    assert quality.loc["ALL", "consistency"] == pytest.approx(0.4)
+    assert quality.loc["ALL", "pass1"] == pytest.approx(0.5)
+    assert quality.loc["ALL", "retention"] == pytest.approx(0.3)

@@ -57,11 +57,17 @@ def stream_chunks(pieces: list[str], usage: dict[str, Any] | None = None) -> lis
 
 
 class FakeOpenAIServer:
-    """Answers POST /v1/chat/completions from a script; the last answer repeats when it runs out."""
+    """Answers POST /v1/chat/completions from a script; the last answer repeats when it runs out.
 
-    def __init__(self, answers: list[Answer]) -> None:
+    ``routes`` answers other paths (GET or POST, e.g. ``/v1/models``, ``/props``, ``/api/show``)
+    with a fixed JSON body (or an :class:`Answer` for another status); any other path is a 404. ``probes`` lists the (method, path) asked.
+    """
+
+    def __init__(self, answers: list[Answer], routes: dict[str, Any] | None = None) -> None:
         self.answers = list(answers)
+        self.routes = dict(routes or {})
         self.requests: list[dict[str, Any]] = []
+        self.probes: list[tuple[str, str, Any]] = []
         self._lock = threading.Lock()
         server = self
 
@@ -69,9 +75,29 @@ class FakeOpenAIServer:
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
+            def _route(self, method: str, payload: Any) -> None:
+                with server._lock:
+                    server.probes.append((method, self.path, payload))
+                body: Any = server.routes.get(self.path)
+                status = 200 if body is not None else 404
+                if isinstance(body, Answer):  # a route with its own status (e.g. 401)
+                    status, body = body.status, body.body
+                data = json.dumps(body if body is not None else {"error": "not found"}).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._route("GET", None)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 payload = json.loads(self.rfile.read(length) or b"{}")
+                if not self.path.endswith("/chat/completions"):
+                    self._route("POST", payload)
+                    return
                 with server._lock:
                     server.requests.append(payload)
                     answer = server.answers.pop(0) if len(server.answers) > 1 else server.answers[0]

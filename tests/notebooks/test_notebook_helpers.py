@@ -157,3 +157,13 @@ async def test_the_tour_flow_on_a_scripted_model() -> None:
 
     fig = nh.plot_history_and_context(session, session.summaries[""], draft, request)
     assert len(fig.axes) == 2
+
+
+def test_savings_plots_follow_the_published_token_rule() -> None:
+    import pandas as pd
+
+    last = pd.DataFrame({"mode": ["recall"], "published_token_rule": ["last_answer_call"]})
+    summed = pd.DataFrame({"mode": ["summary"], "published_token_rule": ["sum_answer_calls"]})
+    assert nh.published_savings_column(last) == "prompt_savings_last"
+    assert nh.published_savings_column(summed) == "prompt_savings"
+    assert nh.published_savings_column(pd.DataFrame(columns=["mode", "prompt_savings"])) == "prompt_savings"

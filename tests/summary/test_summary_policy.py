@@ -46,6 +46,8 @@ def test_json_round_trip_is_exact():
         ({"prompt": "Summarise please."}, "{conversation_text}"),
         ({"prompt": "{conversation_text} in {language}"}, "{language}"),
         ({"prompt": "{conversation_text}", "max_summary_words": 50}, "{max_summary_words}"),
+        ({"prompt": "nine_sections"}, "unknown built-in prompt 'nine_sections'; built-in prompts: compact, nine_section"),
+        ({"prompt": "Compact"}, "unknown built-in prompt 'Compact'"),
     ],
 )
 def test_bad_policies_fail_with_one_clear_line(kwargs, fragment):

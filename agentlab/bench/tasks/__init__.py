@@ -263,6 +263,14 @@ class Task(ABC):
         """Scores of one answered case (``ctx.judge`` is None when judging is off)."""
         return []
 
+    def policies(self, mode: str, settings: Settings) -> list[Any]:
+        """The policy objects ``mode`` builds from ``settings``.
+
+        The CLI builds them before any case runs, so a value a policy rejects (``--set
+        recall.top_k=-1``) stops the run with one line instead of failing every case.
+        """
+        return []
+
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
         """Every prompt the mode would send before any model output exists (no model is called)."""
         raise NotImplementedError(f"{self.name} does not support --dry-run")

@@ -33,10 +33,12 @@ Scores (peers_and_style §1.1, §1.6 — two different "F1"s, kept apart by name
   :data:`ADVERSARIAL_REFERENCE` (the item's ``adversarial_answer`` is the trap, kept in metadata);
   every prompt's fallback phrase is that same refusal, so the official rule can recognise it.
 
-Every case keeps its raw category number and both name mappings (official ``evaluation.py`` and
-the published report's); :meth:`LoCoMoTask.report_tables` gives per-category, 5-category (÷ all
-questions) and 4-category (no adversarial) weighted figures, tokens and calls per question and
-latency p50/p95. ``--retrieval-only`` measures evidence recall@5/10/30 of the session-recall
+Every case keeps its raw category number and three name mappings (official ``evaluation.py``,
+the published report's, and mem0's maintainers' from mem0 issue #2609); :meth:`LoCoMoTask.report_tables`
+gives per-category, 5-category (÷ all questions) and 4-category (no adversarial) weighted figures,
+tokens and calls per question and latency p50/p95. Every table divides by all questions: a failed
+case and a judge verdict that does not parse both count 0 (the published LLM score divides by all
+questions), and the counts of each are shown. ``--retrieval-only`` measures evidence recall@5/10/30 of the session-recall
 retrieval against the ``evidence`` dia_ids without any model.
 
 Known difference from the published numbers: the report's "F1" is neither of the above (its
@@ -57,6 +59,7 @@ from typing import Any
 from agentlab.bench.config import Settings
 from agentlab.bench.datasets.locomo import (
     ADVERSARIAL_CATEGORY,
+    CATEGORY_NAMES_MEM0,
     CATEGORY_NAMES_MEMORY_REPORT,
     CATEGORY_NAMES_OFFICIAL,
     QA,
@@ -89,6 +92,7 @@ from agentlab.bench.tasks import (
 )
 from agentlab.events import Event, Message, user_event
 from agentlab.model.base import GenerationConfig, ModelRequest
+from agentlab.progress import report_progress
 
 APP_NAME = "locomo"
 AGENT_NAME = "locomo-agent"
@@ -98,6 +102,12 @@ ADVERSARIAL_REFERENCE = "Not mentioned in the conversation."
 FALLBACK_ANSWER = ADVERSARIAL_REFERENCE
 #: Evidence recall@k cut-offs of ``--retrieval-only`` (the published preload top-k is 30).
 DEFAULT_RECALL_KS = (5, 10, 30)
+#: What ``[recall] min_score`` filters in each search mode (stated in ``--retrieval-only`` output).
+MIN_SCORE_SCOPE = {
+    "lexical": "BM25 scores",
+    "dense": "cosine similarities",
+    "hybrid": "dense cosine similarities, before fusion (fused RRF scores are not filtered)",
+}
 
 # --------------------------------------------------------------------------------- prompts
 
@@ -408,6 +418,13 @@ class LoCoMoTask(Task):
             "run": {"concurrency": 4},
         }
 
+    def policies(self, mode: str, settings: Settings) -> list[Any]:
+        if mode == "session_recall":
+            return [recall_policy(settings)]
+        if mode == "memory":
+            return [memory_policy(settings, for_questions=False), memory_policy(settings, for_questions=True)]
+        return []
+
     # ---------------------------------------------------------------------------- cases
 
     def _load(self) -> LoCoMoData:
@@ -438,6 +455,7 @@ class LoCoMoTask(Task):
                     "category": qa.category,
                     "category_official": CATEGORY_NAMES_OFFICIAL[qa.category],
                     "category_memory_report": CATEGORY_NAMES_MEMORY_REPORT[qa.category],
+                    "category_mem0": CATEGORY_NAMES_MEM0[qa.category],
                     "evidence": evidence_dia_ids(qa.evidence),
                     "adversarial_answer": qa.adversarial_answer if adversarial else None,
                 },
@@ -544,10 +562,12 @@ class LoCoMoTask(Task):
             session_service = ctx.new_session_service()
             extractor = MemoryExtractor(_CappedOutput(ctx.model, int(settings["memory"]["extract_max_tokens"])), policy)
             counts = {"extraction_passes": 0, "extraction_errors": 0}
-            for session in await seed_sessions(session_service, conversation, captions):
+            sessions = await seed_sessions(session_service, conversation, captions)
+            for number, session in enumerate(sessions, start=1):
                 result = await extractor.extract(session, memory_service, session_service, force=True)
                 counts["extraction_passes"] += 1
                 counts["extraction_errors"] += int(result.status == "error")
+                report_progress("memory extraction", number, len(sessions), unit="session")
             memories = await memory_service.list(APP_NAME, conversation.sample_id)
             counts["memories"] = len(memories)
             return memory_service, counts
@@ -568,7 +588,9 @@ class LoCoMoTask(Task):
         scores.append(Score("set_f1", set_f1(prediction, reference), version_of("set_f1")))
         scores.append(Score("bleu1", bleu1(prediction, reference), version_of("bleu1")))
         if ctx.judge is not None:
-            scores += (await ctx.judge.locomo(case.question, reference, prediction)).to_scores("llm_score")
+            # The published LLM score divides by all questions: an unparsable verdict counts 0.
+            judged = await ctx.judge.locomo(case.question, reference, prediction)
+            scores += judged.to_scores("llm_score", unparsed_scores_zero=True)
         return scores
 
     # ------------------------------------------------------------------------ dry run
@@ -620,6 +642,7 @@ class LoCoMoTask(Task):
             "retrieval": "session_recall preload recall",
             "search_mode": policy.effective_preload_search_mode,
             "min_score": policy.preload_min_score,
+            "min_score_applies_to": MIN_SCORE_SCOPE[policy.effective_preload_search_mode],
             "ks": ks,
             "questions": len(cases),
             "with_evidence": len(rows),
@@ -633,6 +656,7 @@ class LoCoMoTask(Task):
                 summary["per_category"][str(category)] = {
                     "official": CATEGORY_NAMES_OFFICIAL[category],
                     "memory_report": CATEGORY_NAMES_MEMORY_REPORT[category],
+                    "mem0": CATEGORY_NAMES_MEM0[category],
                     **_recall_summary(subset, ks),
                 }
         return summary
@@ -662,26 +686,37 @@ class LoCoMoTask(Task):
     # ---------------------------------------------------------------------------- report
 
     def report_tables(self, store: Any) -> dict[str, Any]:
-        """Per-category scores (both name mappings), 5- and 4-category weighted figures, cost per question."""
+        """Per-category scores (three name mappings), 5- and 4-category weighted figures, cost per question.
+
+        Every figure divides by all questions of its group: failed cases (``n_failed``) and judge
+        verdicts that did not parse (``n_judge_unparsed``) count 0. Memory-mode rows also show the
+        extraction passes and extraction errors of the conversations their questions belong to.
+        """
         import pandas as pd
 
         cases = _current_cases(store, self.name)
         if cases.empty:
             return {}
         metrics = [m for m in ("locomo_f1", "set_f1", "bleu1", "llm_score") if m in cases.columns]
+
+        def counts(sub: Any) -> dict[str, int]:
+            return {"n": len(sub), "n_failed": int((sub["status"] != "ok").sum()),
+                    "n_judge_unparsed": int(sub["judge_unparsed"].sum())}
+
         per_category = []
         weighted = []
         for (model, mode), group in cases.groupby(["model", "mode"]):
             for category, sub in group.groupby("category"):
                 row = {"model": model, "mode": mode, "category": int(category),
                        "official": CATEGORY_NAMES_OFFICIAL[int(category)],
-                       "memory_report": CATEGORY_NAMES_MEMORY_REPORT[int(category)], "n": len(sub),
-                       "n_failed": int((sub["status"] != "ok").sum())}
+                       "memory_report": CATEGORY_NAMES_MEMORY_REPORT[int(category)],
+                       "mem0": CATEGORY_NAMES_MEM0[int(category)], **counts(sub)}
                 row.update({m: sub[m].mean() for m in metrics})
                 per_category.append(row)
             for label, sub in (("5-category", group), ("4-category", group[group["category"] != ADVERSARIAL_CATEGORY])):
-                row = {"model": model, "mode": mode, "weighting": label, "n": len(sub)}
+                row = {"model": model, "mode": mode, "weighting": label, **counts(sub)}
                 row.update({m: sub[m].mean() for m in metrics})
+                row.update(_extraction_counts(sub))
                 weighted.append(row)
         cost = []
         for (model, mode), group in cases.groupby(["model", "mode"]):
@@ -736,12 +771,32 @@ def _recall_summary(rows: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[s
     return out
 
 
+def _extraction_counts(cases: Any) -> dict[str, Any]:
+    """Extraction passes and errors of the conversations behind these (memory-mode) questions.
+
+    Extraction runs once per conversation and every question of it carries the same counts, so
+    they are taken once per conversation. None for modes that extract nothing.
+    """
+    per_conversation: dict[str, tuple[int, int]] = {}
+    for sample, passes, errors in zip(cases["sample_id"], cases["extraction_passes"], cases["extraction_errors"],
+                                      strict=True):
+        if passes is not None and passes == passes:  # NaN-safe: failed cases may not carry the counts
+            per_conversation.setdefault(str(sample), (int(passes), int(errors or 0)))
+    if not per_conversation:
+        return {"extraction_passes": None, "extraction_errors": None}
+    return {"extraction_passes": sum(p for p, _ in per_conversation.values()),
+            "extraction_errors": sum(e for _, e in per_conversation.values())}
+
+
 def _current_cases(store: Any, benchmark: str) -> Any:
     """One row per case of the current run of each (model, mode): status, category, latency, tokens, scores.
 
-    Failed cases score 0 (they stay in every denominator), as in the store's derived tables.
+    Failed cases score 0 (they stay in every denominator), as in the store's derived tables; a
+    judge verdict that did not parse was stored as 0 and is flagged in ``judge_unparsed``.
     """
     import json
+
+    from agentlab.bench.judge import PARSE_ERROR_PREFIX
 
     cases = store.df(
         """
@@ -767,12 +822,24 @@ def _current_cases(store: Any, benchmark: str) -> Any:
     if not scores.empty:
         wide = scores.pivot_table(index=["run_id", "case_id"], columns="metric", values="value", aggfunc="first")
         cases = cases.merge(wide.reset_index(), on=["run_id", "case_id"], how="left")
-    cases["category"] = [int(json.loads(m).get("category", 0)) if isinstance(m, str) else int((m or {}).get("category", 0))
-                         for m in cases["metadata"]]
+    meta = [json.loads(m) if isinstance(m, str) else (m or {}) for m in cases["metadata"]]
+    cases["category"] = [int(m.get("category", 0)) for m in meta]
+    cases["sample_id"] = [m.get("sample_id") for m in meta]
+    cases["extraction_passes"] = [m.get("extraction_passes") for m in meta]
+    cases["extraction_errors"] = [m.get("extraction_errors") for m in meta]
+    unparsed = store.df(
+        "SELECT s.run_id, s.case_id FROM scores s WHERE s.metric = 'llm_score' AND starts_with(s.detail, ?) "
+        "AND s.run_id IN (SELECT run_id FROM runs WHERE benchmark = ?)", [PARSE_ERROR_PREFIX, benchmark])
+    flagged = set(zip(unparsed["run_id"], unparsed["case_id"], strict=True)) if not unparsed.empty else set()
+    cases["judge_unparsed"] = [(r, c) in flagged and s == "ok"
+                               for r, c, s in zip(cases["run_id"], cases["case_id"], cases["status"], strict=True)]
     for metric in ("locomo_f1", "set_f1", "bleu1"):
         if metric not in cases.columns:
             cases[metric] = float("nan")  # a run whose cases all failed has no score rows
     for metric in ("locomo_f1", "set_f1", "bleu1", "llm_score"):
         if metric in cases.columns:
             cases.loc[cases["status"] != "ok", metric] = 0.0
+    if "llm_score" in cases.columns:
+        # Verdicts stored before unparsable ones were scored 0 are NULL: the same rule applies.
+        cases.loc[cases["judge_unparsed"], "llm_score"] = cases.loc[cases["judge_unparsed"], "llm_score"].fillna(0.0)
     return cases

@@ -26,7 +26,8 @@ The three modes mirror QMSum:
 Scores: ``rougeL``, ``f1``, ``bleu1`` (reference §5.2 normalisation), ``exact_match`` (the
 lowercased gold is a substring of the answer), ``llm_score`` (1.0 on exact match without a
 call, else judge confidence when judged correct). Prompt savings vs ``long_context`` are the
-mean of per-case savings (store ``token_savings``). ``--retrieval-only`` measures evidence
+mean of per-case savings (store ``token_savings``); the published Table 6 counts the prompt of the
+last answer call of each run, so the columns compared with it are the ``*_last_call`` ones. ``--retrieval-only`` measures evidence
 recall@k / hit@k of the ``session_search`` machinery against the ``has_answer`` turns, with no
 model.
 """
@@ -65,7 +66,7 @@ from agentlab.bench.tasks import (
     register,
 )
 from agentlab.events import Event, Message, user_event
-from agentlab.model.base import GenerationConfig
+from agentlab.model.base import GenerationConfig, ModelError
 
 APP_NAME = "longmemeval"
 USER_ID = "lme-user"
@@ -230,6 +231,9 @@ class LongMemEvalTask(Task):
 
     # ----------------------------------------------------------------------------- modes
 
+    def policies(self, mode: str, settings: Settings) -> list[Any]:
+        return [p for p in self._policies(settings, mode) if p is not None]
+
     def _policies(self, settings: Settings, mode: str) -> tuple[Any, Any]:
         from agentlab.recall import RecallPolicy
         from agentlab.summary import SummaryPolicy
@@ -305,8 +309,18 @@ class LongMemEvalTask(Task):
         current = await service.get_session(APP_NAME, USER_ID, session.id)
         summary = current.summaries.get("") if current is not None else None
         remaining = len(delta_after_boundary(current, summary.boundary if summary else None, ""))
+        error = worker.stats.last_error
+        reason = f"{type(error).__name__}: {error}" if error is not None else (
+            f"[summary] max_steps = {max_steps} reached" if steps >= max_steps else "an update did not advance it")
         if summary is None or not summary.text:
-            raise CaseError("the summary could not be built (the summariser returned nothing)", code="summary_failed")
+            raise CaseError(f"the summary could not be built ({reason})", code="summary_failed")
+        if remaining:
+            # As in QMSum: an answer from a summary that stopped short of the history is not the
+            # summary mode being measured, so the case fails (and counts 0) instead of scoring.
+            total = len(delta_after_boundary(current, None, ""))
+            code = error.code if isinstance(error, ModelError) else "summary_incomplete"
+            raise CaseError(f"the summary covers {total - remaining} of {total} events after {steps} forced "
+                            f"updates ({reason})", code=code)
         return {"summary_steps": steps, "summary_chars": len(summary.text), "events_not_summarised": remaining}
 
     # ---------------------------------------------------------------------------- scores
@@ -317,7 +331,9 @@ class LongMemEvalTask(Task):
             if name.startswith(("evidence_recall@", "evidence_hit@")):
                 scores.append(Score(name, float(value), EVIDENCE_RECALL_VERSION))
         if ctx.judge is not None:
-            scores += (await ctx.judge.longmemeval(case.question, case.reference, result.prediction)).to_scores("llm_score")
+            # Fixed denominator, as published: an unparsable verdict counts 0 rather than leaving the mean.
+            judged = await ctx.judge.longmemeval(case.question, case.reference, result.prediction)
+            scores += judged.to_scores("llm_score", unparsed_scores_zero=True)
         return scores
 
     # ------------------------------------------------------------------------ dry run
@@ -353,6 +369,8 @@ class LongMemEvalTask(Task):
                                ORDER BY started DESC, run_id) AS rn FROM runs r WHERE benchmark = ?) WHERE rn = 1)
             SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata,
                 COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
+                COALESCE(arg_max(k.prompt_tokens, k.seq) FILTER (WHERE k.purpose = 'answer' AND k.error IS NULL), 0)
+                    AS answer_prompt_last,
                 COALESCE(SUM(k.latency_ms) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_latency_ms
             FROM current_runs r JOIN cases c ON c.run_id = r.run_id
             LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
@@ -369,6 +387,9 @@ class LongMemEvalTask(Task):
         cases["summary_chars"] = [m.get("summary_chars") for m in meta]
         cases["search_calls"] = [(m.get("tool_calls") or {}).get("session_search", 0) for m in meta]
         cases["load_calls"] = [(m.get("tool_calls") or {}).get("session_load", 0) for m in meta]
+        for metric in ("rougeL", "f1", "bleu1", "exact_match"):
+            if metric not in cases.columns:
+                cases[metric] = float("nan")  # no case scored yet (all failed): they still count 0 below
         metrics = [m for m in ("rougeL", "f1", "bleu1", "llm_score", "exact_match") if m in cases.columns]
         rows = []
         for (model, mode), group in cases.groupby(["model", "mode"]):
@@ -376,12 +397,15 @@ class LongMemEvalTask(Task):
             row: dict[str, Any] = {"model": model, "mode": mode, "n": len(group), "failed": len(group) - len(ok)}
             # Failed cases score 0: they stay in the denominator.
             row.update({m: group[m].where(group["status"] == "ok", 0.0).fillna(0.0).mean() for m in metrics})
-            row["avg_prompt_tokens"] = ok["answer_prompt"].mean() if len(ok) else None
+            # Prompt tokens by the published rule (the last answer call of the run, which holds the
+            # tool results of a recall run) and, beside it, summed over every answer call.
+            row["avg_prompt_tokens_last_call"] = ok["answer_prompt_last"].mean() if len(ok) else None
+            row["avg_prompt_tokens_all_calls"] = ok["answer_prompt"].mean() if len(ok) else None
             long = cases[(cases["model"] == model) & (cases["mode"] == "long_context") & (cases["status"] == "ok")]
-            paired = ok.merge(long[["case_id", "answer_prompt"]], on="case_id", suffixes=("", "_long"))
-            paired = paired[paired["answer_prompt_long"] > 0]
-            row["prompt_savings_vs_long"] = (
-                (1 - paired["answer_prompt"] / paired["answer_prompt_long"]).mean()
+            paired = ok.merge(long[["case_id", "answer_prompt_last"]], on="case_id", suffixes=("", "_long"))
+            paired = paired[paired["answer_prompt_last_long"] > 0]
+            row["prompt_savings_vs_long_last_call"] = (
+                (1 - paired["answer_prompt_last"] / paired["answer_prompt_last_long"]).mean()
                 if mode != "long_context" and len(paired) else None)
             row["avg_summary_chars"] = ok["summary_chars"].dropna().mean() if len(ok) else None
             row["search_calls_per_case"] = ok["search_calls"].mean() if len(ok) else None

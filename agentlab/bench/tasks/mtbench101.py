@@ -203,6 +203,9 @@ class MTBench101Task(Task):
             "run": {"concurrency": 4},
         }
 
+    def policies(self, mode: str, settings: Settings) -> list[Any]:
+        return [summary_policy(settings)] if mode == "summary" else []
+
     # ---------------------------------------------------------------------------- cases
 
     def load_cases(self, settings: Settings) -> CaseSelection:
@@ -425,7 +428,9 @@ class MTBench101Task(Task):
                 row = {"model": model, "task": task, "cases": len(g), "failed": int((g["status"] != "ok").sum())}
                 for metric in ("consistency", "consistency_judge", "pass1", "retention", "retention_llm", "word_jaccard"):
                     if metric in g.columns:
-                        row[metric] = g[metric].mean()
+                        # A failed case counts 0 (it stays in the denominator); an ok case whose
+                        # judge reply did not parse (NULL) is left out, as in the store's tables.
+                        row[metric] = g[metric].where(g["status"] == "ok", 0.0).mean()
                 tables["quality"].append(row)
             source = base if not base.empty else summ
             for task, g in [*[(t, source[source["task"] == t]) for t in sorted(source["task"].unique())],
@@ -499,6 +504,9 @@ def _current_cases(store: Any, benchmark: str) -> Any:
     if not scores.empty:
         wide = scores.pivot_table(index=["run_id", "case_id"], columns="metric", values="value", aggfunc="first")
         cases = cases.merge(wide.reset_index(), on=["run_id", "case_id"], how="left")
+    for metric in ("retention", "word_jaccard"):  # scored on every ok summary case, judge or not
+        if metric not in cases.columns:
+            cases[metric] = float("nan")  # no case scored yet (all failed): they still count 0
     return cases
 
 

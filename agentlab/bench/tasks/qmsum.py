@@ -334,6 +334,13 @@ class QMSumTask(Task):
             window_after=int(settings.get("recall", "load_after", 1)),
         )
 
+    def policies(self, mode: str, settings: Settings) -> list[Any]:
+        if mode == "summary":
+            return [self.summary_policy(settings)]
+        if mode == "recall":
+            return [self.summary_policy(settings), self.recall_policy(settings)]
+        return []
+
     @staticmethod
     def generation(settings: Settings) -> GenerationConfig:
         return GenerationConfig(temperature=float(settings.get("answer", "temperature", 0.0)),
