@@ -3,6 +3,7 @@
     python -m agentlab.bench <benchmark> [--mode MODE] [--limit N] [--model SPEC] [--judge-model SPEC]
                                          [--context-window N] [--concurrency K] [--db PATH] [--set section.field=value ...]
                                          [--dry-run] [--retrieval-only] [--json] [--no-progress]
+                                         [--executor in-process|ray] [--ray-address ADDR] [--workers N]
     python -m agentlab.bench report <benchmark> [--db PATH] [--json]
     python -m agentlab.bench list [--json]
     python -m agentlab.bench fixture longmemeval PATH [--questions N] [--sessions N] [--turns N]
@@ -34,10 +35,13 @@ from agentlab.bench.config import (
     settings_path,
 )
 from agentlab.bench.datasets.base import DatasetError
+from agentlab.bench.distributed import ExecutorError
 from agentlab.bench.store import DEFAULT_DB, RUN_MEANS_SQL, ResultStore
 from agentlab.bench.tasks import Task, UnknownBenchmark, discover, get_task
 from agentlab.duckdb_files import DatabaseFileError
 
+#: Values of --executor.
+EXECUTORS = ("in-process", "ray")
 #: Cases run with the embedded model when no --limit is given.
 EMBEDDED_DEFAULT_LIMIT = 5
 SMOKE_LABEL = ("SMOKE TEST: produced with the embedded SmolLM2-135M model; these numbers only show that the "
@@ -62,7 +66,8 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--context-window", type=int, default=None, metavar="N",
                    help="the answer model's context window in tokens (default: what its server states, else the "
                         "known-model table; a model neither knows stops the run)")
-    p.add_argument("--concurrency", type=int, default=None, help="cases run at once (default [run] concurrency or 4)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="cases run at once (per worker with --executor ray; default [run] concurrency or 4)")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"results DuckDB file (default {DEFAULT_DB})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a setting from benchmarks/<benchmark>.toml (repeatable)")
@@ -75,7 +80,36 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--no-baselines", action="store_true",
                    help="run only --mode (by default a mode with a baseline first runs, or reuses, its baseline "
                         "and lossy modes on the same cases and ends with the comparison tables)")
+    add_executor_args(p)
     return p
+
+
+def add_executor_args(p: argparse.ArgumentParser) -> None:
+    """``--executor``, ``--ray-address``, ``--workers``: where cases run (not part of the run id)."""
+    p.add_argument("--executor", choices=EXECUTORS, default="in-process",
+                   help="where cases run: in this process (default) or on Ray workers (pip install 'agentlab[ray]'); "
+                        "the results land in --db either way and a run can be resumed with the other executor")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="join this Ray cluster ('auto' or HOST:PORT of `ray start --head`); default: a private "
+                        "local Ray instance")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="Ray workers (one CPU each; each runs --concurrency cases at once); default: the cluster's CPUs")
+
+
+def executor_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~agentlab.bench.executor.Executor` the flags ask for (a sweep passes it to every run)."""
+    from agentlab.bench import executor
+
+    if args.executor != "ray":
+        for flag, value in (("--ray-address", args.ray_address), ("--workers", args.workers)):
+            if value is not None:
+                raise CliError(f"{flag} needs --executor ray")
+        return executor.InProcessExecutor()
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers must be >= 1, got {args.workers}")
+    from agentlab.bench.distributed import RayExecutor
+
+    return RayExecutor(args.ray_address, workers=args.workers)
 
 
 def _report_parser(prog: str) -> argparse.ArgumentParser:
@@ -331,6 +365,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     modes = [mode] if args.no_baselines else comparison_modes(task, mode)
     for compared in modes[:-1]:  # the baseline and lossy runs use the same settings
         _check_policies(task, compared, settings)
+    chosen = executor_from_args(args)  # flag errors stop the run before anything is stored
     # Every check that can stop the run happens here, before the results file is touched.
     model = _build_model(model_spec, "--model", args.context_window)
     info = _prepare_model(model, model_spec, "--model", window=True)
@@ -345,14 +380,16 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     requests = [executor.RunRequest(
         benchmark=task.name, mode=m, model_spec=model_spec, settings=settings,
         judge_spec=judge_spec if judge_enabled else None, limit=limit if rule is None else None,
-        concurrency=concurrency, smoke_test=smoke, progress=not args.no_progress, code_version=code_version())
+        concurrency=concurrency, smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
+        # Remote workers build their own models (executor.build_models): the same window for them.
+        model_options={} if args.context_window is None else {"context_window": args.context_window})
         for m in modes]
     store = ResultStore(args.db)
     notes.write(f"{task.name}/{', '.join(modes)}: model {model_spec}, context window {info.context_window} tokens "
                 f"({info.context_window_source or 'stated by the model'})\n")
     try:
         summaries = asyncio.run(run_with_baselines(task, requests, model=model, store=store, judge=judge,
-                                                   selection=selection))
+                                                   selection=selection, executor=chosen))
     except (KeyboardInterrupt, asyncio.CancelledError):
         marks = ", ".join("?" for _ in modes)
         rows = store.query("SELECT r.mode, c.run_id, count(*) FILTER (WHERE c.status = 'ok'), count(*) FROM cases c "
@@ -364,9 +401,11 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         return 130
     means = {s.run_id: store.df(RUN_MEANS_SQL, [s.run_id, s.run_id]) for s in summaries}
     store.close()
+    workers = list(getattr(chosen, "started", []))
     runs = [{"benchmark": task.name, "mode": r.mode, "model": model_spec, "judge_model": r.judge_spec,
              "context_window": info.context_window, "context_window_source": info.context_window_source,
-             "smoke_test": smoke, "db": str(args.db), **s.to_dict(), "scores": _records(means[s.run_id])}
+             "smoke_test": smoke, "db": str(args.db), **s.to_dict(), "scores": _records(means[s.run_id]),
+             "executor": chosen.name, "workers": workers}
             for r, s in zip(requests, summaries, strict=True)]
     if args.json:
         payload: dict[str, Any] = {**runs[-1], "selection": rule or "published"}
@@ -379,6 +418,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         _banner(SMOKE_LABEL, out)
     for r, s in zip(requests, summaries, strict=True):
         _write_run_summary(task.name, r.mode, s, means[s.run_id], out)
+    if workers:
+        out.write(f"  executor: {chosen.name}, {len(workers)} worker{'s' if len(workers) != 1 else ''} "
+                  f"({', '.join(workers)})\n")
     if len(modes) > 1:
         _write_report(_report_payload(task.name, args.db, frames=True), out, sections=COMPARISON_SECTIONS)
     else:
@@ -402,22 +444,24 @@ def comparison_modes(task: Task, mode: str) -> list[str]:
 
 
 async def run_with_baselines(task: Task, requests: Sequence[Any], *, model: Any, store: ResultStore,
-                             judge: Any = None, selection: Any = None) -> list[Any]:
+                             judge: Any = None, selection: Any = None, executor: Any = None) -> list[Any]:
     """Run (or resume) each request's mode on the same cases, one after another; their summaries.
 
     These are ordinary runs: the baseline a ``recall`` run brings along has the same id as the
     one ``--mode long_context`` makes with the same settings, so either command reuses the other's
-    stored cases, and the call cache replays any request already made. SIGTERM (a CI timeout,
-    ``kill``) stops the runs as cleanly as Ctrl-C does.
+    stored cases, and the call cache replays any request already made. ``executor`` runs the cases
+    (default in-process; it is not part of the run id). SIGTERM (a CI timeout, ``kill``) stops the
+    runs as cleanly as Ctrl-C does.
     """
-    from agentlab.bench import executor
+    from agentlab.bench.executor import run_task
 
     main_task = asyncio.current_task()
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         if main_task is not None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     selection = selection or task.load_cases(requests[0].settings)
-    return [await executor.run_task(task, request, model=model, store=store, judge=judge, selection=selection)
+    return [await run_task(task, request, model=model, store=store, judge=judge, selection=selection,
+                           executor=executor)
             for request in requests]
 
 
@@ -624,7 +668,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if argv[0] == "fixture":
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)
-    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, DatabaseFileError) as exc:
+    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, DatabaseFileError,
+            ExecutorError) as exc:
         message = exc.args[0] if isinstance(exc, UnknownBenchmark | FileNotFoundError) and exc.args else str(exc)
         sys.stderr.write(f"error: {message}\n")
         return 2
