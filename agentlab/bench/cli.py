@@ -3,8 +3,8 @@
     python -m agentlab.bench <benchmark> [--mode MODE] [--limit N] [--model SPEC] [--judge-model SPEC]
                                          [--context-window N] [--concurrency K] [--db PATH] [--set section.field=value ...]
                                          [--dry-run] [--retrieval-only] [--json] [--no-progress]
-    python -m agentlab.bench sweep <benchmark> --mode M --grid SECTION.FIELD=V1,V2 [--grid ...] [--limit N]
-                                   [--model SPEC] [--set ...] [--db PATH] [--json] [--no-baseline]
+                                         [--executor in-process|ray] [--ray-address ADDR] [--workers N]
+    python -m agentlab.bench sweep <benchmark> --mode M --grid SECTION.FIELD=V1,V2 [--grid ...] [run flags]
     python -m agentlab.bench report <benchmark> [--db PATH] [--json] [--run ID] [--variant NAME]
                                     [--between VARIANT_A VARIANT_B]
     python -m agentlab.bench list [--json]
@@ -41,12 +41,15 @@ from agentlab.bench.config import (
     variant_settings,
 )
 from agentlab.bench.datasets.base import DatasetError
+from agentlab.bench.distributed import ExecutorError
 from agentlab.bench.store import DEFAULT_DB, RUN_MEANS_SQL, ResultStore
 from agentlab.bench.tasks import Task, UnknownBenchmark, discover, get_task
 from agentlab.duckdb_files import DatabaseFileError
 
 #: What ``--variant NAME`` may contain (it is shown in tables and typed back into ``--variant``).
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9_.=;:+,-]+")
+#: Values of --executor.
+EXECUTORS = ("in-process", "ray")
 #: Cases run with the embedded model when no --limit is given.
 EMBEDDED_DEFAULT_LIMIT = 5
 SMOKE_LABEL = ("SMOKE TEST: produced with the embedded SmolLM2-135M model; these numbers only show that the "
@@ -71,7 +74,8 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--context-window", type=int, default=None, metavar="N",
                    help="the answer model's context window in tokens (default: what its server states, else the "
                         "known-model table; a model neither knows stops the run)")
-    p.add_argument("--concurrency", type=int, default=None, help="cases run at once (default [run] concurrency or 4)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="cases run at once (per worker with --executor ray; default [run] concurrency or 4)")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"results DuckDB file (default {DEFAULT_DB})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a setting from benchmarks/<benchmark>.toml (repeatable)")
@@ -84,7 +88,39 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--variant", metavar="NAME",
                    help="name this run's variant (part of its id); default: the --set settings that differ "
                         "from the benchmark's file, e.g. summary.max_output_tokens=512, or 'default'")
+    p.add_argument("--no-baselines", action="store_true",
+                   help="run only --mode (by default a mode with a baseline first runs, or reuses, its baseline "
+                        "and lossy modes on the same cases and ends with the comparison tables)")
+    add_executor_args(p)
     return p
+
+
+def add_executor_args(p: argparse.ArgumentParser) -> None:
+    """``--executor``, ``--ray-address``, ``--workers``: where cases run (not part of the run id)."""
+    p.add_argument("--executor", choices=EXECUTORS, default="in-process",
+                   help="where cases run: in this process (default) or on Ray workers (pip install 'agentlab[ray]'); "
+                        "the results land in --db either way and a run can be resumed with the other executor")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="join this Ray cluster ('auto' or HOST:PORT of `ray start --head`); default: a private "
+                        "local Ray instance")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="Ray workers (one CPU each; each runs --concurrency cases at once); default: the cluster's CPUs")
+
+
+def executor_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~agentlab.bench.executor.Executor` the flags ask for (a sweep passes it to every run)."""
+    from agentlab.bench import executor
+
+    if args.executor != "ray":
+        for flag, value in (("--ray-address", args.ray_address), ("--workers", args.workers)):
+            if value is not None:
+                raise CliError(f"{flag} needs --executor ray")
+        return executor.InProcessExecutor()
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers must be >= 1, got {args.workers}")
+    from agentlab.bench.distributed import RayExecutor
+
+    return RayExecutor(args.ray_address, workers=args.workers)
 
 
 def _report_parser(prog: str) -> argparse.ArgumentParser:
@@ -253,7 +289,7 @@ def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -
     points = _grid_points(args.grid, shared.overrides)
     for point in points:  # every point's settings are checked before the first model call
         apply_overrides(load_settings(task.name, task.default_settings()), [*shared.overrides, *point])
-    roles = _mode_roles().get(task.name)
+    roles = _all_roles().get(task.name)
     plan: list[tuple[str, list[str]]] = []
     if roles is not None and mode != roles.baseline and not args.no_baseline:
         plan.append((roles.baseline, []))
@@ -261,8 +297,8 @@ def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -
     results = []
     for step, (step_mode, point_flags) in enumerate(plan, 1):
         buffer = io.StringIO()
-        status = cmd_run(parser.parse_args([task.name, *run_flags, *point_flags, "--mode", step_mode, "--json"]),
-                         buffer)
+        status = cmd_run(parser.parse_args([task.name, *run_flags, *point_flags, "--mode", step_mode, "--json",
+                                            "--no-baselines"]), buffer)
         if status != 0:
             sys.stderr.write(f"sweep stopped at step {step} of {len(plan)} ({step_mode} "
                              f"{' '.join(point_flags[1::2]) or 'default'}); rerun the same command to finish the rest\n")
@@ -307,16 +343,18 @@ def _is_embedded(model_spec: str) -> bool:
     return model_spec.strip() == "embedded"
 
 
-def _resolve_limit(args: argparse.Namespace, model_spec: str, out: TextIO, quiet: bool) -> tuple[int | None, bool]:
+def _resolve_limit(args: argparse.Namespace, model_spec: str) -> tuple[int | None, bool]:
+    """(``--limit`` as a case count or None for all, whether this is a smoke test on the embedded model).
+
+    Without ``--limit`` the embedded model runs at most :data:`EMBEDDED_DEFAULT_LIMIT` cases
+    (see :func:`_choose_cases` for which).
+    """
     smoke = _is_embedded(model_spec)
     if args.limit is not None and args.limit < 0:
         raise CliError(f"--limit must be >= 0 (0 = all cases), got {args.limit}")
     if args.limit == 0:
         return None, smoke
     if args.limit is None and smoke:
-        if not quiet:
-            _banner(f"embedded model without --limit: running only the first {EMBEDDED_DEFAULT_LIMIT} cases "
-                    "(pass --limit 0 for all)", out)
         return EMBEDDED_DEFAULT_LIMIT, smoke
     return args.limit, smoke
 
@@ -439,16 +477,14 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from agentlab.bench.judge import Judge
 
     notes = out if not args.json else sys.stderr
-    limit, smoke = _resolve_limit(args, model_spec, notes, quiet=False)
+    limit, smoke = _resolve_limit(args, model_spec)
     judge_spec = args.judge_model or settings.get("judge", "model") or model_spec
     judge_enabled = bool(settings.get("judge", "enabled", True))
     concurrency = args.concurrency or int(settings.get("run", "concurrency", 4))
-    request = executor.RunRequest(
-        benchmark=task.name, mode=mode, model_spec=model_spec, settings=settings,
-        judge_spec=judge_spec if judge_enabled else None, limit=limit, concurrency=concurrency,
-        smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
-        variant=args.variant, variant_settings=variant_diff,
-    )
+    modes = [mode] if args.no_baselines else comparison_modes(task, mode)
+    for compared in modes[:-1]:  # the baseline and lossy runs use the same settings
+        _check_policies(task, compared, settings)
+    chosen = executor_from_args(args)  # flag errors stop the run before anything is stored
     # Every check that can stop the run happens here, before the results file is touched.
     model = _build_model(model_spec, "--model", args.context_window)
     info = _prepare_model(model, model_spec, "--model", window=True)
@@ -459,59 +495,159 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             judge_model = _build_model(judge_spec, "--judge-model")
             _prepare_model(judge_model, judge_spec, "--judge-model", window=False)
         judge = Judge(judge_model, judge_spec)
-    selection = _load_selection(task, settings)
+    selection, rule = _choose_cases(task, settings, model, args, smoke, notes)
+    requests = [executor.RunRequest(
+        benchmark=task.name, mode=m, model_spec=model_spec, settings=settings,
+        judge_spec=judge_spec if judge_enabled else None, limit=limit if rule is None else None,
+        concurrency=concurrency, smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
+        # Remote workers build their own models (executor.build_models): the same window for them.
+        model_options={} if args.context_window is None else {"context_window": args.context_window},
+        variant=args.variant, variant_settings=variant_diff)
+        for m in modes]
     store = ResultStore(args.db)
-    notes.write(f"{task.name}/{mode}: model {model_spec}, context window {info.context_window} tokens "
+    notes.write(f"{task.name}/{', '.join(modes)}: model {model_spec}, context window {info.context_window} tokens "
                 f"({info.context_window_source or 'stated by the model'})\n")
-
-    async def run_with_sigterm() -> executor.RunSummary:
-        # SIGTERM (a CI timeout, `kill`) stops the run as cleanly as Ctrl-C does.
-        main_task = asyncio.current_task()
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            if main_task is not None:
-                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
-        try:
-            return await executor.run_task(task, request, model=model, store=store, judge=judge, selection=selection)
-        finally:
-            # Close the HTTP clients on this loop: a sweep runs one loop per point, and a client
-            # left to the garbage collector would try to close itself on a loop already gone.
-            for used in {id(m): m for m in (model, judge.model if judge else None) if m is not None}.values():
-                closer = getattr(used, "aclose", None) or getattr(getattr(used, "inner", None), "aclose", None)
-                if closer is not None:
-                    with contextlib.suppress(Exception):
-                        await closer()
-
     try:
-        summary = asyncio.run(run_with_sigterm())
+        summaries = asyncio.run(run_with_baselines(task, requests, model=model, store=store, judge=judge,
+                                                   selection=selection, executor=chosen))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        rows = store.query("SELECT run_id, count(*) FILTER (WHERE status = 'ok'), count(*) FROM cases "
-                           "WHERE run_id IN (SELECT run_id FROM runs WHERE status = 'interrupted' "
-                           "AND benchmark = ? AND mode = ?) GROUP BY run_id", [task.name, mode])
-        stored = ", ".join(f"{r[1]} ok of {r[2]} stored in run {r[0]}" for r in rows) or "nothing stored"
+        marks = ", ".join("?" for _ in modes)
+        rows = store.query("SELECT r.mode, c.run_id, count(*) FILTER (WHERE c.status = 'ok'), count(*) FROM cases c "
+                           "JOIN runs r ON r.run_id = c.run_id WHERE r.status = 'interrupted' AND r.benchmark = ? "
+                           f"AND r.mode IN ({marks}) GROUP BY ALL", [task.name, *modes])
+        stored = ", ".join(f"{r[2]} ok of {r[3]} stored in {r[0]} run {r[1]}" for r in rows) or "nothing stored"
         sys.stderr.write(f"\ninterrupted: {stored}. Rerun the same command to finish the missing cases.\n")
         store.close()
         return 130
-    means = store.df(RUN_MEANS_SQL, [summary.run_id, summary.run_id])
+    means = {s.run_id: store.df(RUN_MEANS_SQL, [s.run_id, s.run_id]) for s in summaries}
     store.close()
-    payload = {"benchmark": task.name, "mode": mode, "model": model_spec, "judge_model": request.judge_spec,
-               "variant": request.variant_label, "variant_settings": variant_diff,
-               "context_window": info.context_window, "context_window_source": info.context_window_source,
-               "smoke_test": smoke, "db": str(args.db), **summary.to_dict(), "scores": _records(means)}
+    workers = list(getattr(chosen, "started", []))
+    runs = [{"benchmark": task.name, "mode": r.mode, "model": model_spec, "judge_model": r.judge_spec,
+             "variant": r.variant_label, "variant_settings": variant_diff,
+             "context_window": info.context_window, "context_window_source": info.context_window_source,
+             "smoke_test": smoke, "db": str(args.db), **s.to_dict(), "scores": _records(means[s.run_id]),
+             "executor": chosen.name, "workers": workers}
+            for r, s in zip(requests, summaries, strict=True)]
     if args.json:
+        payload: dict[str, Any] = {**runs[-1], "selection": rule or "published"}
+        if len(runs) > 1:
+            payload["runs"] = runs
+            payload["report"] = _report_payload(task.name, args.db)
         _print_json(payload, out)
         return 0
     if smoke:
         _banner(SMOKE_LABEL, out)
-    out.write(f"{task.name}/{mode} variant {request.variant_label} run {summary.run_id}: {summary.total_cases_ok} ok, {summary.failed} failed "
+    for r, s in zip(requests, summaries, strict=True):
+        _write_run_summary(task.name, r.mode, s, means[s.run_id], out)
+    if workers:
+        out.write(f"  executor: {chosen.name}, {len(workers)} worker{'s' if len(workers) != 1 else ''} "
+                  f"({', '.join(workers)})\n")
+    if len(modes) > 1:
+        _write_report(_report_payload(task.name, args.db, frames=True), out, sections=COMPARISON_SECTIONS)
+    else:
+        out.write(f"  stored in {args.db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
+    return 0
+
+
+def comparison_modes(task: Task, mode: str) -> list[str]:
+    """The modes a run of ``mode`` is compared with, then ``mode``: baseline [, lossy], mode.
+
+    A recovered mode needs its baseline and its lossy mode (recovery); any other non-baseline
+    mode needs the baseline (token savings, quality loss); the baseline needs nothing.
+    """
+    roles = task.roles()
+    if roles is None or mode == roles.baseline or roles.baseline not in task.modes:
+        return [mode]
+    modes = [roles.baseline]
+    if mode == roles.recovered and roles.lossy and roles.lossy in task.modes:
+        modes.append(roles.lossy)
+    return [*modes, mode]
+
+
+async def run_with_baselines(task: Task, requests: Sequence[Any], *, model: Any, store: ResultStore,
+                             judge: Any = None, selection: Any = None, executor: Any = None) -> list[Any]:
+    """Run (or resume) each request's mode on the same cases, one after another; their summaries.
+
+    These are ordinary runs: the baseline a ``recall`` run brings along has the same id as the
+    one ``--mode long_context`` makes with the same settings, so either command reuses the other's
+    stored cases, and the call cache replays any request already made. ``executor`` runs the cases
+    (default in-process; it is not part of the run id). SIGTERM (a CI timeout, ``kill``) stops the
+    runs as cleanly as Ctrl-C does.
+    """
+    from agentlab.bench.executor import run_task
+
+    main_task = asyncio.current_task()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        if main_task is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
+    selection = selection or task.load_cases(requests[0].settings)
+    return [await run_task(task, request, model=model, store=store, judge=judge, selection=selection,
+                           executor=executor)
+            for request in requests]
+
+
+def _choose_cases(task: Task, settings: Any, model: Any, args: argparse.Namespace, smoke: bool,
+                  out: TextIO) -> tuple[Any, str | None]:
+    """The published selection, or on the embedded model without ``--limit`` the demo selection.
+
+    Returns the selection and the rule to store with the runs (``None`` = published).
+    """
+    from agentlab.bench.selection import FITS_WINDOW_RULE, model_prompt_counter, select_fitting
+
+    selection = _load_selection(task, settings)
+    if not (smoke and args.limit is None):
+        return selection, None
+    window = int(getattr(model.info, "context_window", 0) or 0)
+    roles = task.roles()
+    if not window or roles is None:
+        _banner(f"embedded model without --limit: running the first {EMBEDDED_DEFAULT_LIMIT} published cases "
+                "(pass --limit 0 for all)", out)
+        return _limited(selection, EMBEDDED_DEFAULT_LIMIT), None
+    counter, counted_with = model_prompt_counter(model)
+    try:
+        fitting = select_fitting(task, selection, settings, window=window, limit=EMBEDDED_DEFAULT_LIMIT,
+                                 counter=counter, counted_with=counted_with)
+    except NotImplementedError:  # the task cannot plan its baseline prompts without a model
+        fitting = None
+    if fitting is None or not fitting.selection.cases:
+        _banner(f"embedded model without --limit: no {task.name} case's {roles.baseline} prompt fits the "
+                f"{window}-token window, so its baseline will fail `context_length`; running the first "
+                f"{EMBEDDED_DEFAULT_LIMIT} published cases (pass --limit N to choose)", out)
+        return _limited(selection, EMBEDDED_DEFAULT_LIMIT), None
+    groups = {task.case_group(c) for c in fitting.selection.cases}
+    _banner(f"DEMO SET, not the published selection: the embedded model's window is {window} tokens, so "
+            f"{task.name} runs {len(fitting.selection.cases)} of the {fitting.fitting} cases (of {fitting.published} "
+            f"published) whose {roles.baseline} prompt fits it (largest {fitting.max_prompt_tokens} "
+            f"tokens, {counted_with}; {len(groups)} group(s) of shared context). Pass --limit N for the first N "
+            "published cases, --limit 0 for all", out)
+    return fitting.selection, FITS_WINDOW_RULE
+
+
+def _limited(selection: Any, limit: int) -> Any:
+    from agentlab.bench.tasks import CaseSelection
+
+    return CaseSelection(list(selection.cases)[:limit], selection.dataset_sha256, selection.loaded, selection.note)
+
+
+def _write_run_summary(benchmark: str, mode: str, summary: Any, means: Any, out: TextIO) -> None:
+    out.write(f"{benchmark}/{mode} run {summary.run_id}: {summary.total_cases_ok} ok, {summary.failed} failed "
               f"this time, {summary.already_done} already done (of {summary.selected} selected)\n")
     if summary.errors:
         out.write("  failures by code: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) + "\n")
     out.write(f"  tokens this time: {summary.prompt_tokens} prompt + {summary.completion_tokens} completion\n")
+    if summary.prompt_tokens:
+        processed = summary.processed_prompt_tokens
+        out.write(f"  prompt tokens processed by the server: {processed} of {summary.prompt_tokens} sent "
+                  f"({processed / summary.prompt_tokens:.1%}; {summary.replayed_prompt_tokens} replayed from the call "
+                  f"cache, {summary.server_cached_prompt_tokens} reused from the server's prompt cache)\n")
     if len(means):
         out.write("  mean scores of this run's cases (failed cases count 0; unscored ones are left out):\n")
         out.write("    " + means.to_string(index=False).replace("\n", "\n    ") + "\n")
-    out.write(f"  stored in {args.db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
-    return 0
+
+
+#: The report sections a run with baselines ends with (``report`` prints every section).
+COMPARISON_SECTIONS = ("token_savings", "quality_loss", "recovery", "own")
+_NO_ROWS = "(no rows: needs the baseline mode and the compared modes run on the same model)"
 
 
 #: How runs meet in the report; printed with it and stored in its JSON (``rules``).
@@ -527,7 +663,41 @@ REPORT_RULES = (
 )
 
 
-def _mode_roles() -> dict[str, Any]:
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    if not args.db.exists():
+        raise CliError(f"no results database at {args.db}; run `python -m agentlab.bench {args.benchmark} ...` first")
+    payload = _report_payload(args.benchmark, args.db, frames=True, between=args.between)
+    runs = payload["runs"]
+    run_ids = set(args.run) if args.run else None
+    variants = set(args.variant) if args.variant else None
+    if run_ids is not None:
+        unknown = sorted(run_ids - set(runs["run_id"]))
+        if unknown:
+            raise CliError(f"--run {', '.join(unknown)}: no such run of {args.benchmark}; runs: "
+                           f"{', '.join(runs['run_id'])}")
+    known_variants = payload["variants"]
+    for name in [*(variants or ()), *(args.between or ())]:
+        if name not in known_variants:
+            raise CliError(f"variant {name!r}: no run of {args.benchmark} has it; variants: {', '.join(known_variants)}")
+    if run_ids is not None or variants is not None:
+        shown = _narrow(runs, run_ids, variants, ("run_id",))
+        partners = set(shown["run_id"]) | set(shown["baseline_run_id"].dropna()) | set(shown["lossy_run_id"].dropna())
+        payload["runs"] = runs[runs["run_id"].isin(partners)]
+        payload["scores"] = _narrow(payload["scores"], run_ids, variants, ("run_id",))
+        for key in ("token_savings", "quality_loss", "recovery", "pareto"):
+            payload[key] = _narrow(payload[key], run_ids, variants)
+    if args.json:
+        payload = {k: (_records(v.drop(columns=["config"]) if k == "runs" else v) if hasattr(v, "to_dict") else v)
+                   for k, v in payload.items()}
+        payload["benchmark_tables"] = {name: _records(df) for name, df in payload["benchmark_tables"].items()}
+        _print_json(payload, out)
+        return 0
+    _write_report(payload, out)
+    return 0
+
+
+def _all_roles() -> dict[str, Any]:
+
     roles: dict[str, Any] = dict(MODE_ROLES)
     try:
         for name, cls in discover().items():
@@ -556,106 +726,108 @@ def _narrow(df: Any, run_ids: set[str] | None, variants: set[str] | None,
     return df[keep]
 
 
-def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    if not args.db.exists():
-        raise CliError(f"no results database at {args.db}; run `python -m agentlab.bench {args.benchmark} ...` first")
+def _report_payload(benchmark: str, db: Path, frames: bool = False,
+                    between: Sequence[str] | None = None) -> dict[str, Any]:
+    """Rebuild the derived tables and read them back: DataFrames with ``frames``, else JSON records."""
     from agentlab.bench import analysis
 
-    with ResultStore(args.db) as store:
-        store.rebuild_derived(_mode_roles())
-        runs = analysis.runs_df(args.benchmark, store=store)
+    with ResultStore(db) as store:
+        store.rebuild_derived(_all_roles())
+        runs = analysis.runs_df(benchmark, store=store)
         if len(runs) == 0:
-            raise CliError(f"no runs of {args.benchmark!r} in {args.db}")
-        means = analysis.mode_means_df(args.benchmark, store=store)
-        savings = analysis.token_savings_df(args.benchmark, level="aggregate", store=store)
-        loss = analysis.quality_loss_df(args.benchmark, store=store)
-        recovery = analysis.recovery_df(args.benchmark, store=store)
-        pareto = analysis.pareto_df(args.benchmark, store=store)
-        between = (analysis.variant_comparison_df(args.benchmark, args.between[0], args.between[1], store=store)
-                   if args.between else None)
-        own = _benchmark_tables(args.benchmark, store)
-    run_ids = set(args.run) if args.run else None
-    variants = set(args.variant) if args.variant else None
-    if run_ids is not None:
-        unknown = sorted(run_ids - set(runs["run_id"]))
-        if unknown:
-            raise CliError(f"--run {', '.join(unknown)}: no such run of {args.benchmark}; runs: "
-                           f"{', '.join(runs['run_id'])}")
-    known_variants = sorted(set(runs["variant"].fillna("legacy")))
-    for name in [*(variants or ()), *(args.between or ())]:
-        if name not in known_variants:
-            raise CliError(f"variant {name!r}: no run of {args.benchmark} has it; variants: {', '.join(known_variants)}")
-    if run_ids is not None or variants is not None:
-        shown = _narrow(runs, run_ids, variants, ("run_id",))
-        partners = set(shown["run_id"]) | set(shown["baseline_run_id"].dropna()) | set(shown["lossy_run_id"].dropna())
-        runs = runs[runs["run_id"].isin(partners)]
-        means = _narrow(means, run_ids, variants, ("run_id",))
-        savings, loss, recovery, pareto = (_narrow(df, run_ids, variants) for df in (savings, loss, recovery, pareto))
+            raise CliError(f"no runs of {benchmark!r} in {db}")
+        tables = {
+            "runs": runs.drop(columns=["config"]) if not frames else runs,
+            "scores": analysis.mode_means_df(benchmark, store=store),
+            "token_savings": analysis.token_savings_df(benchmark, level="aggregate", store=store),
+            "quality_loss": analysis.quality_loss_df(benchmark, store=store),
+            "recovery": analysis.recovery_df(benchmark, store=store),
+            "pareto": analysis.pareto_df(benchmark, store=store),
+        }
+        if between:
+            tables["between"] = analysis.variant_comparison_df(benchmark, between[0], between[1], store=store)
+        own = _benchmark_tables(benchmark, store)
     smoke = bool(runs["smoke_test"].fillna(False).any())
-    if args.json:
-        _print_json({"benchmark": args.benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None,
-                     "db": str(args.db), "rules": REPORT_RULES,
-                     "variants": sorted(set(runs["variant"].fillna("legacy"))),
-                     "runs": _records(runs.drop(columns=["config"])), "scores": _records(means),
-                     "token_savings": _records(savings), "quality_loss": _records(loss),
-                     "recovery": _records(recovery), "pareto": _records(pareto),
-                     **({"between": _records(between)} if between is not None else {}),
-                     "benchmark_tables": {name: _records(df) for name, df in own.items()}}, out)
-        return 0
-    if smoke:
-        _banner(SMOKE_LABEL, out)
+    head = {"benchmark": benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None, "db": str(db),
+            "rules": REPORT_RULES, "variants": sorted(set(runs["variant"].fillna("legacy")))}
+    if frames:
+        return {**head, **tables, "benchmark_tables": own}
+    return {**head, **{k: _records(v) for k, v in tables.items()},
+            "benchmark_tables": {name: _records(df) for name, df in own.items()}}
 
-    def section(title: str, df: Any, columns: list[str]) -> None:
+
+def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] | None = None) -> None:
+    """Print a :func:`_report_payload` (made with ``frames=True``): every section, or ``sections``."""
+    shown = set(sections) if sections is not None else None
+
+    def section(key: str, title: str, df: Any, columns: list[str]) -> None:
+        if shown is not None and key not in shown:
+            return
         out.write(f"\n== {title} ==\n")
         if df is None or len(df) == 0:
-            out.write("(no rows: needs the baseline mode and the compared modes run on the same model)\n")
+            out.write(_NO_ROWS + "\n")
             return
-        shown = df[[c for c in columns if c in df.columns]]
-        out.write(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n")
+        picked = df[[c for c in columns if c in df.columns]]
+        out.write(picked.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n")
 
+    if payload["smoke_test"] and shown is None:
+        _banner(SMOKE_LABEL, out)
+    savings = payload["token_savings"]
     stats_columns = ["ci_low", "ci_high", "p_value", "n_pairs"]
-    section("runs", runs, ["run_id", "mode", "variant", "model", "judge_model", "status", "n_ok", "n_failed",
-                           "smoke_test", "baseline_variant", "baseline_run_id", "started"])
-    section("scores by mode and variant (failed cases count as 0)", means,
+    section("runs", "runs", payload["runs"],
+            ["run_id", "mode", "variant", "model", "judge_model", "status", "n_ok", "n_failed", "smoke_test",
+             "baseline_variant", "baseline_run_id", "started"])
+    section("scores", "scores by mode and variant (failed cases count as 0)", payload["scores"],
             ["mode", "variant", "model", "metric", "mean", "n_cases", "n_failed", "n_unscored"])
-    section("token_savings (answer-call prompt tokens vs baseline; interval of prompt_savings)", savings,
+    section("token_savings", "token_savings (answer-call prompt tokens vs baseline; interval of prompt_savings)",
+            savings,
             ["mode", "variant", "baseline_variant", "n_cases", "n_baseline_estimated", "baseline_prompt_tokens",
              "mode_prompt_tokens", "prompt_savings", *stats_columns, "prompt_savings_ratio",
              "prompt_savings_with_summary", "total_savings", "total_savings_ratio", "mode_prompt_tokens_last",
              "prompt_savings_last", "published_token_rule"])
-    if len(savings):
+    savings_shown = shown is None or "token_savings" in shown
+    if savings_shown and len(savings):
         out.write("prompt tokens of a case: summed over all its answer calls; *_last: its last answer call only. "
                   "published_token_rule names the one the published report uses (README, Token accounting)\n")
-    if len(savings) and savings.get("n_baseline_estimated") is not None and savings["n_baseline_estimated"].sum() > 0:
+    if savings_shown and len(savings) and \
+            savings.get("n_baseline_estimated") is not None and savings["n_baseline_estimated"].sum() > 0:
         out.write("n_baseline_estimated: baseline cases whose prompt did not fit the model's window; their prompt "
                   "tokens are the tokens the prompt needed (cl100k count), and total savings leave them out\n")
-    section("quality_loss (run vs its baseline run; failed cases count 0; interval of delta)", loss,
+    section("quality_loss", "quality_loss (run vs its baseline run; failed cases count 0; interval of delta)",
+            payload["quality_loss"],
             ["mode", "variant", "baseline_variant", "metric", "n_cases", "n_scored", "n_failed_baseline",
              "n_failed_mode", "baseline_mean", "mode_mean", "delta", *stats_columns, "relative_loss"])
-    section("recovery ((recovered - lossy) / (baseline - lossy))", recovery,
+    section("recovery", "recovery ((recovered - lossy) / (baseline - lossy))", payload["recovery"],
             ["variant", "lossy_variant", "metric", "n_cases", "n_failed_baseline", "baseline_mean", "lossy_mean",
              "recovered_mean", "recovery", *stats_columns, "n_baseline_ok", "recovery_baseline_ok", "wins", "losses",
              "ties"])
-    if len(recovery) and recovery.get("n_failed_baseline") is not None and recovery["n_failed_baseline"].sum() > 0:
-        out.write("recovery: over all n_cases, failed baseline cases counting 0 (this can exceed 1); "
-                  "recovery_baseline_ok: over the n_baseline_ok cases whose baseline answered\n")
-    section("pareto (token savings vs quality loss per metric; on_frontier)", pareto,
+    section("pareto", "pareto (token savings vs quality loss per metric; on_frontier)", payload.get("pareto"),
             ["metric", "mode", "variant", "token_savings", "savings_ci_low", "savings_ci_high", "quality_loss",
              "loss_ci_low", "loss_ci_high", "on_frontier"])
-    if between is not None:
-        section(f"between variants: {args.between[1]} - {args.between[0]} (paired on shared cases)", between,
-                ["mode", "model", "metric", "mean_a", "mean_b", "delta", *stats_columns])
-    notes = sorted({n for df in (savings, loss, recovery) if df is not None and len(df) and "stats_note" in df
+    if payload.get("between") is not None:
+        section("between", "between variants (B - A, paired on shared cases)", payload["between"],
+                ["mode", "model", "metric", "variant_a", "variant_b", "mean_a", "mean_b", "delta", *stats_columns])
+    notes = sorted({n for key in ("token_savings", "quality_loss", "recovery")
+                    if (df := payload.get(key)) is not None and len(df) and "stats_note" in df
                     for n in df["stats_note"].dropna()})
-    if notes:
+    if notes and shown is None:
         out.write("\nempty intervals / p-values: " + " | ".join(notes) + "\n")
-    for name, df in own.items():
-        out.write(f"\n== {name} ({args.benchmark}'s own report table) ==\n")
-        out.write(df.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n" if len(df) else "(no rows)\n")
-    out.write(f"\nhow runs are compared: {REPORT_RULES}\n")
+    recovery = payload["recovery"]
+    if (shown is None or "recovery" in shown) and len(recovery) and \
+            recovery.get("n_failed_baseline") is not None and recovery["n_failed_baseline"].sum() > 0:
+        out.write("recovery: over all n_cases, failed baseline cases counting 0 (this can exceed 1); "
+                  "recovery_baseline_ok: over the n_baseline_ok cases whose baseline answered\n")
+    own = payload["benchmark_tables"]
+    if shown is None or "own" in shown:
+        for name, df in own.items():
+            out.write(f"\n== {name} ({payload['benchmark']}'s own report table) ==\n")
+            out.write(df.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n" if len(df) else "(no rows)\n")
     tables = ", ".join(["token_savings", "quality_loss", "recovery", *own])
-    out.write(f"tables {tables} rebuilt in {args.db}\n")
-    return 0
+    if shown is None:
+        out.write(f"\nhow runs are compared: {REPORT_RULES}\n")
+    out.write(f"\ntables {tables} rebuilt in {payload['db']}\n")
+    if payload["smoke_test"] and shown is not None:
+        out.write(SMOKE_LABEL + "\n")
 
 
 def _benchmark_tables(benchmark: str, store: ResultStore) -> dict[str, Any]:
@@ -695,7 +867,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if argv[0] == "fixture":
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)
-    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, DatabaseFileError) as exc:
+    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, DatabaseFileError,
+            ExecutorError) as exc:
         message = exc.args[0] if isinstance(exc, UnknownBenchmark | FileNotFoundError) and exc.args else str(exc)
         sys.stderr.write(f"error: {message}\n")
         return 2

@@ -19,6 +19,11 @@
   listener and draws nothing.
 * **Concurrency.** At most ``concurrency`` cases run at once (an ``asyncio.Semaphore``); model-call
   retries with backoff happen inside the model layer.
+* **Executors.** Where cases run is an :class:`Executor`: :class:`InProcessExecutor` (the default)
+  runs them as asyncio tasks here; :class:`agentlab.bench.distributed.RayExecutor` spreads them over
+  a Ray cluster. Either way the executor only delivers finished :class:`CaseOutcome` objects and this
+  process (the driver) alone writes them, one transaction per case, so the executor is not part of
+  the run id and a run can be resumed with a different one.
 * **Ctrl-C.** ``KeyboardInterrupt`` / cancellation stops the run: cases still in flight are
   abandoned (nothing of them is written), every finished case stays stored, and the run is marked
   ``interrupted``. Rerunning completes only the missing cases.
@@ -31,7 +36,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
@@ -42,6 +47,7 @@ from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
 from agentlab.model import tokens
 from agentlab.model.base import CallRecord, Model, ModelInfo, observe_calls
+from agentlab.model.cache import CacheEntry, CallCache
 from agentlab.progress import Progress, observe_progress
 
 
@@ -60,6 +66,9 @@ class RunRequest:
     smoke_test: bool = False
     progress: bool = True
     code_version: str = ""
+    #: Keyword arguments of :func:`agentlab.model.registry.get_model` for the answer model (e.g.
+    #: ``context_window``); :func:`build_models` applies them, in the driver and in every worker.
+    model_options: Mapping[str, Any] = field(default_factory=dict)
     #: ``--variant NAME``; None = derived from ``variant_settings`` (see :mod:`agentlab.bench.config`).
     variant: str | None = None
     #: The ``section.field`` settings that differ from the benchmark's file (``variant_settings()``).
@@ -81,19 +90,55 @@ class RunSummary:
     failed: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: Prompt tokens of calls answered from the call cache (no server saw them this time).
+    replayed_prompt_tokens: int = 0
+    #: Prompt tokens of calls sent this time that the server took from its prompt cache
+    #: (``usage.prompt_tokens_details.cached_tokens``; 0 when a server does not report it).
+    server_cached_prompt_tokens: int = 0
     errors: dict[str, int] = field(default_factory=dict)
 
     @property
     def total_cases_ok(self) -> int:
         return self.already_done + self.ok
 
+    @property
+    def processed_prompt_tokens(self) -> int:
+        """Prompt tokens a server actually processed this time (neither replayed nor prefix-cached)."""
+        return self.prompt_tokens - self.replayed_prompt_tokens - self.server_cached_prompt_tokens
+
+    def add_calls(self, calls: Sequence[CallRecord]) -> None:
+        for call in calls:
+            self.prompt_tokens += call.usage.prompt_tokens
+            self.completion_tokens += call.usage.completion_tokens
+            if call.cache_hit:
+                self.replayed_prompt_tokens += call.usage.prompt_tokens
+            else:
+                self.server_cached_prompt_tokens += call.usage.cached_tokens
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "status": self.status, "selected": self.selected,
             "already_done": self.already_done, "attempted": self.attempted, "ok": self.ok,
             "failed": self.failed, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "errors": dict(self.errors),
+            "completion_tokens": self.completion_tokens, "replayed_prompt_tokens": self.replayed_prompt_tokens,
+            "server_cached_prompt_tokens": self.server_cached_prompt_tokens,
+            "processed_prompt_tokens": self.processed_prompt_tokens, "errors": dict(self.errors),
         }
+
+
+def build_models(request: RunRequest, cache: CallCache | bool = True) -> tuple[Model, Judge | None]:
+    """The run's answer model and judge (None when judging is off) from its specs.
+
+    The one place a remote worker builds them, so its models are the driver's. The judge shares
+    the answer model when the specs are equal.
+    """
+    from agentlab.model.registry import get_model
+
+    model = get_model(request.model_spec, cache=cache, **request.model_options)
+    if request.judge_spec is None:
+        return model, None
+    judge_model = model if request.judge_spec == request.model_spec else get_model(request.judge_spec, cache=cache)
+    return model, Judge(judge_model, request.judge_spec)
 
 
 def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: ModelInfo | None = None) -> dict[str, Any]:
@@ -126,6 +171,28 @@ def select(selection: CaseSelection, limit: int | None) -> list[Case]:
     return cases[:limit] if limit else cases
 
 
+def case_groups(todo: Sequence[tuple[int, Case]], task: Task) -> list[list[tuple[int, Case]]]:
+    """``todo`` split by :meth:`Task.case_group`, in order of each group's first case.
+
+    Each group runs sequentially in one worker: a meeting's questions follow each other on the
+    same server slot (its prompt cache keeps the transcript) and the meeting summary built by the
+    first is ready for the rest; groups run concurrently, so one meeting answers while another
+    is still being summarised.
+    """
+    groups: dict[str, list[tuple[int, Case]]] = {}
+    out: list[list[tuple[int, Case]]] = []
+    for item in todo:
+        key = task.case_group(item[1])
+        if key is None:
+            out.append([item])
+        elif key in groups:
+            groups[key].append(item)
+        else:
+            groups[key] = [item]
+            out.append(groups[key])
+    return out
+
+
 def _normalise_scores(scores: Sequence[Score] | dict[str, float] | None, task: Task) -> list[Score]:
     """Tasks may return ``Score`` rows or a plain ``{metric: value}`` dict (versions looked up)."""
     if not scores:
@@ -146,12 +213,127 @@ def _error_code(exc: BaseException) -> str:
     return str(getattr(exc, "code", None) or type(exc).__name__)
 
 
+def failed_record(run_id: str, ordinal: int, case: Case, exc: BaseException, *, code: str | None = None) -> CaseRecord:
+    """The stored row of a case that raised ``exc`` (its message, code and any metadata it carries)."""
+    return CaseRecord(run_id=run_id, case_id=case.id, status="failed", ordinal=ordinal, reference=case.reference,
+                      metadata={**case.metadata, **getattr(exc, "metadata", {})},
+                      error=f"{type(exc).__name__}: {exc}", error_code=code or _error_code(exc))
+
+
+async def attempt_case(task: Task, mode: str, ctx: RunContext, ordinal: int, case: Case,
+                       steps: Any = None) -> CaseRecord:
+    """Run and score one case with every model call captured; never raises for a case error.
+
+    The same function runs in the driver (in-process executor) and inside a remote worker, so a
+    case is answered, scored and recorded identically wherever it runs. ``steps``: a context
+    manager that shows the case's long steps (:mod:`agentlab.progress`) while it runs.
+    """
+    calls: list[CallRecord] = []
+    started = time.perf_counter()
+    record = CaseRecord(run_id=ctx.run_id, case_id=case.id, status="ok", ordinal=ordinal,
+                        reference=case.reference, metadata=dict(case.metadata))
+    with observe_calls(calls.append), (steps if steps is not None else contextlib.nullcontext()):
+        try:
+            result: CaseResult = await task.run_case(case, mode, ctx)
+            record.prediction = result.prediction
+            record.reference = result.reference if result.reference is not None else case.reference
+            record.metadata = {**case.metadata, **result.metadata}
+            record.compactions = list(result.compactions)
+            record.scores = _normalise_scores(await task.score(case, result, ctx), task)
+        except Exception as exc:  # the case fails, the run goes on; BaseException (Ctrl-C) escapes
+            record = failed_record(ctx.run_id, ordinal, case, exc)
+    record.latency_ms = (time.perf_counter() - started) * 1000
+    record.calls = calls
+    return record
+
+
+# ---------------------------------------------------------------------------------- executors
+
+
+@dataclass
+class CaseOutcome:
+    """A finished case as an executor hands it to the driver, which alone writes it."""
+
+    record: CaseRecord
+    #: Call-cache rows of the model calls a remote worker made for the case (merged into the
+    #: driver's cache before the case is written); empty in-process, where the cache is shared.
+    cache_entries: list[CacheEntry] = field(default_factory=list)
+
+
+@dataclass
+class Job:
+    """What an executor needs to run a run's cases."""
+
+    task: Task
+    request: RunRequest
+    run_id: str
+    #: The driver's context (its model, judge, per-run memo); remote workers build their own.
+    ctx: RunContext
+    #: The driver's call cache: remote workers are seeded from it and their new entries merged into it.
+    cache: CallCache | None = None
+    #: ``progress(case)``: a context manager showing the case's steps on the driver's progress bar
+    #: (in-process only; a remote worker's steps are not seen).
+    progress: Callable[[Case], Any] | None = None
+
+
+#: Receives each finished case; called synchronously, so a case is stored before the next is taken.
+Deliver = Callable[[CaseOutcome], None]
+
+
+class Executor(Protocol):
+    """Runs cases somewhere and delivers each as it finishes; the driver's ``deliver`` writes it.
+
+    An executor is not part of a run's identity: a run started with one can be finished with another.
+    """
+
+    name: str
+
+    async def run(self, job: Job, todo: Sequence[tuple[int, Case]], deliver: Deliver) -> None:
+        """Run every case of ``todo`` (``(ordinal, case)`` pairs) and ``deliver`` each outcome.
+
+        On cancellation (Ctrl-C, SIGTERM) cases in flight are abandoned: nothing of them is delivered.
+        """
+        ...
+
+
+class InProcessExecutor:
+    """The default: cases as asyncio tasks in this process, at most ``request.concurrency`` at once."""
+
+    name = "in-process"
+
+    async def run(self, job: Job, todo: Sequence[tuple[int, Case]], deliver: Deliver) -> None:
+        semaphore = asyncio.Semaphore(max(1, job.request.concurrency))
+
+        async def group(members: list[tuple[int, Case]]) -> None:
+            # A group (Task.case_group) holds one concurrency slot for all its cases, so they run
+            # back to back: a meeting's questions reuse the server's cached transcript prefix and
+            # the summary its first case built; other groups run meanwhile.
+            async with semaphore:
+                for ordinal, case in members:
+                    steps = job.progress(case) if job.progress is not None else None
+                    deliver(CaseOutcome(await attempt_case(job.task, job.request.mode, job.ctx, ordinal, case,
+                                                           steps)))
+
+        workers = [asyncio.create_task(group(members), name=f"cases:{members[0][1].id}")
+                   for members in case_groups(todo, job.task)]
+        try:
+            if workers:
+                await asyncio.gather(*workers)
+        finally:
+            # Reached on cancellation (Ctrl-C) and on an error: cases still in flight are abandoned.
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+
+
 async def run_task(task: Task, request: RunRequest, *, model: Model, store: ResultStore,
                    judge: Judge | None = None, selection: CaseSelection | None = None,
-                   session_service_factory: Callable[[], Any] | None = None) -> RunSummary:
+                   session_service_factory: Callable[[], Any] | None = None,
+                   executor: Executor | None = None) -> RunSummary:
     """Run (or resume) one benchmark mode and store every case. See the module docstring."""
     if request.mode not in task.modes:
         raise ValueError(f"{task.name}: unknown mode {request.mode!r}; modes: {', '.join(task.modes)}")
+    executor = executor or InProcessExecutor()
     # Resolved before anything is stored: a model whose window nobody states stops the run here.
     info = model.info
     selection = selection or task.load_cases(request.settings)
@@ -170,68 +352,49 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
                      model_spec=request.model_spec, judge=judge, run_id=run_id,
                      session_service_factory=session_service_factory, store=store)
-    semaphore = asyncio.Semaphore(max(1, request.concurrency))
+    cache = getattr(model, "cache", None)
+    job = Job(task, request, run_id, ctx, cache if isinstance(cache, CallCache) else None)
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",
                unit="case", disable=not request.progress, dynamic_ncols=True)
 
-    def show_step(case: Case) -> Callable[[Progress], None]:
+    def show_step(case: Case) -> Any:
+        """The context in which a case's long steps show as the bar's postfix (none without a bar)."""
+        if not request.progress:
+            return contextlib.nullcontext()
+
         def show(step: Progress) -> None:
             bar.set_postfix_str(f"{case.id}: {step.describe()}", refresh=True)
 
-        return show
+        return observe_progress(show)
 
-    async def one(ordinal: int, case: Case) -> None:
-        async with semaphore:
-            calls: list[CallRecord] = []
-            started = time.perf_counter()
-            record = CaseRecord(run_id=run_id, case_id=case.id, status="ok", ordinal=ordinal,
-                                reference=case.reference, metadata=dict(case.metadata))
-            steps = observe_progress(show_step(case)) if request.progress else contextlib.nullcontext()
-            with observe_calls(calls.append), steps:
-                try:
-                    result: CaseResult = await task.run_case(case, request.mode, ctx)
-                    record.prediction = result.prediction
-                    record.reference = result.reference if result.reference is not None else case.reference
-                    record.metadata = {**case.metadata, **result.metadata}
-                    record.compactions = list(result.compactions)
-                    record.scores = _normalise_scores(await task.score(case, result, ctx), task)
-                except Exception as exc:  # the case fails, the run goes on; BaseException (Ctrl-C) escapes
-                    record.status = "failed"
-                    record.error = f"{type(exc).__name__}: {exc}"
-                    record.error_code = _error_code(exc)
-                    record.metadata.update(getattr(exc, "metadata", {}))
-                    record.scores = []
-            record.latency_ms = (time.perf_counter() - started) * 1000
-            record.calls = calls
-            store.write_case(record)  # synchronous: a cancellation cannot split it
-            summary.attempted += 1
-            if record.status == "ok":
-                summary.ok += 1
-            else:
-                summary.failed += 1
-                summary.errors[record.error_code or "error"] = summary.errors.get(record.error_code or "error", 0) + 1
-            summary.prompt_tokens += sum(c.usage.prompt_tokens for c in calls)
-            summary.completion_tokens += sum(c.usage.completion_tokens for c in calls)
-            bar.set_postfix(failed=summary.failed, tokens=summary.prompt_tokens + summary.completion_tokens,
-                            refresh=False)
-            bar.update(1)
+    job.progress = show_step
 
-    workers = [asyncio.create_task(one(i, c), name=f"case:{c.id}") for i, c in todo]
+    def store_outcome(outcome: CaseOutcome) -> None:
+        record = outcome.record
+        if outcome.cache_entries and job.cache is not None:
+            # Cache first: a driver killed between the two replays the case for free.
+            job.cache.merge(outcome.cache_entries)
+        store.write_case(record)  # synchronous: a cancellation cannot split it
+        summary.attempted += 1
+        if record.status == "ok":
+            summary.ok += 1
+        else:
+            summary.failed += 1
+            summary.errors[record.error_code or "error"] = summary.errors.get(record.error_code or "error", 0) + 1
+        summary.add_calls(record.calls)
+        bar.set_postfix(failed=summary.failed, tokens=summary.prompt_tokens + summary.completion_tokens,
+                        refresh=False)
+        bar.update(1)
+
     try:
-        if workers:
-            await asyncio.gather(*workers)
+        if todo:
+            await executor.run(job, todo, store_outcome)
     except (asyncio.CancelledError, KeyboardInterrupt):
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
         summary.status = "interrupted"
         store.finish_run(run_id, "interrupted")
         bar.close()
         raise
     except BaseException:
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
         summary.status = "failed"
         store.finish_run(run_id, "failed")
         bar.close()

@@ -11,6 +11,10 @@ are never stored. Either way exactly one :class:`~agentlab.model.base.CallRecord
 
 The default database is ``$AGENTLAB_CACHE_DB`` or ``results/cache.duckdb``; ``CallCache(None)``
 keeps the cache in memory.
+
+Caches travel between processes as rows (:meth:`CallCache.entries`, :meth:`CallCache.merge`): a
+remote worker of a distributed run keeps its own in-memory cache, sends the rows of the calls it
+made back with each case, and the driver merges them into its file, so a replay anywhere is free.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +60,13 @@ CREATE TABLE IF NOT EXISTS call_cache (
     created DOUBLE
 )
 """
+
+
+#: Column order of the rows :meth:`CallCache.entries` returns and :meth:`CallCache.merge` takes.
+ENTRY_COLUMNS = ("cache_key", "model", "purpose", "sample_index", "request_json", "message_json", "prompt_tokens",
+                 "completion_tokens", "cached_tokens", "finish_reason", "latency_ms", "created")
+#: One stored call as plain values (picklable, in :data:`ENTRY_COLUMNS` order).
+CacheEntry = tuple
 
 
 def default_cache_path() -> Path:
@@ -149,6 +160,39 @@ class CallCache:
                     time.time(),
                 ],
             )
+
+    def entries(self, keys: Iterable[str] | None = None, *, models: Iterable[str] | None = None,
+                with_requests: bool = True) -> list[CacheEntry]:
+        """Stored rows for ``keys`` (all when None), optionally only of ``models``.
+
+        ``with_requests=False`` leaves out the request JSON (the bulk of a row): enough to answer
+        from, which is all a worker seeded with the driver's cache needs.
+        """
+        request_col = "request_json" if with_requests else "NULL"
+        columns = ", ".join(request_col if c == "request_json" else c for c in ENTRY_COLUMNS)
+        where, params = [], []
+        if keys is not None:
+            key_list = sorted(set(keys))
+            if not key_list:
+                return []
+            where.append("cache_key IN (SELECT unnest(?::VARCHAR[]))")
+            params.append(key_list)
+        if models is not None:
+            where.append("model IN (SELECT unnest(?::VARCHAR[]))")
+            params.append(sorted(set(models)))
+        sql = f"SELECT {columns} FROM call_cache" + (" WHERE " + " AND ".join(where) if where else "")
+        with self._lock:
+            return [tuple(row) for row in self._conn.execute(sql, params).fetchall()]
+
+    def merge(self, entries: Iterable[CacheEntry]) -> int:
+        """Add rows from another cache; a key already stored keeps its answer. Returns rows offered."""
+        rows = [list(e) for e in entries]
+        if not rows:
+            return 0
+        placeholders = ", ".join("?" for _ in ENTRY_COLUMNS)
+        with self._lock:
+            self._conn.executemany(f"INSERT OR IGNORE INTO call_cache VALUES ({placeholders})", rows)
+        return len(rows)
 
     def __len__(self) -> int:
         with self._lock:

@@ -26,11 +26,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentlab.events import Usage
+from agentlab.events import Message, Usage
 from agentlab.model.base import ModelChunk, ModelInfo, ModelRequest, ModelResponse, ModelUnavailable
 from agentlab.model.openai_compat import EXPLICIT_SOURCE, OpenAICompatModel
 
@@ -40,8 +40,14 @@ EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
 SLOT_CONTEXT = 8_192
 #: Concurrent requests the server decodes together; small because the lab has 2 CPU cores.
 PARALLEL_SLOTS = 2
-#: CPU threads for prompt processing and decoding.
-THREADS = 2
+#: CPU threads for prompt processing (a batch of prompt tokens splits well across both cores).
+BATCH_THREADS = 2
+#: CPU threads for generating one token. One: two threads that must meet at a barrier for every
+#: layer collapse when other processes share the cores. Measured on the 2-core lab machine at a
+#: 3k-token context: quiet, 51 tok/s with two threads and 32 with one; at load average 10, 2.3 with
+#: two and 13 with one. A 1.6x loss when quiet beats a 6x collapse under load, and two slots
+#: generating at once still use both cores.
+THREADS = 1
 #: Where the embedded model's window comes from (stored with runs; the same before and after start).
 EMBEDDED_WINDOW_SOURCE = "embedded: llama.cpp slot n_ctx"
 #: Seconds to wait for ``/health`` after the server object is created.
@@ -78,6 +84,13 @@ def _get_json(url: str, timeout: float = 2.0) -> Any:
         return json.loads(response.read())
 
 
+def _post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
+    request = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # only ever 127.0.0.1
+        return json.loads(response.read())
+
+
 class EmbeddedServer:
     """One in-process llama.cpp HTTP server on 127.0.0.1; use :meth:`shared` for the process-wide one."""
 
@@ -90,11 +103,13 @@ class EmbeddedServer:
         slot_context: int = SLOT_CONTEXT,
         parallel_slots: int = PARALLEL_SLOTS,
         threads: int = THREADS,
+        batch_threads: int = BATCH_THREADS,
     ) -> None:
         self.gguf_path = Path(gguf_path) if gguf_path else None
         self.slot_context = slot_context
         self.parallel_slots = parallel_slots
         self.threads = threads
+        self.batch_threads = batch_threads
         self._server: Any = None
         self._lock = threading.Lock()
         self._atexit_registered = False
@@ -142,7 +157,7 @@ class EmbeddedServer:
             # llama.cpp splits n_ctx evenly across slots; give each slot the full training context.
             params.n_ctx = self.slot_context * self.parallel_slots
             params.cpuparams.n_threads = self.threads
-            params.cpuparams_batch.n_threads = self.threads
+            params.cpuparams_batch.n_threads = self.batch_threads
             params.hostnames = ["127.0.0.1"]
             params.port = 0  # a free port, chosen by the server
             params.verbosity = 0  # keep llama.cpp's load log off stderr
@@ -233,6 +248,22 @@ class EmbeddedModel(OpenAICompatModel):
         self.base_url = self.server.base_url
         self._clients.clear()  # clients made for an earlier server point at a dead port
         self.info = self._own_info()
+
+    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens ``messages`` take with this model's own chat template and tokenizer.
+
+        Asks the server (``/apply-template`` then ``/tokenize``), so the count is the one the
+        server holds against its window, not a cl100k estimate. Starts the server if needed.
+        """
+        self.server.start()
+        address = self.server.address
+        assert address is not None
+        try:
+            rendered = _post_json(f"{address}/apply-template", {"messages": [m.to_openai() for m in messages]})
+            tokenized = _post_json(f"{address}/tokenize", {"content": rendered["prompt"]})
+            return len(tokenized["tokens"])
+        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelUnavailable(f"the embedded server at {address} could not count a prompt's tokens: {exc}") from exc
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         await self._ensure_server(request)

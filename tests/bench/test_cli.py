@@ -58,7 +58,7 @@ def test_embedded_model_defaults_to_five_cases_and_is_a_smoke_test(tmp_path: Pat
     db = tmp_path / "r.duckdb"
     code, out, _ = run_cli("demo", "--db", str(db), "--set", "dataset.n_cases=8", "--no-progress")
     assert code == 0
-    assert "running only the first 5 cases" in out and "SMOKE TEST" in out
+    assert "DEMO SET, not the published selection" in out and "SMOKE TEST" in out
     with ResultStore(db) as store:
         assert store.query("SELECT count(*) FROM cases") == [(5,)]
         assert store.query("SELECT smoke_test, cases_selected FROM runs") == [(True, 5)]
@@ -68,6 +68,88 @@ def test_embedded_model_defaults_to_five_cases_and_is_a_smoke_test(tmp_path: Pat
     assert (result["already_done"], result["attempted"], result["selected"]) == (5, 3, 8)
     assert result["smoke_test"] is True
     assert {s["metric"] for s in result["scores"]} >= {"rougeL", "llm_score"}
+
+
+def test_a_recovered_mode_brings_its_baseline_and_lossy_runs_and_the_tables(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.duckdb")
+    code, out, _ = run_cli("demo", "--mode", "recall", "--limit", "0", "--db", db, "--no-progress")
+    assert code == 0
+    for mode in ("long_context", "summary", "recall"):
+        assert f"demo/{mode} run " in out
+    assert out.index("demo/long_context run") < out.index("demo/summary run") < out.index("demo/recall run")
+    for title in ("== token_savings", "== quality_loss", "== recovery"):
+        assert title in out
+    assert "(no rows" not in out and "SMOKE TEST" in out
+    with ResultStore(Path(db)) as store:
+        assert store.query("SELECT mode, count(*) FROM cases JOIN runs USING (run_id) GROUP BY mode ORDER BY mode") == [
+            ("long_context", 6), ("recall", 6), ("summary", 6)]
+    # The baseline run is an ordinary run: running that mode itself reuses every stored case ...
+    code, out, _ = run_cli("demo", "--mode", "long_context", "--limit", "0", "--db", db, "--no-progress", "--json")
+    assert (json.loads(out)["already_done"], json.loads(out)["attempted"]) == (6, 0)
+    # ... and so does the same comparison again, which still ends with the tables (JSON: under "report").
+    code, out, _ = run_cli("demo", "--mode", "recall", "--limit", "0", "--db", db, "--no-progress", "--json")
+    result = json.loads(out)
+    assert [(r["mode"], r["attempted"]) for r in result["runs"]] == [("long_context", 0), ("summary", 0), ("recall", 0)]
+    assert {r["metric"] for r in result["report"]["recovery"]} >= {"f1", "rougeL"}
+
+
+def test_no_baselines_runs_the_one_mode(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.duckdb")
+    code, out, _ = run_cli("demo", "--mode", "summary", "--limit", "2", "--db", db, "--no-progress", "--no-baselines")
+    assert code == 0 and "demo/summary run" in out and "long_context" not in out and "== recovery" not in out
+    with ResultStore(Path(db)) as store:
+        assert store.query("SELECT mode FROM runs") == [("summary",)]
+
+
+def test_comparison_modes_follow_the_roles() -> None:
+    from agentlab.bench.tasks import get_task
+
+    assert cli.comparison_modes(get_task("demo"), "recall") == ["long_context", "summary", "recall"]
+    assert cli.comparison_modes(get_task("demo"), "summary") == ["long_context", "summary"]
+    assert cli.comparison_modes(get_task("demo"), "long_context") == ["long_context"]
+    assert cli.comparison_modes(get_task("qmsum"), "recall") == ["long_context", "summary", "recall"]
+    assert cli.comparison_modes(get_task("mtbench101"), "summary") == ["baseline", "summary"]
+    assert cli.comparison_modes(get_task("locomo"), "memory") == ["long_context", "memory"]
+
+
+def test_embedded_demo_set_keeps_the_cases_that_fit_and_dry_run_keeps_the_published_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentlab.model.registry as registry
+    from agentlab.events import Message
+    from agentlab.model.base import ModelInfo
+
+    original = demo.DemoTask.prompts
+
+    def padded(self: demo.DemoTask, case: object, mode: str, settings: Settings, summary: str) -> list[Message]:
+        messages = original(self, case, mode, settings, summary)  # type: ignore[arg-type]
+        if int(case.data) <= 3:  # type: ignore[attr-defined]
+            messages = [messages[0], Message.user("padding " * 400), *messages[1:]]
+        return messages
+
+    def small_window_model() -> object:
+        model = demo.scripted_model()
+        model.info = ModelInfo("scripted-small", 300)
+        return model
+
+    # Items 1-3 carry a long padding line, so only items 4-8 fit the 300-token window.
+    monkeypatch.setattr(demo.DemoTask, "prompts", padded)
+    monkeypatch.setattr(registry, "get_model", lambda spec=None, **_: small_window_model())
+    db = tmp_path / "r.duckdb"
+    code, out, _ = run_cli("demo", "--mode", "long_context", "--db", str(db), "--set", "dataset.n_cases=8",
+                           "--no-progress", "--json")
+    assert code == 0 and json.loads(out)["selection"] == "fits_window"
+    with ResultStore(db) as store:
+        ran = [r[0] for r in store.query("SELECT case_id FROM cases ORDER BY case_id")]
+    assert ran == ["d04", "d05", "d06", "d07", "d08"]
+    code, out, _ = run_cli("demo", "--mode", "long_context", "--dry-run", "--json", "--set", "dataset.n_cases=8")
+    assert json.loads(out)["cases"] == 8  # the published selection
+    code, out, _ = run_cli("demo", "--mode", "long_context", "--db", str(db), "--set", "dataset.n_cases=8",
+                           "--no-progress")
+    assert "DEMO SET" in out and "runs 5 of the 5 cases (of 8 published)" in out
+    # Any --limit keeps the published selection: the padded items come first.
+    code, out, _ = run_cli("demo", "--mode", "long_context", "--db", str(db), "--set", "dataset.n_cases=8",
+                           "--limit", "2", "--no-progress", "--json")
+    assert json.loads(out)["selection"] == "published"
 
 
 def test_non_embedded_model_runs_all_cases(tmp_path: Path) -> None:

@@ -264,3 +264,36 @@ def test_a_refused_prompt_keeps_its_need_however_the_refusal_arrives() -> None:
     with pytest.raises(ContextLengthError):  # no estimate (not a long-context mode): untouched
         with context_length_need(None):
             raise ContextLengthError("x")
+
+
+def test_run_summary_separates_replayed_server_cached_and_processed_prompt_tokens() -> None:
+    from agentlab.bench.executor import RunSummary
+    from agentlab.events import Usage
+    from agentlab.model.base import CallRecord
+
+    summary = RunSummary("r", "running", 1, 0)
+    summary.add_calls([
+        CallRecord("m", "answer", Usage(7000, 100, 0), 1.0, cache_hit=False),      # first long prompt
+        CallRecord("m", "answer", Usage(7010, 100, 6990), 1.0, cache_hit=False),   # same prefix, new question
+        CallRecord("m", "judge", Usage(500, 40, 480), 1.0, cache_hit=True),        # replayed: nothing processed
+    ])
+    assert (summary.prompt_tokens, summary.completion_tokens) == (14510, 240)
+    assert (summary.replayed_prompt_tokens, summary.server_cached_prompt_tokens) == (500, 6990)
+    assert summary.processed_prompt_tokens == 7020
+    assert summary.to_dict()["processed_prompt_tokens"] == 7020
+
+
+def test_model_prompt_counter_prefers_the_models_own_tokenizer_through_the_call_cache() -> None:
+    from agentlab.bench.selection import model_prompt_counter
+    from agentlab.events import Message
+    from agentlab.model.cache import CachedModel, CallCache
+    from agentlab.model.scripted import ScriptedModel
+
+    class Counting(ScriptedModel):
+        def count_prompt_tokens(self, messages: object) -> int:
+            return 42
+
+    counter, how = model_prompt_counter(CachedModel(Counting(), CallCache(None)))
+    assert counter([Message.user("hi")]) == 42 and how == "the model's tokenizer"
+    counter, how = model_prompt_counter(ScriptedModel())
+    assert counter([Message.user("hello there")]) > 0 and "estimate" in how

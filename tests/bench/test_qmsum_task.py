@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentlab.bench import executor
-from agentlab.bench.config import Settings, load_settings
+from agentlab.bench.config import Settings, SettingsError, load_settings
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, TextSpan, TranscriptTurn
 from agentlab.bench.judge import Judge
 from agentlab.bench.store import ResultStore
@@ -18,6 +18,8 @@ from agentlab.bench.tasks import CaseSelection, RunContext, get_task
 from agentlab.bench.tasks.qmsum import (
     ANSWER_INSTRUCTION,
     ON_DEMAND_INSTRUCTION,
+    PRELOAD_HEADER,
+    PRELOAD_INSTRUCTION,
     QMSumTask,
     build_meeting_summary,
     evidence_recall,
@@ -77,8 +79,10 @@ def reply_by_purpose(answer: object = "Alice wanted the zebra budget kept at for
 
 
 async def run(tmp_path: Path, mode: str, items: list[QMSumCase], model: ScriptedModel, *,
-              judge: bool = False, concurrency: int = 1) -> tuple[ResultStore, executor.RunSummary]:
-    task, settings = task_and_settings()
+              judge: bool = False, concurrency: int = 1,
+              settings: Settings | None = None) -> tuple[ResultStore, executor.RunSummary]:
+    task, default = task_and_settings()
+    settings = settings or default
     selection = CaseSelection([task.case_from(i) for i in items], dataset_sha256="fixture", loaded=len(items))
     request = executor.RunRequest(benchmark="qmsum", mode=mode, model_spec="scripted", settings=settings,
                                   judge_spec="scripted" if judge else None, concurrency=concurrency, progress=False)
@@ -199,6 +203,50 @@ async def test_recall_mode_offers_tools_and_reads_hidden_turns(tmp_path: Path) -
     scores = dict(store.query("SELECT metric, value FROM scores WHERE run_id = ?", [summary.run_id]))
     assert scores["llm_score"] == 0.75
     assert scores["evidence_recall@5"] == 0.5 and scores["evidence_recall@10"] == 0.5
+
+
+async def test_preload_path_puts_the_hidden_turns_in_the_request_without_tools(tmp_path: Path) -> None:
+    m = meeting()
+    item = qcase(m)
+    task, settings = task_and_settings()
+    settings = settings.with_values("recall", qa="preload")
+    model = ScriptedModel(default_reply=reply_by_purpose())  # type: ignore[arg-type]
+    store, summary = await run(tmp_path, "recall", [item], model, settings=settings)
+    assert (summary.ok, summary.failed) == (1, 0)
+    (only,) = answer_requests(model)
+    assert only.tools == []
+    system = only.messages[0].content
+    assert PRELOAD_INSTRUCTION in system and "## Session recall" not in system
+    # Order: instruction, summary, recalled turns; the question comes last on its own.
+    assert system.index(PRELOAD_INSTRUCTION) < system.index(SUMMARY_TEXT) < system.index(PRELOAD_HEADER)
+    assert only.messages[1:] == [Message.user(item.query)]
+    # The evidence turn comes with its session_load window (one turn either side).
+    assert "[Turn 004] Carol:" in system and "[Turn 005] Dave: Alice thinks the zebra budget" in system
+    assert "[Turn 006] Carol:" in system
+    status, _, meta = case_rows(store, summary.run_id)[item.case_id]
+    assert status == "ok" and meta["recall_path"] == "preload"
+    assert meta["recall_hits"] >= 1 and meta["recall_turns"] >= 3 and meta["tool_calls"] == 0
+    assert meta["prompt_version"].endswith("qmsum-preload-v1")
+    preloaded = system[system.index(PRELOAD_HEADER):]
+    assert only.messages == task.answer_messages(item, "recall", settings, SUMMARY_TEXT, preloaded)
+    table = task.report_tables(store)["recall"]
+    assert table[["mode", "recall_path", "n_cases", "tool_calls"]].values.tolist() == [["recall", "preload", 1, 0.0]]
+
+
+async def test_a_meetings_questions_run_back_to_back(tmp_path: Path) -> None:
+    a, b = meeting(meeting_id="MeetA"), meeting(meeting_id="MeetB")
+    # Published order is round-robin by meeting; the executor groups each meeting's questions.
+    items = [qcase(a, 1, query="A one?"), qcase(b, 1, query="B one?"), qcase(a, 2, query="A two?"),
+             qcase(b, 2, query="B two?")]
+    model = ScriptedModel(default_reply=reply_by_purpose())  # type: ignore[arg-type]
+    await run(tmp_path, "long_context", items, model, concurrency=1)
+    assert [r.messages[-1].content for r in answer_requests(model)] == ["A one?", "A two?", "B one?", "B two?"]
+
+
+def test_recall_path_must_be_known() -> None:
+    task, settings = task_and_settings()
+    with pytest.raises(SettingsError, match=r"\[recall\] qa must be one of tool, preload"):
+        task.instruction("recall", settings.with_values("recall", qa="magic"))
 
 
 # ------------------------------------------------------------------------ summary reuse / rolling

@@ -28,6 +28,7 @@ def test_sigterm_mid_generation_exits_promptly(tmp_path: Path) -> None:
     db = tmp_path / "r.duckdb"
     # Summary builds send ~5.7k-token prompts: two are in flight after 20 s.
     proc = subprocess.Popen([sys.executable, "-m", "agentlab.bench", "qmsum", "--mode", "summary", "--limit", "3",
+                             "--no-baselines",
                              "--db", str(db), "--no-progress"], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(20)

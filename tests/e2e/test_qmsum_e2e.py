@@ -5,7 +5,9 @@ summary, installing it, evidence recall, the agent with the recall tools, the ju
 one-transaction case write — and ends in a stored case row that is ``ok`` or a recorded failure
 with a code, never a crash. To stay short it uses a real case whose evidence is early in its
 meeting, with the transcript cut to about 600 tokens, short answer/summary limits and no judge
-(the judge has its own tests). Answer quality is not checked (SmolLM2-135M is a smoke-test model).
+(the judge has its own tests). Both recall paths run: the published on-demand tools and the
+preload path the embedded model's smoke settings choose. Answer quality is not checked
+(SmolLM2-135M is a smoke-test model).
 """
 
 from __future__ import annotations
@@ -48,11 +50,13 @@ def short_case():  # type: ignore[no-untyped-def]
     return task, settings, task.case_from(replace(item, meeting=meeting))
 
 
-async def test_one_recall_case_on_the_embedded_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recall_path", ["tool", "preload"])
+async def test_one_recall_case_on_the_embedded_model(tmp_path: Path, recall_path: str) -> None:
     pytest.importorskip("xllamacpp")
     from agentlab.model.registry import get_model
 
     task, settings, case = short_case()
+    settings = settings.with_values("recall", qa=recall_path)
     model = get_model("embedded", cache=False)
     request = executor.RunRequest(benchmark="qmsum", mode="recall", model_spec="embedded", settings=settings,
                                   concurrency=1, smoke_test=True, progress=False)
@@ -69,7 +73,9 @@ async def test_one_recall_case_on_the_embedded_model(tmp_path: Path) -> None:
     if status == "ok":
         meta = json.loads(metadata)
         assert meta["summary_chars"] > 0 and meta["answer_calls"] >= 1
-        assert "evidence_recall@5" in meta
+        assert "evidence_recall@5" in meta and meta["recall_path"] == recall_path
+        if recall_path == "preload":  # the evidence is in the request whether or not the model calls tools
+            assert meta["recall_hits"] >= 1 and meta["tool_calls"] == 0
         assert purposes.get("summary", 0) >= 1 and purposes.get("answer", 0) >= 1
     else:
         assert status == "failed" and error_code  # recorded with its code, e.g. context_length

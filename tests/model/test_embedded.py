@@ -54,3 +54,21 @@ async def test_embedded_model_follows_a_json_schema() -> None:
     operations, _ = parse_operations(extracted.message)
     assert extracted.usage.completion_tokens < 512, extracted.message.content  # it ended by itself
     assert all(op.op in {"add", "update", "delete"} for op in operations)
+
+
+@pytest.mark.slow
+async def test_prompt_count_matches_the_server_and_a_repeated_prefix_is_served_from_its_cache() -> None:
+    """The demo's fit check counts with the server's tokenizer; its prompt cache reuses a shared prefix."""
+    model = EmbeddedModel()
+    transcript = [Message.system("Answer from the meeting.")] + [
+        Message.user(f"[Turn {i:03d}] Speaker {i % 3}: we discussed the budget item number {i} at length")
+        for i in range(30)]
+    first = transcript + [Message.user("What was said about item 7?")]
+    counted = model.count_prompt_tokens(first)
+    config = GenerationConfig(temperature=0.0, max_tokens=4)
+    answered = await model.generate(ModelRequest(first, config=config))
+    assert counted == answered.usage.prompt_tokens
+    again = await model.generate(ModelRequest(transcript + [Message.user("And about item 12?")], config=config))
+    # Everything before the new question was processed once already (the question itself is new).
+    assert again.usage.cached_tokens >= counted - 30, again.usage
+    assert again.usage.cached_tokens < again.usage.prompt_tokens

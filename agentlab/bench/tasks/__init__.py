@@ -282,6 +282,19 @@ class Task(ABC):
     def roles(self) -> ModeRoles | None:
         return self.mode_roles or MODE_ROLES.get(self.name)
 
+    def case_group(self, case: Case) -> str | None:
+        """Cases that share per-run work or a long prompt prefix share a group key.
+
+        Per-run work is :meth:`RunContext.once` (a meeting summary, a seeded conversation); the
+        prefix is e.g. one meeting's transcript. The in-process executor runs a group's cases one
+        after another, so a server's prompt cache (llama.cpp keeps a slot's last prompt; hosted APIs
+        cache prefixes) reuses the shared prefix and the per-group work is built once before the
+        group's other cases start; different groups still run concurrently. A distributed executor
+        sends a group's cases to one worker, so that work is done, and its tokens counted, once per
+        run as in-process. ``None``: the case stands alone.
+        """
+        return None
+
 
 # -------------------------------------------------------------------------------- registry
 

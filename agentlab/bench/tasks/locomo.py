@@ -472,6 +472,10 @@ class LoCoMoTask(Task):
         answer = settings["answer"]
         return GenerationConfig(temperature=float(answer["temperature"]), max_tokens=int(answer["max_tokens"]))
 
+    def case_group(self, case: Case) -> str | None:
+        # The seeded sessions and the extracted memories are built once per conversation and run.
+        return str(case.data.conversation.sample_id)
+
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
         item: LoCoMoItem = case.data
         if mode == "long_context":

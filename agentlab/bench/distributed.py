@@ -1,0 +1,421 @@
+"""Running a run's cases on remote workers (a Ray cluster), with this process as the only writer.
+
+:class:`RemoteExecutor` is the scheduling half and knows nothing of Ray; a :class:`Backend` starts
+workers, sends them cases and reports finished ones. :class:`RayBackend` is the Ray one
+(``pip install 'agentlab[ray]'``); the unit tests drive the scheduler with a fake backend.
+
+* **Workers.** Each worker holds its own model (the embedded llama.cpp server started once per
+  worker, or a client of a remote endpoint), its own judge, its own :class:`RunContext` (so
+  :meth:`RunContext.once` work is per worker) and its own in-memory call cache, seeded at start
+  with the answers the driver's cache already holds for the run's models: a replay is free on the
+  cluster too, and a task reading earlier answers from the cache (MT-Bench-101's summary mode
+  reading its baseline) finds them. A worker runs a whole case (the embedded server listens on
+  127.0.0.1 only) and sends back one record plus the cache rows of the calls it made.
+* **Slots.** A worker runs up to ``slots`` cases at once (an async actor), so ``--workers N
+  --concurrency K`` keeps up to N x K cases in flight. Results come back as they finish.
+* **Affinity.** Cases with the same :meth:`Task.case_group` go, one after another, to the worker
+  that took the first of them, so work they share (a meeting summary) is done, and its tokens
+  counted, once per run; different groups run at once.
+* **The driver writes.** Every outcome goes to the driver's ``deliver``: worker cache rows are
+  merged into the driver's call cache, then the case is written in one transaction, as
+  in-process. Identity and resume are the executor's (:mod:`agentlab.bench.executor`).
+* **Failures.** A case that raises is a failed case with its error code (caught in the worker).
+  A case whose worker died (process or node lost) is re-queued, at most ``max_requeues`` times,
+  then stored failed with code ``worker_lost``; each lost worker is replaced, at most
+  ``max_replacements`` times in a run. With no worker left the run stops with
+  :class:`ExecutorError` (stored cases stay; a rerun does the rest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentlab.bench.executor import (
+    CaseOutcome,
+    Deliver,
+    Job,
+    RunRequest,
+    attempt_case,
+    build_models,
+    failed_record,
+)
+from agentlab.bench.tasks import Case, RunContext, Task
+from agentlab.model.cache import CacheEntry, CallCache
+
+#: Times a case whose worker died is sent again before it is stored failed (``worker_lost``).
+MAX_REQUEUES = 2
+#: Seconds to wait for the first workers to report ready (model set up, imports done).
+READY_TIMEOUT = 300.0
+#: Environment variables a worker needs and a remote node may not have; forwarded when set.
+FORWARDED_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENTLAB_TASK_MODULES")
+#: Object store of a Ray instance started by the driver: results are small, so keep it modest.
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+RAY_INSTALL_HINT = "pip install 'agentlab[ray]'"
+
+
+class ExecutorError(RuntimeError):
+    """The executor itself cannot go on (no Ray, no cluster, no worker left); printed as one line."""
+
+
+class WorkerLost(Exception):
+    """The worker running a case died; the case did not fail by itself."""
+
+    code = "worker_lost"
+
+
+class Backend(Protocol):
+    """Where remote workers live. Handles and pending results are opaque to the scheduler."""
+
+    async def open(self, job: Job, seed: list[CacheEntry], slots: int) -> None:
+        """Connect and get ready to start workers for ``job`` (each seeded with ``seed``)."""
+
+    def default_workers(self) -> int:
+        """Workers to start when the user gave no number."""
+
+    def spawn(self) -> Any:
+        """Start one worker (asynchronously) and return its handle."""
+
+    async def ready(self, workers: Sequence[Any]) -> list[str]:
+        """Wait until ``workers`` are up; one description each. Raises :class:`ExecutorError`."""
+
+    def submit(self, worker: Any, ordinal: int, case: Case) -> Any:
+        """Send a case to a worker; returns its pending result."""
+
+    async def wait(self, pending: Sequence[Any]) -> list[Any]:
+        """Some finished results among ``pending`` (possibly none, after a short timeout)."""
+
+    def result(self, pending: Any) -> CaseOutcome:
+        """The outcome; raises :class:`WorkerLost` if the worker died, else the error that escaped."""
+
+    def discard(self, worker: Any) -> None:
+        """Stop using (and stop) a worker."""
+
+    async def close(self) -> None:
+        """Stop every worker and disconnect."""
+
+
+@dataclass
+class _Item:
+    ordinal: int
+    case: Case
+    group: str | None
+    lost: int = 0
+
+
+@dataclass
+class _Worker:
+    id: int
+    handle: Any
+    busy: int = 0
+    groups: set[str] = field(default_factory=set)
+
+
+def seed_entries(job: Job) -> list[CacheEntry]:
+    """The driver's cached answers for the run's models (no request JSON), to seed every worker."""
+    if job.cache is None:
+        return []
+    models = [job.ctx.model] + ([job.ctx.judge.model] if job.ctx.judge is not None else [])
+    # The name the cache files a call under (a cached model may say it; else its info's name).
+    names = {str(getattr(m, "model_name", None) or m.info.name) for m in models}
+    return job.cache.entries(models=names, with_requests=False)
+
+
+class RemoteExecutor:
+    """Schedules a run's cases over remote workers; see the module docstring."""
+
+    def __init__(self, backend: Backend, *, workers: int | None = None, slots: int | None = None,
+                 max_requeues: int = MAX_REQUEUES, max_replacements: int | None = None,
+                 name: str = "remote") -> None:
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.backend = backend
+        self.workers = workers
+        self.slots = slots
+        self.max_requeues = max_requeues
+        self.max_replacements = max_replacements
+        self.name = name
+        #: One line per worker that reported ready (host:pid), for the run's output.
+        self.started: list[str] = []
+
+    async def run(self, job: Job, todo: Sequence[tuple[int, Case]], deliver: Deliver) -> None:
+        slots = max(1, self.slots or job.request.concurrency)
+        await self.backend.open(job, seed_entries(job), slots)
+        try:
+            await self._schedule(job, todo, deliver, slots)
+        finally:
+            await self.backend.close()
+
+    async def _schedule(self, job: Job, todo: Sequence[tuple[int, Case]], deliver: Deliver, slots: int) -> None:
+        n_workers = self.workers or self.backend.default_workers()
+        replacements_left = n_workers * 2 if self.max_replacements is None else self.max_replacements
+        live: dict[int, _Worker] = {i: _Worker(i, self.backend.spawn()) for i in range(n_workers)}
+        next_id = n_workers
+        self.started = await self.backend.ready([w.handle for w in live.values()])
+        queue: deque[_Item] = deque(_Item(i, c, job.task.case_group(c)) for i, c in todo)
+        owner: dict[str, int] = {}
+        pending: dict[Any, tuple[_Worker, _Item]] = {}
+
+        running: dict[str, int] = {}  # group -> its cases in flight (0 or 1)
+
+        def take(worker: _Worker) -> _Item | None:
+            """The first queued case of a group this worker owns, else the first one nobody owns.
+
+            A group's cases run one after another (one slot), as in-process: the work they share is
+            built by the first, and a server's prompt cache keeps their common prefix.
+            """
+            own: _Item | None = None
+            free: _Item | None = None
+            for item in queue:
+                if item.group is not None and running.get(item.group):
+                    continue
+                if item.group is not None and owner.get(item.group) == worker.id:
+                    own = item
+                    break
+                if free is None and (item.group is None or item.group not in owner):
+                    free = item
+                    if not worker.groups:
+                        break  # owning no group, nothing can come before the first free case
+            chosen = own or free
+            if chosen is not None:
+                queue.remove(chosen)
+                if chosen.group is not None:
+                    owner[chosen.group] = worker.id
+                    worker.groups.add(chosen.group)
+                    running[chosen.group] = 1
+            return chosen
+
+        def lose(worker: _Worker) -> None:
+            nonlocal next_id, replacements_left
+            if live.pop(worker.id, None) is None:
+                return  # already handled through another of its cases
+            self.backend.discard(worker.handle)
+            for group in worker.groups:
+                if owner.get(group) == worker.id:
+                    del owner[group]
+            if replacements_left > 0:
+                replacements_left -= 1
+                live[next_id] = _Worker(next_id, self.backend.spawn())
+                next_id += 1
+
+        while queue or pending:
+            for worker in sorted(live.values(), key=lambda w: w.busy):
+                while worker.busy < slots and (item := take(worker)) is not None:
+                    pending[self.backend.submit(worker.handle, item.ordinal, item.case)] = (worker, item)
+                    worker.busy += 1
+            if not pending:
+                if not live:
+                    raise ExecutorError(f"every worker was lost ({len(queue)} cases not run); the finished cases "
+                                        "are stored: rerun the same command to run the rest")
+                raise ExecutorError("no worker can take the queued cases")  # unreachable: nothing in flight blocks a group
+            for ref in await self.backend.wait(list(pending)):
+                worker, item = pending.pop(ref)
+                worker.busy -= 1
+                if item.group is not None:
+                    running.pop(item.group, None)
+                try:
+                    outcome = self.backend.result(ref)
+                except WorkerLost as exc:
+                    lose(worker)
+                    item.lost += 1
+                    if item.lost > self.max_requeues:
+                        lost = WorkerLost(f"the worker running this case died {item.lost} times; last: {exc}")
+                        deliver(CaseOutcome(failed_record(job.run_id, item.ordinal, item.case, lost)))
+                    else:
+                        queue.appendleft(item)
+                    continue
+                except Exception as exc:  # escaped the worker's own handling (e.g. a record that cannot travel)
+                    deliver(CaseOutcome(failed_record(job.run_id, item.ordinal, item.case, exc)))
+                    continue
+                deliver(outcome)
+
+
+# ------------------------------------------------------------------------------------ worker
+
+
+class CaseWorker:
+    """One remote worker: its own models, judge, run context and in-memory call cache."""
+
+    def __init__(self, task: Task, request: RunRequest, run_id: str, seed: list[CacheEntry]) -> None:
+        self.task = task
+        self.mode = request.mode
+        self.cache = CallCache(None)
+        self.cache.merge(seed)
+        model, judge = build_models(request, cache=self.cache)
+        self.ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
+                              model_spec=request.model_spec, judge=judge, run_id=run_id)
+
+    async def ready(self) -> str:
+        return f"{socket.gethostname()}:{os.getpid()}"
+
+    async def run(self, ordinal: int, case: Case) -> CaseOutcome:
+        record = await attempt_case(self.task, self.mode, self.ctx, ordinal, case)
+        made = [c.cache_key for c in record.calls if c.cache_key and not c.cache_hit and c.error is None]
+        return CaseOutcome(record, self.cache.entries(made))
+
+
+# --------------------------------------------------------------------------------------- Ray
+
+
+def _python_signal_handlers() -> dict[int, Any]:
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, handler in handlers.items():
+        if handler is not None:
+            signal.signal(sig, handler)
+
+
+def _no_sigterm_warning(record: logging.LogRecord) -> bool:
+    return "SIGTERM handler is not set" not in record.getMessage()
+
+
+class RayBackend:
+    """Workers as async Ray actors (one logical CPU each) on a cluster or a local Ray instance.
+
+    ``address`` None starts a private local instance (and stops it after the run); ``"auto"`` or
+    ``"HOST:PORT"`` joins a running cluster (``ray start --head`` / ``ray start --address ...``).
+    """
+
+    def __init__(self, address: str | None = None, *, local_cpus: int | None = None) -> None:
+        self.address = address
+        self.local_cpus = local_cpus
+        self._ray: Any = None
+        self._owns_ray = False
+        self._actor: Any = None
+        self._args: tuple[Any, ...] = ()
+        self._actors: list[Any] = []
+        self._init: asyncio.Future[Any] | None = None
+
+    async def open(self, job: Job, seed: list[CacheEntry], slots: int) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise ExecutorError(f"--executor ray needs Ray: {RAY_INSTALL_HINT} ({exc})") from exc
+        self._ray = ray
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "WARNING",
+                                      "configure_logging": True}
+            if self.address is None:
+                kwargs.update(num_cpus=self.local_cpus or os.cpu_count() or 1,
+                              object_store_memory=LOCAL_OBJECT_STORE_BYTES)
+            # ray.init runs off the main thread so that Ray does not replace the CLI's SIGTERM
+            # handler (a SIGTERM must stop the run cleanly); Ray warns about exactly that: hush it.
+            logging.getLogger("ray._private.worker").addFilter(_no_sigterm_warning)
+            handlers = _python_signal_handlers()
+            # A thread cannot be cancelled: if Ctrl-C comes during start-up, close() waits for it
+            # to finish and then stops the instance, so no Ray process outlives the run.
+            self._owns_ray = True
+            # "local": always a new private instance, never a cluster that happens to run on this machine.
+            address = self.address or "local"
+            self._init = asyncio.ensure_future(asyncio.to_thread(ray.init, address=address, **kwargs))
+            try:
+                await asyncio.shield(self._init)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                self._owns_ray = False
+                where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
+                hint = ""
+                if self.address and os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+                    hint = ("; a cluster with token authentication (Ray's default) needs RAY_AUTH_MODE=token here and "
+                            "its token in ~/.ray/auth_token or RAY_AUTH_TOKEN (or RAY_AUTH_MODE=disabled on every "
+                            "node of a trusted network)")
+                raise ExecutorError(f"cannot start or join {where}: {exc}{hint}") from exc
+            finally:
+                # Ray's core installs a C-level handler that dumps a stack and aborts on SIGTERM;
+                # put the process's own handlers back so SIGTERM still ends the run cleanly.
+                _restore_signal_handlers(handlers)
+        env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+        options: dict[str, Any] = {"num_cpus": 1, "max_concurrency": slots, "max_restarts": 0}
+        if env:
+            options["runtime_env"] = {"env_vars": env}
+        self._actor = ray.remote(CaseWorker).options(**options)
+        self._args = (ray.put(job.task), ray.put(job.request), job.run_id, ray.put(seed))
+
+    def default_workers(self) -> int:
+        return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
+
+    def spawn(self) -> Any:
+        actor = self._actor.remote(*self._args)
+        self._actors.append(actor)
+        return actor
+
+    async def ready(self, workers: Sequence[Any]) -> list[str]:
+        cpus = int(self._ray.cluster_resources().get("CPU", 0))
+        if len(workers) > cpus:
+            raise ExecutorError(f"--workers {len(workers)} needs {len(workers)} CPUs (one per worker) but the Ray "
+                                f"cluster has {cpus}; use --workers {max(1, cpus)} or add nodes")
+        refs = [w.ready.remote() for w in workers]
+        try:
+            done, waiting = await asyncio.to_thread(self._ray.wait, refs, num_returns=len(refs),
+                                                    timeout=READY_TIMEOUT)
+            if waiting:
+                raise ExecutorError(f"{len(waiting)} of {len(refs)} Ray workers not ready after {READY_TIMEOUT:.0f} s")
+            return [str(x) for x in self._ray.get(done)]
+        except self._ray.exceptions.RayError as exc:
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise ExecutorError(f"a Ray worker could not start ({first}); every node needs agentlab installed "
+                                f"(pip install 'agentlab[ray]') and the model reachable") from exc
+
+    def submit(self, worker: Any, ordinal: int, case: Case) -> Any:
+        return worker.run.remote(ordinal, case)
+
+    async def wait(self, pending: Sequence[Any]) -> list[Any]:
+        ray = self._ray
+        # Block (off the event loop, so Ctrl-C/SIGTERM are seen) until one is ready, then take every ready one.
+        ready, rest = await asyncio.to_thread(ray.wait, list(pending), num_returns=1, timeout=1.0)
+        if ready and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        return ready
+
+    def result(self, pending: Any) -> CaseOutcome:
+        exceptions = self._ray.exceptions
+        try:
+            return self._ray.get(pending)
+        except (exceptions.RayActorError, exceptions.WorkerCrashedError, exceptions.ObjectLostError,
+                exceptions.NodeDiedError, exceptions.OutOfMemoryError, exceptions.LocalRayletDiedError) as exc:
+            # The process or node is gone (crash, OOM kill, lost node): the case itself did not fail.
+            raise WorkerLost(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from exc
+        except exceptions.RayTaskError as exc:
+            cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else exc
+            raise cause from exc
+
+    def discard(self, worker: Any) -> None:
+        try:
+            self._ray.kill(worker, no_restart=True)
+        except Exception:  # already gone
+            pass
+
+    async def close(self) -> None:
+        if self._ray is None:
+            return
+        if self._init is not None and not self._init.done():
+            with contextlib.suppress(Exception):
+                await self._init
+        for actor in self._actors:
+            self.discard(actor)
+        self._actors.clear()
+        if self._owns_ray and self._ray.is_initialized():
+            await asyncio.to_thread(self._ray.shutdown)
+        self._owns_ray = False
+
+
+class RayExecutor(RemoteExecutor):
+    """``--executor ray``: :class:`RemoteExecutor` on :class:`RayBackend`."""
+
+    def __init__(self, address: str | None = None, *, workers: int | None = None, slots: int | None = None,
+                 max_requeues: int = MAX_REQUEUES) -> None:
+        super().__init__(RayBackend(address, local_cpus=max(os.cpu_count() or 1, workers or 0) or None),
+                         workers=workers, slots=slots, max_requeues=max_requeues, name="ray")
