@@ -581,9 +581,27 @@ async def run_with_baselines(task: Task, requests: Sequence[Any], *, model: Any,
         if main_task is not None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     selection = selection or task.load_cases(requests[0].settings)
-    return [await run_task(task, request, model=model, store=store, judge=judge, selection=selection,
-                           executor=executor)
-            for request in requests]
+    try:
+        return [await run_task(task, request, model=model, store=store, judge=judge, selection=selection,
+                               executor=executor)
+                for request in requests]
+    finally:
+        # An HTTP client must close in the loop that opened it: left to the garbage collector, it
+        # would try to close during a later asyncio.run (the next sweep point) and print a traceback.
+        await _close_clients(model, getattr(judge, "model", None))
+
+
+async def _close_clients(*models: Any) -> None:
+    """``aclose()`` the innermost HTTP-backed model of each wrapper chain (cache → client)."""
+    seen: set[int] = set()
+    for model in models:
+        while model is not None and id(model) not in seen:
+            seen.add(id(model))
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # closing is best effort; the results are stored
+                    await close()
+            model = getattr(model, "inner", None)
 
 
 def _choose_cases(task: Task, settings: Any, model: Any, args: argparse.Namespace, smoke: bool,

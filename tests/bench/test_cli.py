@@ -434,3 +434,27 @@ def test_run_summary_means_count_failed_cases_as_zero(tmp_path: Path) -> None:
     assert d01 == 1.0  # long context holds the evidence line
     assert (exact["n_cases"], exact["n_failed"]) == (2, 1)
     assert exact["mean"] == pytest.approx(0.5)
+
+
+async def test_http_clients_are_closed_through_wrappers_in_the_loop_that_opened_them() -> None:
+    from agentlab.bench.cli import _close_clients
+
+    closed: list[str] = []
+
+    class Client:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def aclose(self) -> None:
+            closed.append(self.name)
+
+    class Wrapper:  # like CachedModel: no client of its own, the model it wraps in ``inner``
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+    shared = Client("answer")
+    await _close_clients(Wrapper(shared), shared, Wrapper(Wrapper(Client("judge"))), None)
+    assert closed == ["answer", "judge"]  # a model shared by answer and judge is closed once
+    looped = Wrapper(None)
+    looped.inner = looped  # a cycle ends instead of spinning
+    await _close_clients(looped)
