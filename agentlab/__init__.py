@@ -9,8 +9,7 @@ The public API, re-exported here (loaded on first use so ``import agentlab`` sta
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from agentlab._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -42,14 +41,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentlab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports("agentlab", _EXPORTS, globals())

@@ -7,8 +7,9 @@ and runner with it, which import those components back — an import cycle.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentlab._lazy import lazy_exports
 
 _EXPORTS = {
     "Agent": "agentlab.runtime.agent",
@@ -38,14 +39,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from agentlab.runtime.tools import FunctionTool, Tool, ToolContext, tool
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentlab.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports("agentlab.runtime", _EXPORTS, globals())
