@@ -193,7 +193,9 @@ async def test_a_case_that_keeps_killing_workers_is_stored_failed(tmp_path: Path
 async def test_no_worker_left_stops_the_run_and_a_rerun_in_process_finishes_it(
         tmp_path: Path, server: OpenAITestServer) -> None:
     db, cache = tmp_path / "r.duckdb", tmp_path / "c.duckdb"
-    backend = FakeBackend(workers=2, deaths={"d05": 1, "d06": 1})
+    # Each of d05 and d06 kills whichever worker takes it: which worker takes which depends on timing
+    # (a worker that finishes d04 late may be handed the requeued d05), the outcome must not.
+    backend = FakeBackend(workers=2, deaths={"d05": 9, "d06": 9})
     with pytest.raises(ExecutorError, match="every worker was lost"):
         await run(db, cache, server.model_spec, remote(backend, max_replacements=0), concurrency=1)
     first = stored(db)
