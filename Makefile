@@ -11,7 +11,7 @@ ifneq ($(wildcard ../shared/datasets),)
 export AGENTLAB_DATA_DIR ?= $(abspath ../shared/datasets)
 endif
 
-.PHONY: install test test-slow lint demo example clean
+.PHONY: install test test-slow lint doclint typecheck demo example clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ install: $(STAMP)
 
 lint: install
 	$(VENV)/bin/ruff check agentlab tests benchmarks
+
+# Docstrings on the public API of the package (rules in pyproject.toml).
+doclint: install
+	$(VENV)/bin/ruff check --extend-select D --ignore D105,D107,D205,D401 agentlab
+
+typecheck: install
+	$(VENV)/bin/mypy
 
 # Unit and contract tests (scripted models, local servers), then every notebook top to bottom.
 test: install lint
