@@ -32,9 +32,9 @@ from agentlab.events import Event
 from agentlab.model import tokens
 from agentlab.model.base import ModelRequest
 from agentlab.policy import PolicyJSON
+from agentlab.projection import COMPACT, ContextMechanism, EventsRole, RequestDraft, StagedProcessor
 
 if TYPE_CHECKING:
-    from agentlab.runtime.context import RequestDraft
     from agentlab.runtime.invocation import Invocation
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ TRUNCATION_MARKER_COMPACT = "[... {n} chars truncated; event_id={event_id}; see 
 
 
 @dataclass(frozen=True)
-class CompactionPolicy(PolicyJSON):
+class CompactionPolicy(PolicyJSON, ContextMechanism):
     """Knobs of request-side compaction. Defaults are the reference defaults."""
 
     #: Master switch (reference: off).
@@ -116,6 +116,17 @@ class CompactionPolicy(PolicyJSON):
     def sync_threshold(self, window: int) -> int:
         """Tokens at which the pressure path fires: ratio x window, floored, capped at the window."""
         return min(max(int(window * self.sync_summary_ratio), self.sync_summary_floor_tokens), window)
+
+    def request_processors(self) -> list[StagedProcessor]:
+        """Passes 0/1/2 over the finished event list, when compaction is on."""
+        return [StagedProcessor(COMPACT, CompactionProcessor(self))] if self.enabled else []
+
+    async def revise_request(self, agent: Any, inv: Invocation, request: ModelRequest, draft: RequestDraft,
+                             *, allow_tools: bool) -> tuple[ModelRequest, RequestDraft] | None:
+        """The pre-model pressure path (:func:`relieve_context_pressure`), when compaction is on."""
+        if not self.enabled:
+            return None
+        return await relieve_context_pressure(agent, inv, request, draft, allow_tools=allow_tools, policy=self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,6 +217,7 @@ class CompactionProcessor:
     """Passes 0/1/2 over ``draft.events`` (copy-on-write); leaves a stats record when it acts."""
 
     name = "compaction"
+    events_role = EventsRole.COMPACTION
 
     def __init__(self, policy: CompactionPolicy | None = None) -> None:
         self.policy = policy or CompactionPolicy(enabled=True)
@@ -334,13 +346,16 @@ def resolve_window(agent: Any, inv: Invocation, fallback: int = FALLBACK_CONTEXT
 
 
 async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRequest, draft: RequestDraft,
-                                   *, allow_tools: bool) -> tuple[ModelRequest, RequestDraft]:
+                                   *, allow_tools: bool,
+                                   policy: CompactionPolicy | None = None) -> tuple[ModelRequest, RequestDraft]:
     """If the request is at or over the sync threshold, summarise now and rebuild once.
 
     The rebuilt request is used only when the summary boundary advanced; otherwise (no summary
     policy or worker, no advance, any failure) the original request goes out unchanged.
+    ``policy`` defaults to the agent's ``compaction``.
     """
-    policy: CompactionPolicy | None = getattr(agent, "compaction", None)
+    if policy is None:
+        policy = getattr(agent, "compaction", None)
     if policy is None or not policy.enabled:
         return request, draft
     window = resolve_window(agent, inv, policy.fallback_context_window)

@@ -35,9 +35,12 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentlab.policy import PolicyJSON
+from agentlab.projection import PRELOAD_MEMORY, ContextMechanism, StagedProcessor
 
 if TYPE_CHECKING:
     from agentlab.memory.service import Memory, MemoryService
+    from agentlab.runtime.invocation import Invocation
+    from agentlab.runtime.tools import Tool
 
 UpdatePolicyName = Literal["merge_similar", "preserve_history", "append_only"]
 SearchMode = Literal["lexical", "dense", "hybrid"]
@@ -53,7 +56,7 @@ MEMORY_KINDS: tuple[str, ...] = ("fact", "episode")
 
 
 @dataclass(frozen=True)
-class MemoryPolicy(PolicyJSON):
+class MemoryPolicy(PolicyJSON, ContextMechanism):
     """Every knob of cross-session memory. Defaults follow the reference implementation."""
 
     # -- automatic extraction after a run -----------------------------------------------------
@@ -140,7 +143,24 @@ class MemoryPolicy(PolicyJSON):
 
     @property
     def needs_embedder(self) -> bool:
+        """Whether search (and so similarity) needs the embedder: any mode but lexical."""
         return self.search_mode != "lexical"
+
+    def request_processors(self) -> list[StagedProcessor]:
+        """Memory preload, when ``preload_limit`` > 0."""
+        if not self.preload_limit:
+            return []
+        from agentlab.memory.preload import MemoryPreloadProcessor
+
+        return [StagedProcessor(PRELOAD_MEMORY, MemoryPreloadProcessor(self))]
+
+    def request_tools(self, inv: Invocation) -> Sequence[Tool]:
+        """``memory_search``, when the policy offers it and the run has a memory service."""
+        if not self.search_tool or not inv.memory_service:
+            return ()
+        from agentlab.memory.tools import memory_tools
+
+        return memory_tools(self)
 
 
 def policy_problems(policy: MemoryPolicy) -> list[str]:

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 from agentlab.memory.policies import MemoryPolicy
 from agentlab.memory.tools import search_memories
+from agentlab.projection import EventsRole
 
 if TYPE_CHECKING:
     from agentlab.memory.service import Memory
-    from agentlab.runtime.context import RequestDraft
+    from agentlab.projection import RequestDraft
     from agentlab.runtime.invocation import Invocation
 
 PRELOAD_OPEN = "<stored_memories>"
@@ -55,6 +56,7 @@ class MemoryPreloadProcessor:
     """Request processor: adds the user's stored memories to ``draft.system_parts``."""
 
     name = "memory_preload"
+    events_role = EventsRole.UNTOUCHED
 
     def __init__(self, policy: MemoryPolicy) -> None:
         self.policy = policy

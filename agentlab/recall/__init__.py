@@ -15,10 +15,17 @@ search primitives), :mod:`~agentlab.recall.search` (event index + ``session_sear
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agentlab.policy import PolicyJSON
+from agentlab.projection import PRELOAD_RECALL, TOOL_GUIDE, ContextMechanism, StagedProcessor
 from agentlab.recall.embed import check_embedder_spec
+
+if TYPE_CHECKING:
+    from agentlab.runtime.invocation import Invocation
+    from agentlab.runtime.tools import Tool
 
 __all__ = ["SCOPES", "SEARCH_MODES", "RecallPolicy"]
 
@@ -29,7 +36,7 @@ INJECTION_MODES: tuple[str, ...] = ("system", "user")
 
 
 @dataclass(frozen=True)
-class RecallPolicy(PolicyJSON):
+class RecallPolicy(PolicyJSON, ContextMechanism):
     """Every knob of Session Recall. Defaults are the reference's unless marked "ours"."""
 
     #: Offer the recall tools to the model (and add the recall overview to the system message).
@@ -120,12 +127,14 @@ class RecallPolicy(PolicyJSON):
 
     @property
     def effective_search_mode(self) -> str:
+        """The search mode in force: the one set, else lexical without an embedder, hybrid with one."""
         if self.search_mode is not None:
             return self.search_mode
         return "hybrid" if self.embedder else "lexical"
 
     @property
     def effective_preload_search_mode(self) -> str:
+        """The search mode preload recall uses (its own, else the tools' mode)."""
         return self.preload_search_mode or self.effective_search_mode
 
     def tool_names(self) -> tuple[str, ...]:
@@ -139,5 +148,26 @@ class RecallPolicy(PolicyJSON):
             names.append("session_load")
         return tuple(names)
 
-    # --------------------------------------------------------------------------------- JSON
+    # ------------------------------------------------------------------- request contributions
+
+    def request_processors(self) -> list[StagedProcessor]:
+        """Preload recall (when ``preload_limit`` > 0) and the tool overview (when tools are on)."""
+        out: list[StagedProcessor] = []
+        if self.preload_limit:
+            from agentlab.recall.preload import PreloadRecallProcessor
+
+            out.append(StagedProcessor(PRELOAD_RECALL, PreloadRecallProcessor(self)))
+        if self.tools_enabled:
+            from agentlab.recall.tools import RecallOverviewProcessor
+
+            out.append(StagedProcessor(TOOL_GUIDE, RecallOverviewProcessor(self)))
+        return out
+
+    def request_tools(self, inv: Invocation) -> Sequence[Tool]:
+        """``session_search`` / ``session_load`` as the policy offers them."""
+        if not self.tools_enabled:
+            return ()
+        from agentlab.recall.tools import recall_tools
+
+        return recall_tools(self)
 

@@ -14,12 +14,12 @@ import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from agentlab.projection import EventsRole, in_filter
 from agentlab.recall import RecallPolicy
 from agentlab.recall.search import EventHit, EventRef, compact_text, index_for_invocation
-from agentlab.runtime.context import in_filter
 
 if TYPE_CHECKING:
-    from agentlab.runtime.context import RequestDraft
+    from agentlab.projection import RequestDraft
     from agentlab.runtime.invocation import Invocation
 
 __all__ = ["PRELOAD_HEADER", "PreloadRecallProcessor", "preload_hits", "render_preload_block"]
@@ -80,6 +80,7 @@ class PreloadRecallProcessor:
     """Request processor that injects the preload block (system message or user prefix)."""
 
     name = "preload_recall"
+    events_role = EventsRole.UNTOUCHED
 
     def __init__(self, policy: RecallPolicy) -> None:
         self.policy = policy

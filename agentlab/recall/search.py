@@ -53,10 +53,6 @@ RECALL_DATA_NOTE = (
 #: Roles whose messages are searchable and loadable.
 MESSAGE_ROLES: tuple[str, ...] = ("user", "assistant", "tool")
 
-# Summary state keys a summariser may leave in session state (legacy boundary source).
-STATE_LAST_INCLUDED_EVENT_ID = "summary:last_included_event_id"
-STATE_LAST_INCLUDED_TS = "summary:last_included_ts"
-
 
 # ============================================================================ event extraction
 
@@ -536,43 +532,14 @@ def scan_session(session: Session, query: str, top_k: int, accept: Callable[[Eve
 # ========================================================================== summary boundary
 
 
-def _parent_keys(filter_key: str) -> list[str]:
-    parts = filter_key.split("/")
-    return ["/".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
-
-
 async def resolve_summary_boundary(inv: Invocation) -> SummaryBoundary | None:
     """The boundary of the summary that covers the invocation's filter key, or ``None``.
 
-    Exact key, then parent keys (``a/b`` for ``a/b/c``), then the full-session key, then the
-    summariser's state keys. Only a summary with text counts.
+    Read through the summary package's accessor: where a summary keeps its boundary is its business.
     """
-    session = inv.session
-    keys = _dedupe([inv.filter_key, *_parent_keys(inv.filter_key)]) + [""]
-    for key in dict.fromkeys(keys):
-        summary = await inv.session_service.get_summary(session, key)
-        if summary is None:
-            summary = session.summaries.get(key)
-        if summary is not None and summary.text.strip() and summary.boundary is not None:
-            b = summary.boundary
-            if b.last_event_id or b.cutoff_at:
-                return b
-    last_id = str(session.state.get(STATE_LAST_INCLUDED_EVENT_ID) or "").strip()
-    cutoff = _parse_time(session.state.get(STATE_LAST_INCLUDED_TS))
-    if last_id or cutoff:
-        return SummaryBoundary(filter_key="", cutoff_at=cutoff, last_event_id=last_id)
-    return None
+    from agentlab.summary.coverage import coverage_boundary
 
-
-def _parse_time(value: Any) -> float:
-    if value is None or value == "":
-        return 0.0
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
+    return await coverage_boundary(inv.session, inv.session_service, inv.filter_key)
 
 
 def hidden_event_ids(session: Session, boundary: SummaryBoundary) -> set[str] | None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentlab.events import Event
+from agentlab.projection import EventsRole
 from agentlab.recall import SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.search import MESSAGE_ROLES, iso_time, session_search
 
 if TYPE_CHECKING:
-    from agentlab.runtime.context import RequestDraft
+    from agentlab.projection import RequestDraft
     from agentlab.runtime.invocation import Invocation
     from agentlab.runtime.tools import Tool, ToolContext
 
@@ -383,6 +384,7 @@ class RecallOverviewProcessor:
     """Appends the recall overview to the system message when a recall tool is in the request."""
 
     name = "recall_overview"
+    events_role = EventsRole.UNTOUCHED
 
     def __init__(self, policy: RecallPolicy) -> None:
         self.policy = policy

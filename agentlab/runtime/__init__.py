@@ -1,8 +1,10 @@
 """The in-process runtime: Runner -> Agent -> Model/Tools -> Events -> Session.
 
-The names below load on first use, like the package root's. Components (summary, recall) import
-``agentlab.runtime.context`` for the projection types; an eager ``__init__`` would load the agent
-and runner with it, which import those components back — an import cycle.
+The names below load on first use, like the package root's. The projection types (``RequestDraft``,
+``RequestProcessor``, ...) live in :mod:`agentlab.projection`, which imports nothing of the runtime,
+so the components (summary, recall, compaction, memory) never load the agent and runner; they are
+re-exported here and from ``agentlab.runtime.context`` for older imports. Lazy loading keeps a
+``import agentlab.runtime.context`` from loading the agent and runner too.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from agentlab._lazy import lazy_exports
 _EXPORTS = {
     "Agent": "agentlab.runtime.agent",
     "LLMAgent": "agentlab.runtime.agent",
-    "RequestDraft": "agentlab.runtime.context",
-    "RequestProcessor": "agentlab.runtime.context",
-    "events_to_messages": "agentlab.runtime.context",
+    "RequestDraft": "agentlab.projection",
+    "RequestProcessor": "agentlab.projection",
+    "events_to_messages": "agentlab.projection",
     "Invocation": "agentlab.runtime.invocation",
     "RunOptions": "agentlab.runtime.invocation",
     "Runner": "agentlab.runtime.runner",
@@ -33,7 +35,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
     from agentlab.runtime.agent import Agent, LLMAgent
-    from agentlab.runtime.context import RequestDraft, RequestProcessor, events_to_messages
+    from agentlab.projection import RequestDraft, RequestProcessor, events_to_messages
     from agentlab.runtime.invocation import Invocation, RunOptions
     from agentlab.runtime.runner import Runner
     from agentlab.runtime.tools import FunctionTool, Tool, ToolContext, tool

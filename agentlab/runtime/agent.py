@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentlab.events import (
@@ -16,14 +16,18 @@ from agentlab.events import (
     ToolCall,
 )
 from agentlab.model.base import GenerationConfig, Model, ModelError, ModelRequest, ModelResponse
-from agentlab.runtime.context import (
-    CurrentInputProcessor,
-    HistoryProcessor,
-    InstructionProcessor,
+from agentlab.projection import (
+    CURRENT_INPUT,
+    HISTORY,
+    INSTRUCTION,
+    ContextMechanism,
     RequestDraft,
     RequestProcessor,
+    StagedProcessor,
+    order_by_stage,
     run_processors,
 )
+from agentlab.runtime.context import CurrentInputProcessor, HistoryProcessor, InstructionProcessor
 from agentlab.runtime.invocation import Invocation
 from agentlab.runtime.projection_cache import ProjectionCache, plan_for
 from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
@@ -42,9 +46,13 @@ TOOL_BUDGET_NOTE = (
 
 @runtime_checkable
 class Agent(Protocol):
+    """What the Runner drives: takes a work order, streams the events of the run."""
+
     name: str
 
-    def run(self, inv: Invocation) -> AsyncIterator[Event]: ...
+    def run(self, inv: Invocation) -> AsyncIterator[Event]:
+        """Run ``inv`` and yield its events (the Runner decides which ones are persisted)."""
+        ...
 
 
 class LLMAgent:
@@ -54,6 +62,9 @@ class LLMAgent:
     its boundary), ``compaction`` (request-side tool-result compaction and the pre-model
     pressure path), ``recall`` (session_search / session_load tools, preload recall) and
     ``memory`` (memory_search tool, memory preload). ``None`` switches a mechanism off.
+    Further mechanisms go in ``mechanisms``. Each one contributes its processors at declared
+    stages, its tools and a last look at the request (:class:`agentlab.projection.ContextMechanism`);
+    the agent only orders what they contribute.
     """
 
     def __init__(
@@ -73,6 +84,7 @@ class LLMAgent:
         stream: bool = False,
         processors: list[RequestProcessor] | None = None,
         incremental_projection: bool = True,
+        mechanisms: Sequence[ContextMechanism] = (),
     ) -> None:
         self.name = name
         self.model = model
@@ -83,6 +95,8 @@ class LLMAgent:
         self.compaction = compaction
         self.recall = recall
         self.memory = memory
+        #: Mechanisms beyond the four named policies; they contribute after them, in this order.
+        self.mechanisms = list(mechanisms)
         self.generation = generation or GenerationConfig()
         self.max_tool_iterations = max_tool_iterations
         self.stream = stream
@@ -94,50 +108,36 @@ class LLMAgent:
 
     # ---------------------------------------------------------------------------- projection
 
+    def context_mechanisms(self) -> list[ContextMechanism]:
+        """The mechanisms switched on, in contribution order: summary, compaction, recall, memory, then
+        ``mechanisms`` (tools are offered in this order; processors are ordered by stage)."""
+        named = (self.summary, self.compaction, self.recall, self.memory)
+        return [m for m in named if m is not None] + self.mechanisms
+
     def default_processors(self) -> list[RequestProcessor]:
-        """The request chain implied by the policies (imports only what is switched on)."""
-        chain: list[RequestProcessor] = [InstructionProcessor()]
-        if self.memory is not None and getattr(self.memory, "preload_limit", 0):
-            from agentlab.memory.preload import MemoryPreloadProcessor
-
-            chain.append(MemoryPreloadProcessor(self.memory))
-        chain.append(HistoryProcessor())
-        if self.summary is not None:
-            from agentlab.summary import SummaryInjectionProcessor
-
-            chain.append(SummaryInjectionProcessor(self.summary))
-        if self.recall is not None:
-            if getattr(self.recall, "preload_limit", 0):
-                from agentlab.recall.preload import PreloadRecallProcessor
-
-                chain.append(PreloadRecallProcessor(self.recall))
-            if getattr(self.recall, "tools_enabled", False):
-                from agentlab.recall.tools import RecallOverviewProcessor
-
-                chain.append(RecallOverviewProcessor(self.recall))
-        chain.append(CurrentInputProcessor())
-        if self.compaction is not None and getattr(self.compaction, "enabled", False):
-            from agentlab.compaction import CompactionProcessor
-
-            chain.append(CompactionProcessor(self.compaction))
-        return chain
+        """The request chain: the agent's own steps and what each mechanism contributes, by stage."""
+        staged = [
+            StagedProcessor(INSTRUCTION, InstructionProcessor()),
+            StagedProcessor(HISTORY, HistoryProcessor()),
+            StagedProcessor(CURRENT_INPUT, CurrentInputProcessor()),
+        ]
+        for mechanism in self.context_mechanisms():
+            staged.extend(mechanism.request_processors())
+        return order_by_stage(staged)
 
     def resolve_tools(self, inv: Invocation) -> list[Tool]:
+        """The agent's tools, then each mechanism's, for ``inv``'s requests."""
         tools = list(self.tools)
-        if self.recall is not None and getattr(self.recall, "tools_enabled", False):
-            from agentlab.recall.tools import recall_tools
-
-            tools.extend(recall_tools(self.recall))
-        if self.memory is not None and getattr(self.memory, "search_tool", False) and inv.memory_service:
-            from agentlab.memory.tools import memory_tools
-
-            tools.extend(memory_tools(self.memory))
+        for mechanism in self.context_mechanisms():
+            tools.extend(mechanism.request_tools(inv))
         return tools
 
     def generation_for(self, inv: Invocation) -> GenerationConfig:
+        """The run's generation settings, else the agent's."""
         return inv.options.generation or self.generation
 
     async def build_draft(self, inv: Invocation, *, allow_tools: bool = True) -> RequestDraft:
+        """Run the request chain (through the projection cache when it can mirror the chain)."""
         draft = RequestDraft(
             tools=self.resolve_tools(inv) if allow_tools else [],
             config=self.generation_for(inv),
@@ -155,15 +155,16 @@ class LLMAgent:
         """Project the session into the request for the next model call."""
         draft = await self.build_draft(inv, allow_tools=allow_tools)
         request = draft.to_model_request()
-        if self.compaction is not None and getattr(self.compaction, "enabled", False):
-            from agentlab.compaction import relieve_context_pressure
-
-            request, draft = await relieve_context_pressure(self, inv, request, draft, allow_tools=allow_tools)
+        for mechanism in self.context_mechanisms():
+            revised = await mechanism.revise_request(self, inv, request, draft, allow_tools=allow_tools)
+            if revised is not None:
+                request, draft = revised
         return request, draft
 
     # ---------------------------------------------------------------------------- the loop
 
     async def run(self, inv: Invocation) -> AsyncIterator[Event]:
+        """The model <-> tool loop: project, call the model, run the tools it asked for, repeat."""
         limit = inv.options.max_tool_iterations or self.max_tool_iterations
         stream = self.stream if inv.options.stream is None else inv.options.stream
         rounds = 0

@@ -1,6 +1,6 @@
 """Incremental request projection: each model call processes only what changed since the last one.
 
-The processor chain (``context.py``, ``summary.py``, ``compaction.py``) re-walks the whole projected
+The processor chain (``runtime/context.py``, ``summary/inject.py``, ``compaction.py``) re-walks the whole projected
 history on every call: it filters the ledger, finds the protected units, rebuilds the placeholder
 of every old tool result and re-renders and re-counts every message. Between two calls of one
 session almost none of that changes: the ledger only grows, and the units that change status are
@@ -44,10 +44,12 @@ from typing import TYPE_CHECKING, Any
 
 from agentlab.events import Event, Message
 from agentlab.model import tokens
-from agentlab.runtime.context import (
+from agentlab.projection import (
+    EventsRole,
     RenderedHistory,
     RequestDraft,
     RequestProcessor,
+    SummaryStep,
     in_filter,
     is_history_event,
     render_history_message,
@@ -58,23 +60,12 @@ if TYPE_CHECKING:
     from agentlab.compaction import CompactionPolicy, CompactionProcessor
     from agentlab.runtime.invocation import Invocation
     from agentlab.session.base import Summary
-    from agentlab.summary import SummaryInjectionProcessor
-
-#: Processors known to leave ``draft.events`` alone (by module and class name, so that this module
-#: needs no import of the components, which import the runtime).
-_EVENT_NEUTRAL = frozenset({
-    ("agentlab.runtime.context", "InstructionProcessor"),
-    ("agentlab.memory.preload", "MemoryPreloadProcessor"),
-    ("agentlab.recall.preload", "PreloadRecallProcessor"),
-    ("agentlab.recall.tools", "RecallOverviewProcessor"),
-})
-_HISTORY = ("agentlab.runtime.context", "HistoryProcessor")
-_SUMMARY = ("agentlab.summary", "SummaryInjectionProcessor")
-_CURRENT_INPUT = ("agentlab.runtime.context", "CurrentInputProcessor")
-_COMPACTION = ("agentlab.compaction", "CompactionProcessor")
 
 #: Sessions whose projection one agent keeps (least recently used dropped first).
 DEFAULT_MAX_SESSIONS = 64
+
+#: The roles this cache reproduces, in the only order it accepts them.
+_MIRRORED = (EventsRole.HISTORY, EventsRole.SUMMARY, EventsRole.CURRENT_INPUT, EventsRole.COMPACTION)
 
 
 @dataclass(frozen=True)
@@ -83,37 +74,46 @@ class ProjectionPlan:
 
     history: RequestProcessor
     current_input: RequestProcessor
-    summary: SummaryInjectionProcessor | None = None
+    summary: SummaryStep | None = None
     compaction: CompactionProcessor | None = None
 
 
 def plan_for(processors: Sequence[RequestProcessor]) -> ProjectionPlan | None:
     """The plan for a chain, or ``None`` when the chain holds a processor this cache cannot mirror.
 
-    Required: exactly one history and one current-input processor, at most one summary injection
-    (between them) and one compaction (after current input), and no other processor that could
-    read or write ``draft.events``.
+    Each processor declares what it does to ``draft.events`` (:class:`~agentlab.projection.EventsRole`).
+    Required: exactly one history and one current-input step, at most one summary step (between
+    them) and one compaction step (after current input), and every other processor declared as
+    leaving the events untouched. A compaction step must be ``agentlab.compaction``'s processor
+    (the cache calls its per-event decision).
     """
-    found: dict[tuple[str, str], list[Any]] = {}
-    order: list[tuple[str, str]] = []
+    found: dict[EventsRole, RequestProcessor] = {}
+    order: list[EventsRole] = []
     for p in processors:
-        kind = (type(p).__module__, type(p).__qualname__)
-        if kind in _EVENT_NEUTRAL:
+        role = getattr(p, "events_role", None)
+        if role is EventsRole.UNTOUCHED:
             continue
-        if kind not in (_HISTORY, _SUMMARY, _CURRENT_INPUT, _COMPACTION):
+        if role not in _MIRRORED or role in found:
             return None
-        found.setdefault(kind, []).append(p)
-        order.append(kind)
-    if any(len(v) > 1 for v in found.values()) or _HISTORY not in found or _CURRENT_INPUT not in found:
+        found[role] = p
+        order.append(role)
+    if EventsRole.HISTORY not in found or EventsRole.CURRENT_INPUT not in found:
         return None
-    expected = [k for k in (_HISTORY, _SUMMARY, _CURRENT_INPUT, _COMPACTION) if k in found]
-    if order != expected:
+    if order != [r for r in _MIRRORED if r in found]:
         return None
+    compaction = found.get(EventsRole.COMPACTION)
+    if compaction is not None:
+        from agentlab.compaction import CompactionProcessor
+
+        if not isinstance(compaction, CompactionProcessor):
+            return None
+    summary = found.get(EventsRole.SUMMARY)
     return ProjectionPlan(
-        history=found[_HISTORY][0],
-        current_input=found[_CURRENT_INPUT][0],
-        summary=found[_SUMMARY][0] if _SUMMARY in found else None,
-        compaction=found[_COMPACTION][0] if _COMPACTION in found else None,
+        history=found[EventsRole.HISTORY],
+        current_input=found[EventsRole.CURRENT_INPUT],
+        # The declared role promises the SummaryStep methods.
+        summary=summary,  # type: ignore[arg-type]
+        compaction=compaction,
     )
 
 
@@ -242,7 +242,6 @@ class ProjectionCache:
 
     def _project(self, inv: Invocation, draft: RequestDraft, plan: ProjectionPlan) -> Projected | None:
         from agentlab.compaction import offers_session_load
-        from agentlab.summary import _calls_of_split_round, _resumed_tool_round, pick_summary
 
         session = inv.session
         ledger = session.events
@@ -263,7 +262,7 @@ class ProjectionCache:
         if state.broken:
             return None
 
-        summary = pick_summary(session, inv.filter_key) if plan.summary is not None else None
+        summary = plan.summary.pick(session, inv.filter_key) if plan.summary is not None else None
         boundary = -1
         if summary is not None and summary.boundary is not None:
             boundary = state.positions.get(summary.boundary.last_event_id, -1) if summary.boundary.last_event_id else -1
@@ -276,7 +275,7 @@ class ProjectionCache:
         else:
             self._extend_kept(state, ledger, inv.filter_key)
 
-        if _resumed_tool_round(inv, state.covered) or _calls_of_split_round(state.covered, state.kept):
+        if plan.summary is not None and plan.summary.carried_over(inv, state.covered, state.kept):
             return None  # the summary cut a tool round: the full chain re-projects it
         current = inv.user_event
         virtual: Event | None = None

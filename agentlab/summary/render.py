@@ -1,0 +1,80 @@
+"""Events rendered as the summariser's input: conversation lines, trimming, the delta."""
+
+from __future__ import annotations
+
+import re
+
+from agentlab.events import Event, Message
+from agentlab.model import tokens
+from agentlab.projection import in_filter, is_history_event
+from agentlab.session.base import Session, SummaryBoundary
+from agentlab.summary.prompts import PREVIOUS_SUMMARY_LABEL
+
+
+def render_event_line(event: Event) -> str:
+    """One event as a conversation line: ``author: text`` with tool calls/results in brackets."""
+    m = event.message
+    if m is None:
+        return ""
+    if m.role == "tool":
+        body = f"[{m.name or 'tool'} returned: {m.content}]"
+    elif m.tool_calls:
+        calls = []
+        for c in m.tool_calls:
+            args = (c.arguments or "").strip()
+            calls.append(f"[Called tool: {c.name} with args: {args}]" if args and args != "{}"
+                         else f"[Called tool: {c.name}]")
+        body = " ".join(([m.content] if m.content else []) + calls)
+    else:
+        body = m.content
+    return f"{event.author or m.role}: {body}"
+
+
+def previous_summary_event(text: str) -> Event:
+    """The synthetic head event of a rolling update."""
+    return Event(author="system", choices=[Message.system(f"{PREVIOUS_SUMMARY_LABEL}\n{text}")],
+                 id="summary:previous")
+
+
+def truncate_middle(text: str, max_tokens: int, marker: str = "[... {n} characters omitted ...]") -> str:
+    """Keep a head and a tail of ``text`` around a marker so it fits ``max_tokens`` (binary search)."""
+    if tokens.count_text(text) <= max_tokens:
+        return text
+
+    def build(keep: int) -> str:
+        head = keep // 2
+        tail = keep - head
+        omitted = len(text) - keep
+        return text[:head] + "\n" + marker.format(n=omitted) + "\n" + (text[-tail:] if tail else "")
+
+    low, high = 0, len(text) - 1
+    best = build(0)
+    while low <= high:
+        mid = (low + high) // 2
+        candidate = build(mid)
+        if tokens.count_text(candidate) <= max_tokens:
+            best, low = candidate, mid + 1
+        else:
+            high = mid - 1
+    return best
+
+
+def strip_structured_summary(text: str) -> str:
+    """Drop an <analysis> block and unwrap a <summary> block (the nine-section post-step)."""
+    text = re.sub(r"<analysis>.*?</analysis>", "", text, flags=re.DOTALL | re.IGNORECASE)
+    found = re.search(r"<summary>(.*?)(?:</summary>|$)", text, flags=re.DOTALL | re.IGNORECASE)
+    if found:
+        text = found.group(1)
+    return text.strip()
+
+
+
+def delta_after_boundary(session: Session, boundary: SummaryBoundary | None, filter_key: str) -> list[Event]:
+    """Message events after the boundary visible under ``filter_key`` (the summariser's input)."""
+    return [e for e in session.events_after_boundary(boundary)
+            if is_history_event(e) and in_filter(e.filter_key, filter_key)]
+
+
+def _event_tokens(event: Event) -> int:
+    return event.token_count if event.token_count is not None else tokens.count_event(event)
+
