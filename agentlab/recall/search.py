@@ -22,10 +22,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from agentlab.events import Event
+from agentlab.projection import in_filter
 from agentlab.recall import SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.embed import Embedder, shared_embedder
 from agentlab.recall.index import SearchIndex
-from agentlab.runtime.context import in_filter
 from agentlab.session.base import Session, SessionHead, SessionService, SummaryBoundary
 
 if TYPE_CHECKING:

@@ -34,8 +34,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
-    from agentlab.runtime.agent import Agent, LLMAgent
     from agentlab.projection import RequestDraft, RequestProcessor, events_to_messages
+    from agentlab.runtime.agent import Agent, LLMAgent
     from agentlab.runtime.invocation import Invocation, RunOptions
     from agentlab.runtime.runner import Runner
     from agentlab.runtime.tools import FunctionTool, Tool, ToolContext, tool
