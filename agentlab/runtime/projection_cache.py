@@ -127,8 +127,6 @@ class Projected:
     stat: dict[str, Any] | None
 
 
-_NO_DECISION = object()
-
 
 @dataclass
 class _Projection:
@@ -368,7 +366,7 @@ class ProjectionCache:
                     state.answered.add(m.tool_call_id)
                     # The call's message was rendered without this call; render it again.
                     if m.tool_call_id in state.first_call:
-                        state.mark_dirty(state.first_call[m.tool_call_id])  # type: ignore[index]
+                        state.mark_dirty(state.first_call[m.tool_call_id])
                 state.first_result.setdefault(m.tool_call_id, position)
         state.kept_until = len(ledger)
 
@@ -424,14 +422,16 @@ class ProjectionCache:
             if compaction is not None and e.is_tool_result():
                 unit = unit_of(e)
                 historical = unit is not None and unit not in protected
-                decision = decisions.get((e.id, historical), _NO_DECISION)
-                if decision is _NO_DECISION:
+                key = (e.id, historical)
+                if key in decisions:
+                    decision = decisions[key]
+                else:
                     decision = compaction.compact_event(e, historical=historical, has_current=has_current,
                                                         session_load=session_load)
                     if e is not virtual:
-                        decisions[(e.id, historical)] = decision  # type: ignore[assignment]
+                        decisions[key] = decision
                 if decision is not None:
-                    out, pass_name = decision  # type: ignore[misc]
+                    out, pass_name = decision
                     replaced_old, replaced_new = _event_tokens(e), _event_tokens(out)
                     passes[int(pass_name[-1])] = 1
             total = (total[0] + _event_tokens(e), total[1] + replaced_old, total[2] + replaced_new,

@@ -169,9 +169,16 @@ class TriggerObservation:
 
 @runtime_checkable
 class TriggerCheck(Protocol):
-    name: str
+    """One condition of the summary trigger, judged on a :class:`TriggerObservation`."""
 
-    def passes(self, obs: TriggerObservation) -> bool: ...
+    @property
+    def name(self) -> str:
+        """The check's name in records and reports."""
+        ...
+
+    def passes(self, obs: TriggerObservation) -> bool:
+        """Whether this check would let the update run."""
+        ...
 
 
 @dataclass(frozen=True)

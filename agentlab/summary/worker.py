@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -96,14 +97,14 @@ class SummaryWorker:
             targets.append(FULL_SESSION_KEY)
         if not targets:
             return False
-        kwargs = dict(force=force, context_window=context_window, parent_request=parent_request,
-                      idle_seconds=idle_seconds)
+        update = functools.partial(self._summarize_key, session, force=force, context_window=context_window,
+                                   parent_request=parent_request, idle_seconds=idle_seconds)
         if len(targets) == 2 and filter_key in targets:
             history = [e for e in session.events if is_history_event(e)]
             if all(in_filter(e.filter_key, filter_key) for e in history):
                 # The branch sees every event: summarise once and copy to the full-session key.
-                return await self._summarize_key(session, filter_key, copy_to_full=True, **kwargs)
-        results = await asyncio.gather(*(self._summarize_key(session, key, **kwargs) for key in targets))
+                return await update(filter_key, copy_to_full=True)
+        results = await asyncio.gather(*(update(key) for key in targets))
         return any(results)
 
     async def _current_summary(self, session: Session, filter_key: str) -> Summary | None:
