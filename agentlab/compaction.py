@@ -135,6 +135,7 @@ class CompactionPolicy(PolicyJSON, ContextMechanism):
 
 
 def recoverable_placeholder(event: Event, *, session_load_available: bool) -> str:
+    """The pass-1 placeholder: the call succeeded and was used; how to get the payload back."""
     m = event.message
     tool_call_id = (m.tool_call_id if m else "") or ""
     tool_name = (m.name if m else "") or "tool"
@@ -223,11 +224,13 @@ class CompactionProcessor:
         self.policy = policy or CompactionPolicy(enabled=True)
 
     async def process(self, inv: Invocation, draft: RequestDraft) -> None:
+        """Compact ``draft.events`` and record the stats when anything changed."""
         stat = self.compact(draft, current_unit=inv.request_id or None)
         if stat is not None:
             draft.stats.append(stat)
 
     def compact(self, draft: RequestDraft, *, current_unit: str | None) -> dict[str, Any] | None:
+        """Passes 0/1/2 over the draft's events; the stats record, or ``None`` when nothing changed."""
         events = draft.events
         session_load = offers_session_load(draft.tools)
         protected = protected_units(events, current_unit, self.policy.keep_recent_requests)

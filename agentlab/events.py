@@ -26,6 +26,7 @@ OBJ_RUN_DONE = "runner.completion"
 
 
 def new_id(prefix: str = "") -> str:
+    """A fresh unique id (random hex), ``prefix`` first: ids never depend on clocks or order."""
     return f"{prefix}{uuid.uuid4().hex}"
 
 
@@ -48,10 +49,12 @@ class ToolCall:
         return value
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form (a plain dict)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        """The call from :meth:`to_dict` output; empty arguments become ``{}``."""
         return cls(id=data["id"], name=data["name"], arguments=data.get("arguments") or "{}")
 
 
@@ -67,21 +70,26 @@ class Message:
 
     @staticmethod
     def system(text: str) -> Message:
+        """A system message."""
         return Message(role="system", content=text)
 
     @staticmethod
     def user(text: str) -> Message:
+        """A user message."""
         return Message(role="user", content=text)
 
     @staticmethod
     def assistant(text: str = "", tool_calls: tuple[ToolCall, ...] | list[ToolCall] = ()) -> Message:
+        """An assistant message, optionally calling tools."""
         return Message(role="assistant", content=text, tool_calls=tuple(tool_calls))
 
     @staticmethod
     def tool(tool_call_id: str, name: str, content: str) -> Message:
+        """The result of one tool call, answering ``tool_call_id``."""
         return Message(role="tool", content=content, tool_call_id=tool_call_id, name=name)
 
     def with_content(self, content: str) -> Message:
+        """A copy with other content (messages are immutable: copy-on-write)."""
         return replace(self, content=content)
 
     def to_openai(self) -> dict[str, Any]:
@@ -99,6 +107,7 @@ class Message:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form (tool calls as dicts)."""
         return {
             "role": self.role,
             "content": self.content,
@@ -109,6 +118,7 @@ class Message:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
+        """The message from :meth:`to_dict` output (the stored form)."""
         return cls(
             role=data["role"],
             content=data.get("content") or "",
@@ -128,6 +138,7 @@ class Usage:
 
     @property
     def total_tokens(self) -> int:
+        """Prompt plus completion tokens (cached tokens are part of the prompt)."""
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
@@ -138,10 +149,12 @@ class Usage:
         )
 
     def to_dict(self) -> dict[str, int]:
+        """The stored form: the three counts."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage | None:
+        """Usage from its stored form; ``None`` stays ``None`` (no usage reported)."""
         if data is None:
             return None
         return cls(**{k: int(data.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "cached_tokens")})
@@ -175,21 +188,26 @@ class Event:
 
     @property
     def message(self) -> Message | None:
+        """The message the run continues with (choice 0), if any."""
         return self.choices[0] if self.choices else None
 
     @property
     def role(self) -> str | None:
+        """The role of :attr:`message` (``None`` for an event without one)."""
         return self.message.role if self.message else None
 
     @property
     def text(self) -> str:
+        """The content of :attr:`message` (empty without one)."""
         return self.message.content if self.message else ""
 
     def is_tool_result(self) -> bool:
+        """Whether this event answers a tool call."""
         m = self.message
         return m is not None and m.role == "tool" and bool(m.tool_call_id)
 
     def is_tool_call(self) -> bool:
+        """Whether this event is an assistant message that calls tools."""
         m = self.message
         return m is not None and m.role == "assistant" and bool(m.tool_calls)
 
@@ -206,6 +224,7 @@ class Event:
         )
 
     def has_valid_content(self) -> bool:
+        """Whether the message carries text or tool calls (an empty reply carries neither)."""
         m = self.message
         if m is None:
             return False
@@ -220,6 +239,7 @@ class Event:
         return self.error is None and self.done and self.has_valid_content()
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form: every field, messages and usage as dicts."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -231,10 +251,12 @@ class Event:
         return out
 
     def to_json(self) -> str:
+        """The stored form as JSON (keys sorted, so equal events serialise equally)."""
         return json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Event:
+        """The event from its stored form; unknown keys (from a newer version) are ignored."""
         kwargs = dict(data)
         kwargs["choices"] = [Message.from_dict(m) for m in data.get("choices") or ()]
         kwargs["usage"] = Usage.from_dict(data.get("usage"))
@@ -245,6 +267,7 @@ class Event:
 
     @classmethod
     def from_json(cls, text: str) -> Event:
+        """The event from :meth:`to_json` output."""
         return cls.from_dict(json.loads(text))
 
     def copy_with(self, **changes: Any) -> Event:
@@ -254,6 +277,7 @@ class Event:
 
 def user_event(text: str, *, author: str = "user", invocation_id: str = "", request_id: str = "",
                filter_key: str = "", timestamp: float | None = None) -> Event:
+    """A user-input event, the first event of every run."""
     return Event(
         author=author,
         choices=[Message.user(text)],

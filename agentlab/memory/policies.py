@@ -236,12 +236,15 @@ def words(text: str) -> list[str]:
 
 
 def normalize_text(text: str) -> str:
-    """The form two texts are compared in for exact-duplicate checks: case, spacing and
-    punctuation do not make a memory new."""
+    """The form two texts are compared in for exact-duplicate checks.
+
+    Case, spacing and punctuation do not make a memory new.
+    """
     return " ".join(words(text))
 
 
 def word_jaccard(a: str, b: str) -> float:
+    """Jaccard overlap of the two texts' word sets (1.0 when both are empty)."""
     sa, sb = set(words(a)), set(words(b))
     if not sa and not sb:
         return 1.0
@@ -299,6 +302,7 @@ class MemoryOperation:
     location: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form (tuples as lists, as JSON has them)."""
         out = asdict(self)
         out["topics"] = list(self.topics)
         out["participants"] = list(self.participants)
@@ -323,6 +327,7 @@ class Decision:
     memory_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form, with the operation as a dict."""
         out = asdict(self)
         out["operation"] = self.operation.to_dict()
         return out

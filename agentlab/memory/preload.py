@@ -62,6 +62,7 @@ class MemoryPreloadProcessor:
         self.policy = policy
 
     async def process(self, inv: Invocation, draft: RequestDraft) -> None:
+        """Append the memory block (computed once per run) to the system text."""
         limit = self.policy.preload_limit
         service = inv.memory_service
         if limit <= 0 or service is None:

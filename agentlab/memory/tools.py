@@ -81,6 +81,7 @@ class MemorySearchTool:
         self.policy = policy
 
     def declaration(self) -> dict[str, Any]:
+        """The chat-completions declaration: query, optional top_k and kind."""
         return {
             "type": "function",
             "function": {
@@ -102,6 +103,7 @@ class MemorySearchTool:
         }
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        """Search the user's memories; bad arguments raise a ``ValueError`` the model reads."""
         unknown = set(arguments) - {"query", "top_k", "kind"}
         if unknown:
             raise ValueError(f"unknown argument(s) for memory_search: {', '.join(sorted(unknown))}")

@@ -65,6 +65,7 @@ async def preload_hits(inv: Invocation, policy: RecallPolicy, query: str) -> lis
 
 
 def render_preload_block(hits: list[EventHit], policy: RecallPolicy) -> str:
+    """The "Related Session Recall" block for ``hits`` ("" when there are none)."""
     if not hits:
         return ""
     lines = [PRELOAD_HEADER, PRELOAD_FRAMING]
@@ -86,6 +87,7 @@ class PreloadRecallProcessor:
         self.policy = policy
 
     async def process(self, inv: Invocation, draft: RequestDraft) -> None:
+        """Inject the preload block: searched on the run's first call, reused on its later calls."""
         if self.policy.preload_limit <= 0:
             return
         block = inv.scratch.get(_SCRATCH_KEY)

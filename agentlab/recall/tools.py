@@ -77,8 +77,10 @@ def utf8_page(data: bytes, offset: int, limit: int) -> tuple[int, int]:
 
 
 def normalise_window(before: int | None, after: int | None, policy: RecallPolicy) -> tuple[int, int]:
-    """Reference window rules: negatives -> 0; both 0 -> the defaults; then shrink to the span,
-    taking from ``after`` while ``after >= before``, else from ``before``."""
+    """Reference window rules: negatives -> 0; both 0 -> the defaults; then shrink to the span.
+
+    The span is reached by taking from ``after`` while ``after >= before``, else from ``before``.
+    """
     b = policy.window_before if before is None else max(0, before)
     a = policy.window_after if after is None else max(0, after)
     if b == 0 and a == 0:
@@ -140,8 +142,11 @@ def _latest_tool_result_id(events: list[Event], tool_call_id: str) -> str:
 
 
 async def resolve_tool_call_anchor(inv: Invocation, session_id: str, tool_call_id: str) -> str:
-    """Event id of the latest tool result with ``tool_call_id``: the in-memory session first, then
-    the stored session (which may hold events this process has not seen)."""
+    """Event id of the latest tool result with ``tool_call_id``.
+
+    The in-memory session is looked at first, then the stored session (which may hold events this
+    process has not seen).
+    """
     if session_id == inv.session.id:
         found = _latest_tool_result_id(inv.session.events, tool_call_id)
         if found:
@@ -246,6 +251,8 @@ def _check_arguments(tool: str, arguments: dict[str, Any], allowed: set[str]) ->
 
 
 class SessionSearchTool:
+    """The ``session_search`` tool: searches earlier history in one of four scopes."""
+
     name = "session_search"
     description = SEARCH_DESCRIPTION
 
@@ -253,6 +260,7 @@ class SessionSearchTool:
         self.policy = policy
 
     def declaration(self) -> dict[str, Any]:
+        """The declaration of ``session_search``, with the policy's defaults stated."""
         return _tool_declaration(
             self.name,
             self.description,
@@ -273,6 +281,7 @@ class SessionSearchTool:
         )
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        """Run ``session_search`` with the model's arguments (unknown ones are an error it reads)."""
         _check_arguments(self.name, arguments, {"query", "scope", "top_k", "min_score", "search_mode"})
         return await session_search(
             ctx.invocation,
@@ -286,6 +295,8 @@ class SessionSearchTool:
 
 
 class SessionLoadTool:
+    """The ``session_load`` tool: a small raw window around one event, paging large results."""
+
     name = "session_load"
     description = LOAD_DESCRIPTION
 
@@ -293,6 +304,7 @@ class SessionLoadTool:
         self.policy = policy
 
     def declaration(self) -> dict[str, Any]:
+        """The declaration of ``session_load``, with the policy's defaults stated."""
         p = self.policy
         return _tool_declaration(
             self.name,
@@ -313,6 +325,7 @@ class SessionLoadTool:
         )
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        """Run ``session_load`` with the model's arguments (unknown ones are an error it reads)."""
         _check_arguments(self.name, arguments, {"session_id", "event_id", "tool_call_id", "before", "after",
                                                 "content_offset", "content_limit"})
         return await session_load(
@@ -390,6 +403,7 @@ class RecallOverviewProcessor:
         self.policy = policy
 
     async def process(self, inv: Invocation, draft: RequestDraft) -> None:
+        """Append the overview for the recall tools this request offers."""
         # Look at the request's tools, not the policy: when the tool budget is spent the request
         # carries no tools, and the overview would point at tools the model cannot call.
         text = recall_overview({t.name for t in draft.tools})

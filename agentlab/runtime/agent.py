@@ -109,8 +109,11 @@ class LLMAgent:
     # ---------------------------------------------------------------------------- projection
 
     def context_mechanisms(self) -> list[ContextMechanism]:
-        """The mechanisms switched on, in contribution order: summary, compaction, recall, memory, then
-        ``mechanisms`` (tools are offered in this order; processors are ordered by stage)."""
+        """The mechanisms switched on, in contribution order.
+
+        That is summary, compaction, recall, memory, then ``mechanisms``: tools are offered in this
+        order; processors are ordered by stage (ties in this order).
+        """
         named = (self.summary, self.compaction, self.recall, self.memory)
         return [m for m in named if m is not None] + self.mechanisms
 

@@ -50,15 +50,17 @@ class Invocation:
 
     @property
     def request_id(self) -> str:
-        # One user message = one request unit; compaction protects whole units.
+        """The request unit of this run: one user message = one unit (compaction protects whole units)."""
         return self.id
 
     @property
     def context_window(self) -> int:
+        """The window this run assumes: its override, else the agent model's (0 = unknown)."""
         if self.options.context_window:
             return self.options.context_window
         info = getattr(getattr(self.agent, "model", None), "info", None)
         return int(getattr(info, "context_window", 0) or 0)
 
     def cancel(self) -> None:
+        """Ask the run to stop at its next step."""
         self.cancelled.set()

@@ -189,6 +189,7 @@ class ProjectionCache:
         self.counts = {"incremental": 0, "rebuilt": 0, "full_chain": 0}
 
     def clear(self) -> None:
+        """Forget every kept projection (the next call of each session rebuilds)."""
         with self._lock:
             self._states.clear()
 

@@ -60,6 +60,7 @@ class Runner:
 
     @property
     def active_runs(self) -> list[str]:
+        """Ids of the invocations running now (what :meth:`cancel` can stop)."""
         return list(self._active)
 
     def cancel(self, invocation_id: str) -> bool:
@@ -79,6 +80,7 @@ class Runner:
         options: RunOptions | None = None,
         filter_key: str = "",
     ) -> AsyncIterator[Event]:
+        """Run one message through the agent and stream every event (see the class docstring)."""
         svc = self.session_service
         session = await svc.get_session(self.app_name, user_id, session_id)
         if session is None:

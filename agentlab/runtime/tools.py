@@ -26,6 +26,8 @@ class ToolContext:
 
 @runtime_checkable
 class Tool(Protocol):
+    """Something the model can call: a declaration for the request, and the call itself."""
+
     name: str
     description: str
 
@@ -33,7 +35,9 @@ class Tool(Protocol):
         """The chat-completions ``tools`` entry for this tool."""
         ...
 
-    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> Any: ...
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        """Run with the model's arguments; the result goes back as text (see ``render_tool_result``)."""
+        ...
 
 
 def render_tool_result(value: Any) -> str:
@@ -121,12 +125,14 @@ class FunctionTool:
         self.parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
 
     def declaration(self) -> dict[str, Any]:
+        """The declaration built from the function's signature and docstring."""
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        """Check the arguments against the signature, then call the function (awaited if async)."""
         unknown = set(arguments) - set(self.parameters["properties"])
         if unknown:
             raise ValueError(f"unknown argument(s) for {self.name}: {', '.join(sorted(unknown))}")

@@ -112,12 +112,14 @@ class SummaryPolicy(PolicyJSON, ContextMechanism):
 
     @property
     def prompt_version(self) -> str:
+        """The version a summary made with this prompt records (built-in name, or a hash of the template)."""
         builtin = BUILTIN_PROMPTS.get(self.prompt)
         if builtin is not None:
             return builtin[1]
         return f"{CUSTOM_PROMPT_VERSION_PREFIX}-{_stable_hash(self.prompt)}"
 
     def trigger_checks(self) -> list[TriggerCheck]:
+        """The checks the set knobs switch on (none set: refresh whenever there is new content)."""
         checks: list[TriggerCheck] = []
         if self.context_ratio is not None:
             checks.append(ContextRatioCheck(self.context_ratio, self.context_floor_tokens))
@@ -183,41 +185,54 @@ class TriggerCheck(Protocol):
 
 @dataclass(frozen=True)
 class ContextRatioCheck:
+    """Fire when previous summary + delta exceed ``ratio`` x the window (at least ``floor_tokens``)."""
+
     ratio: float = 0.5
     floor_tokens: int = 2000
     name: str = "context_ratio"
 
     def threshold(self, window: int) -> int:
+        """The token threshold for a window: ratio x window, never under the floor."""
         return max(int(window * self.ratio), self.floor_tokens)
 
     def passes(self, obs: TriggerObservation) -> bool:
+        """Whether this check lets the update run on ``obs``."""
         return obs.delta_tokens + obs.previous_summary_tokens > self.threshold(obs.context_window)
 
 
 @dataclass(frozen=True)
 class EventsOverCheck:
+    """Fire when the delta has more than ``threshold`` message events."""
+
     threshold: int
     name: str = "events_over"
 
     def passes(self, obs: TriggerObservation) -> bool:
+        """Whether this check lets the update run on ``obs``."""
         return obs.delta_events > self.threshold
 
 
 @dataclass(frozen=True)
 class TokensOverCheck:
+    """Fire when the delta has more than ``threshold`` tokens."""
+
     threshold: int
     name: str = "tokens_over"
 
     def passes(self, obs: TriggerObservation) -> bool:
+        """Whether this check lets the update run on ``obs``."""
         return obs.delta_tokens > self.threshold
 
 
 @dataclass(frozen=True)
 class IdleOverCheck:
+    """Fire when the conversation sat idle for more than ``seconds``."""
+
     seconds: float
     name: str = "idle_over"
 
     def passes(self, obs: TriggerObservation) -> bool:
+        """Whether this check lets the update run on ``obs``."""
         return obs.idle_seconds is not None and obs.idle_seconds > self.seconds
 
 

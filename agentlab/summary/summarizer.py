@@ -88,14 +88,17 @@ class Summarizer:
 
     @property
     def window(self) -> int:
+        """The summary model's window (its stated one, else the policy's fallback)."""
         info = getattr(self.model, "info", None)
         return int(getattr(info, "context_window", 0) or 0) or self.policy.context_fallback_window
 
     @property
     def input_budget(self) -> int:
+        """Tokens the summariser input may use: ``input_budget_ratio`` x the window."""
         return int(self.window * self.policy.input_budget_ratio)
 
     def generation(self) -> GenerationConfig:
+        """Deterministic decoding, capped at ``max_output_tokens`` when set."""
         return GenerationConfig(temperature=0.0, max_tokens=self.policy.max_output_tokens)
 
     # -- prompt rendering ------------------------------------------------------------------------
@@ -117,6 +120,7 @@ class Summarizer:
         return [Message.system(SUMMARY_SYSTEM_PROMPT), Message.user(text)]
 
     def render_line(self, event: Event) -> str:
+        """One event as an input line, a long tool result cut around a marker when the policy asks."""
         limit = self.policy.input_tool_result_max_tokens
         message = event.message
         if limit > 0 and message is not None and message.role == "tool" \

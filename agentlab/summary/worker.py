@@ -1,5 +1,8 @@
-"""The summary worker: the rolling update with its boundary, the cascade, the background pool,
-and the runner hook that enqueues a job after a qualifying event."""
+"""The summary worker: the rolling update with its boundary, and the machinery around it.
+
+That is the cascade to the full-session key, the background pool, and the runner hook that
+enqueues a job after a qualifying event.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +44,8 @@ class _Job:
 
 @dataclass
 class WorkerStats:
+    """Counters of what the worker did (jobs, advances, failures, model calls), for analysis and tests."""
+
     enqueued: int = 0
     ran_in_caller: int = 0
     completed: int = 0
@@ -199,12 +204,14 @@ class SummaryWorker:
                         type(exc).__name__, exc)
 
     def resolve_window(self, context_window: int | None) -> int:
+        """The window the triggers use: the run/agent window given, else the summary model's."""
         if context_window:
             return int(context_window)
         return self.summarizer.window or self.policy.context_fallback_window
 
     def observe(self, delta: Sequence[Event], previous_text: str, context_window: int | None,
                 idle_seconds: float | None) -> TriggerObservation:
+        """What the trigger checks see for this delta (idle time since its last event if not given)."""
         if idle_seconds is None and delta:
             idle_seconds = time.time() - delta[-1].timestamp
         return TriggerObservation(
@@ -236,6 +243,7 @@ class SummaryWorker:
         return _tool_round_complete(session, event)
 
     async def on_event_appended(self, inv: Invocation, event: Event) -> None:
+        """The runner hook: enqueue an update after a qualifying event."""
         if not self.qualifies(inv.session, event):
             return
         await self.enqueue(inv.session, inv.filter_key, context_window=_invocation_window(inv, self),
