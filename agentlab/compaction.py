@@ -150,6 +150,34 @@ def recoverable_placeholder(event: Event, *, session_load_available: bool) -> st
     return "\n".join(lines)
 
 
+def cut_middle(text: str, max_tokens: int, marker: str, *, max_keep: int | None = None) -> str | None:
+    """Longest head + tail of ``text`` around ``marker`` that fits ``max_tokens`` tokens.
+
+    ``marker`` is a format string whose ``{n}`` becomes the number of characters left out. Head
+    and tail each get half of the kept characters, found by binary search over at most
+    ``max_keep`` kept characters (default: all but one). ``None`` when not even the bare marker
+    fits. Shared with the summariser's input trimming (``agentlab.summary.render``).
+    """
+    def build(keep: int) -> str:
+        head = keep // 2
+        tail = keep - head
+        return text[:head] + "\n" + marker.format(n=len(text) - keep) + "\n" + (
+            text[len(text) - tail:] if tail else "")
+
+    best = build(0)
+    if tokens.count_text(best) > max_tokens:
+        return None
+    low, high = 0, len(text) - 1 if max_keep is None else min(len(text) - 1, max_keep)
+    while low <= high:
+        mid = (low + high) // 2
+        candidate = build(mid)
+        if tokens.count_text(candidate) <= max_tokens:
+            best, low = candidate, mid + 1
+        else:
+            high = mid - 1
+    return best
+
+
 def head_tail_truncate(content: str, max_tokens: int, markers: list[str]) -> str | None:
     """Longest head + tail of ``content`` around a marker that fits ``max_tokens`` tokens.
 
@@ -157,24 +185,10 @@ def head_tail_truncate(content: str, max_tokens: int, markers: list[str]) -> str
     ``None`` if none fits. Head and tail each get half of the retained characters.
     """
     for marker in markers:
-        def build(keep: int, marker: str = marker) -> str:
-            head = keep // 2
-            tail = keep - head
-            return content[:head] + "\n" + marker.format(n=len(content) - keep) + "\n" + (
-                content[len(content) - tail:] if tail else "")
-
-        if tokens.count_text(build(0)) > max_tokens:
-            continue
-        # Retained characters can never exceed ~8 per token of budget: start the search there.
-        low, high, best = 0, min(len(content) - 1, max_tokens * 8), build(0)
-        while low <= high:
-            mid = (low + high) // 2
-            candidate = build(mid)
-            if tokens.count_text(candidate) <= max_tokens:
-                best, low = candidate, mid + 1
-            else:
-                high = mid - 1
-        return best
+        # Retained characters can never exceed ~8 per token of budget: search no further.
+        cut = cut_middle(content, max_tokens, marker, max_keep=max_tokens * 8)
+        if cut is not None:
+            return cut
     return None
 
 
@@ -406,6 +420,7 @@ __all__ = [
     "RECOVERABLE_HEADER",
     "CompactionPolicy",
     "CompactionProcessor",
+    "cut_middle",
     "head_tail_truncate",
     "protected_units",
     "recoverable_placeholder",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from agentlab.compaction import cut_middle
 from agentlab.events import Event, Message
 from agentlab.model import tokens
 from agentlab.projection import in_filter, is_history_event
@@ -37,26 +38,14 @@ def previous_summary_event(text: str) -> Event:
 
 
 def truncate_middle(text: str, max_tokens: int, marker: str = "[... {n} characters omitted ...]") -> str:
-    """Keep a head and a tail of ``text`` around a marker so it fits ``max_tokens`` (binary search)."""
+    """Keep a head and a tail of ``text`` around a marker so it fits ``max_tokens`` (binary search).
+
+    When not even the bare marker fits, the bare marker is what is left.
+    """
     if tokens.count_text(text) <= max_tokens:
         return text
-
-    def build(keep: int) -> str:
-        head = keep // 2
-        tail = keep - head
-        omitted = len(text) - keep
-        return text[:head] + "\n" + marker.format(n=omitted) + "\n" + (text[-tail:] if tail else "")
-
-    low, high = 0, len(text) - 1
-    best = build(0)
-    while low <= high:
-        mid = (low + high) // 2
-        candidate = build(mid)
-        if tokens.count_text(candidate) <= max_tokens:
-            best, low = candidate, mid + 1
-        else:
-            high = mid - 1
-    return best
+    cut = cut_middle(text, max_tokens, marker)
+    return cut if cut is not None else "\n" + marker.format(n=len(text)) + "\n"
 
 
 def strip_structured_summary(text: str) -> str:
