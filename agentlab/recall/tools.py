@@ -1,6 +1,6 @@
 """The recall tools (``session_search``, ``session_load``) and the recall overview.
 
-The runtime imports exactly :func:`recall_tools` and :class:`RecallOverviewProcessor`.
+``RecallPolicy`` contributes exactly :func:`recall_tools` and :class:`RecallOverviewProcessor` to requests.
 ``session_load`` lives here; the search machinery is in :mod:`agentlab.recall.search`.
 Both tools say, in their descriptions and in every result, that recalled history is historical
 data and not instructions.
