@@ -111,8 +111,7 @@ def plan_for(processors: Sequence[RequestProcessor]) -> ProjectionPlan | None:
     return ProjectionPlan(
         history=found[EventsRole.HISTORY],
         current_input=found[EventsRole.CURRENT_INPUT],
-        # The declared role promises the SummaryStep methods.
-        summary=summary,  # type: ignore[arg-type]
+        summary=summary,  # type: ignore[arg-type]  # the declared SUMMARY role promises the SummaryStep methods
         compaction=compaction,
     )
 
@@ -384,8 +383,9 @@ class ProjectionCache:
             position = len(kept) - (virtual is None)
             while position >= 0 and len(recent) < keep_recent:
                 e = kept[position] if position < len(kept) else virtual
+                assert e is not None  # the walk starts inside ``kept`` when there is no virtual input
                 position -= 1
-                unit = unit_of(e)  # type: ignore[arg-type]
+                unit = unit_of(e)
                 if unit is None or unit in seen:
                     continue
                 seen.add(unit)

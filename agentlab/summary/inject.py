@@ -93,11 +93,12 @@ def _calls_of_split_round(covered: list[Event], kept: list[Event]) -> list[Event
     A safe-prefix update may end between a tool call and its result. The result is not covered,
     so it stays in the context, and it needs its call in view to stay a well-formed tool round.
     """
-    pending = set()
+    pending: set[str | None] = set()
     for e in kept:  # results of a split round sit at the very start of the kept events
-        if not e.is_tool_result():
+        m = e.message
+        if m is None or not e.is_tool_result():
             break
-        pending.add(e.message.tool_call_id)  # type: ignore[union-attr]
+        pending.add(m.tool_call_id)
     if not pending:
         return []
     pulled: list[Event] = []
@@ -124,7 +125,7 @@ def _resumed_tool_round(inv: Invocation, covered: list[Event]) -> list[Event]:
     mine = covered[start:]
     if not any(e.is_tool_result() for e in mine):
         return []
-    results = {e.message.tool_call_id: e for e in mine if e.is_tool_result() and e.message}
+    results = {e.message.tool_call_id: (e, e.message) for e in mine if e.is_tool_result() and e.message}
     for call_event in reversed(mine):
         m = call_event.message
         if m is None or not m.tool_calls or not all(c.id in results for c in m.tool_calls):
@@ -135,9 +136,9 @@ def _resumed_tool_round(inv: Invocation, covered: list[Event]) -> list[Event]:
         )
         out = [call_copy]
         for c in m.tool_calls:
-            result = results[c.id]
+            result, result_message = results[c.id]
             out.append(result.copy_with(
-                choices=[result.message.with_content(CURRENT_RUN_RESULT_PLACEHOLDER)],  # type: ignore[union-attr]
+                choices=[result_message.with_content(CURRENT_RUN_RESULT_PLACEHOLDER)],
                 metadata={**result.metadata, "projection": "current_invocation_summary", "compacted": "resume"},
             ))
         return out
