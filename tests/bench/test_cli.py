@@ -339,6 +339,21 @@ def test_report_prints_and_stores_a_benchmarks_own_tables(tmp_path: Path, monkey
             store.write_frame("cases", pd.DataFrame([{"x": 1}]))
 
 
+def test_a_task_without_own_tables_reports_none(tmp_path: Path) -> None:
+    from agentlab.bench.tasks import Task, get_task
+
+    task = get_task("demo")
+    assert type(task).report_tables is Task.report_tables  # the declared default, not overridden
+    db = str(tmp_path / "r.duckdb")
+    assert run_cli("demo", "--mode", "long_context", "--limit", "1", "--db", db, "--no-progress")[0] == 0
+    with ResultStore(Path(db)) as store:
+        assert task.report_tables(store) == {}
+    code, out, _ = run_cli("report", "demo", "--db", db)
+    assert code == 0 and "own report table" not in out
+    code, out, _ = run_cli("report", "demo", "--db", db, "--json")
+    assert code == 0 and json.loads(out)["benchmark_tables"] == {}
+
+
 def test_smoke_runs_are_the_default_variant_and_published_settings_a_named_one(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "demo.toml").write_text('[smoke]\n"answer.max_tokens" = 8\n')
