@@ -32,8 +32,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, TypeVar
 
 from rouge_score import rouge_scorer
+
+if TYPE_CHECKING:
+    from nltk.stem import PorterStemmer
 
 # ------------------------------------------------------------------------------- registry
 
@@ -59,10 +63,15 @@ class Score:
 METRICS: dict[str, MetricInfo] = {}
 
 
-def _register(name: str, version: str, description: str) -> Callable[[Callable[..., float]], Callable[..., float]]:
-    def wrap(fn: Callable[..., float]) -> Callable[..., float]:
+_MetricFn = TypeVar("_MetricFn", bound=Callable[..., "float | None"])
+
+
+def _register(name: str, version: str, description: str) -> Callable[[_MetricFn], _MetricFn]:
+    """Record a metric's version and description in :data:`METRICS`; the function is returned
+    unchanged, so its own signature stays visible to callers and the type checker."""
+
+    def wrap(fn: _MetricFn) -> _MetricFn:
         METRICS[name] = MetricInfo(name, version, description)
-        fn.version = version  # type: ignore[attr-defined]
         return fn
 
     return wrap
@@ -192,7 +201,7 @@ ADVERSARIAL_PHRASES = ("no information available", "not mentioned")
 
 
 @lru_cache(maxsize=1)
-def _porter():  # type: ignore[no-untyped-def]
+def _porter() -> PorterStemmer:
     # nltk comes with rouge-score; its Porter stemmer needs no downloaded data.
     from nltk.stem import PorterStemmer
 

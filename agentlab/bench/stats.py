@@ -59,7 +59,7 @@ class PairedResult:
                 "stats_note": row["note"]}
 
 
-def _clean(value: float) -> float | None:
+def _clean(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(float(value)) else float(value)
 
 
@@ -68,7 +68,7 @@ def _method(statistic: str, test: str) -> str:
             f"{N_RESAMPLES} resamples; {test}")
 
 
-def wilcoxon_p(differences: Sequence[float]) -> tuple[float | None, str | None]:
+def wilcoxon_p(differences: Sequence[float] | np.ndarray) -> tuple[float | None, str | None]:
     """Two-sided Wilcoxon signed-rank p-value of ``differences`` against 0, or ``(None, reason)``.
 
     Zero differences are dropped (``zero_method='wilcox'``), as the classic test does; so a sample

@@ -115,11 +115,10 @@ async def main_async(db: Path, model_spec: str | None) -> int:
     svc = DuckDBSessionService(db)
     try:
         existing = await svc.get_session(APP, USER, SESSION)
-        day = 1 if existing is None else 2
         model = get_model(model_spec)
         runner = Runner(APP, SupportAgent(model), svc)
-        message = DAY1_MESSAGE if day == 1 else DAY2_MESSAGE
-        if day == 2:
+        message = DAY1_MESSAGE if existing is None else DAY2_MESSAGE
+        if existing is not None:
             print(f"Day 2: reopening case {SESSION} with {len(existing.events)} events from earlier runs.")
         else:
             print(f"Day 1: opening a new case {SESSION} in {db}.")

@@ -18,6 +18,7 @@ its whole duration, so it is atomic with respect to this service.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -211,17 +212,17 @@ class DuckDBMemoryService:
 
         return await self._run(read)
 
-    async def _load(self, app_name: str, user_id: str) -> list[Memory]:
+    async def _load(self, app_name: str, user_id: str) -> builtins.list[Memory]:
         return await self.list(app_name, user_id)
 
     async def search(self, app_name: str, user_id: str, query: str, *, top_k: int = 10,
                      kind: str | None = None, mode: str = "lexical",
-                     min_score: float | None = None) -> list[MemoryHit]:
+                     min_score: float | None = None) -> builtins.list[MemoryHit]:
         return await self._indexes.search(app_name, user_id, query, top_k=top_k, kind=kind, mode=mode,
                                           min_score=min_score, load=lambda: self._load(app_name, user_id))
 
     async def similarities(self, app_name: str, user_id: str, text: str,
-                           memory_ids: Sequence[str]) -> list[float]:
+                           memory_ids: Sequence[str]) -> builtins.list[float]:
         return await self._indexes.similarities(app_name, user_id, text, memory_ids,
                                                  load=lambda: self._load(app_name, user_id))
 

@@ -17,6 +17,7 @@ Both backends (this one and :mod:`agentlab.memory.duckdb`) pass the same contrac
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 import time
 import uuid
@@ -155,10 +156,10 @@ class MemoryService(Protocol):
 
     async def search(self, app_name: str, user_id: str, query: str, *, top_k: int = 10,
                      kind: str | None = None, mode: str = "lexical",
-                     min_score: float | None = None) -> list[MemoryHit]: ...
+                     min_score: float | None = None) -> builtins.list[MemoryHit]: ...
 
     async def similarities(self, app_name: str, user_id: str, text: str,
-                           memory_ids: Sequence[str]) -> list[float]:
+                           memory_ids: Sequence[str]) -> builtins.list[float]:
         """Embedder cosine between ``text`` and stored memories (update-policy reconciliation)."""
         ...
 
@@ -473,17 +474,17 @@ class InMemoryMemoryService:
         found.sort(key=lambda m: (m.updated_at, m.created_at, m.id), reverse=True)
         return found if limit is None else found[: max(0, limit)]
 
-    async def _load(self, app_name: str, user_id: str) -> list[Memory]:
+    async def _load(self, app_name: str, user_id: str) -> builtins.list[Memory]:
         return list(self._store.get((app_name, user_id), {}).values())
 
     async def search(self, app_name: str, user_id: str, query: str, *, top_k: int = 10,
                      kind: str | None = None, mode: str = "lexical",
-                     min_score: float | None = None) -> list[MemoryHit]:
+                     min_score: float | None = None) -> builtins.list[MemoryHit]:
         return await self._indexes.search(app_name, user_id, query, top_k=top_k, kind=kind, mode=mode,
                                           min_score=min_score, load=lambda: self._load(app_name, user_id))
 
     async def similarities(self, app_name: str, user_id: str, text: str,
-                           memory_ids: Sequence[str]) -> list[float]:
+                           memory_ids: Sequence[str]) -> builtins.list[float]:
         return await self._indexes.similarities(app_name, user_id, text, memory_ids,
                                                  load=lambda: self._load(app_name, user_id))
 

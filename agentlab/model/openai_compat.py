@@ -527,7 +527,7 @@ class OpenAICompatModel:
 
     async def _open_stream(self, params: dict[str, Any]) -> tuple[Any, int]:
         async def one_attempt() -> Any:
-            extra = {"stream_options": {"include_usage": True}} if self.stream_usage_supported else {}
+            extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if self.stream_usage_supported else {}
             return await self._client().chat.completions.create(stream=True, **params, **extra)
 
         try:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 import time
@@ -389,7 +390,7 @@ class DuckDBSessionService:
         except Exception:
             for item in batch:
                 try:
-                    await self._run(lambda con, item=item: self._insert_events(con, [item], reload_seq=True))
+                    await self._run(functools.partial(self._insert_events, batch=[item], reload_seq=True))
                 except Exception as exc:
                     item.done.set_exception(exc)
                 else:

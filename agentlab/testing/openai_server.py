@@ -243,8 +243,13 @@ class OpenAITestServer:
         return {"object": "list", "data": [entry]}
 
     def too_long_body(self, needed: int, prompt: int) -> dict[str, Any]:
-        """The 400 body a server of this family sends for a prompt that does not fit."""
+        """The 400 body a server of this family sends for a prompt that does not fit.
+
+        Only meaningful for a server with a window: one without never rejects a prompt as too long.
+        """
         window = self.context_window
+        if window is None:
+            raise ValueError("a server without a context_window never rejects a prompt as too long")
         if self.window_style == "llamacpp":
             return {"error": {"code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": prompt,
                               "n_ctx": window,
