@@ -52,7 +52,8 @@ class MetricInfo:
 @dataclass(frozen=True)
 class Score:
     """One stored score. ``value`` is ``None`` when it could not be computed (e.g. the judge's
-    reply did not parse); ``detail`` then says why, and aggregates skip it visibly."""
+    reply did not parse); ``detail`` then says why, and aggregates skip it visibly.
+    """
 
     metric: str
     value: float | None
@@ -68,7 +69,8 @@ _MetricFn = TypeVar("_MetricFn", bound=Callable[..., "float | None"])
 
 def _register(name: str, version: str, description: str) -> Callable[[_MetricFn], _MetricFn]:
     """Record a metric's version and description in :data:`METRICS`; the function is returned
-    unchanged, so its own signature stays visible to callers and the type checker."""
+    unchanged, so its own signature stays visible to callers and the type checker.
+    """
 
     def wrap(fn: _MetricFn) -> _MetricFn:
         METRICS[name] = MetricInfo(name, version, description)
@@ -324,7 +326,8 @@ def retention(baseline_turns: Sequence[str], test_turns: Sequence[str]) -> float
 @_register("evidence_recall", "evidence-recall-v1", "share of gold evidence ids among the top-k retrieved ids")
 def evidence_recall_at_k(ranked_ids: Sequence[str], relevant_ids: Iterable[str], k: int) -> float | None:
     """Fraction of the relevant ids found in the first ``k`` retrieved ids (LoCoMo's recall_acc
-    style); ``None`` when there is no gold evidence (such questions are left out, not scored 1)."""
+    style); ``None`` when there is no gold evidence (such questions are left out, not scored 1).
+    """
     relevant = set(relevant_ids)
     if not relevant:
         return None

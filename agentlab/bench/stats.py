@@ -174,7 +174,8 @@ PARETO_TOLERANCE = 1e-9
 
 def pareto_front(savings: Sequence[float | None], losses: Sequence[float | None]) -> list[bool]:
     """Which points are on the frontier: no other point saves at least as much and loses at most
-    as much, being strictly better in one of the two. Points with a missing coordinate are off it."""
+    as much, being strictly better in one of the two. Points with a missing coordinate are off it.
+    """
     def snap(v: float | None) -> float | None:
         if v is None or not math.isfinite(v):
             return None

@@ -119,6 +119,7 @@ class MemoryWorker:
 
     @property
     def errors(self) -> list[ExtractionResult]:
+        """The failed passes among the recent :attr:`results` (the worker logs them too, but never raises)."""
         return [r for r in self.results if r.status == "error"]
 
     # ---------------------------------------------------------------------------- internals

@@ -118,12 +118,14 @@ class ModelChunk:
 @runtime_checkable
 class Model(Protocol):
     """What the runtime, the summariser and the judge call: any chat backend (HTTP, embedded,
-    scripted, or the call cache wrapping one of them)."""
+    scripted, or the call cache wrapping one of them).
+    """
 
     @property
     def info(self) -> ModelInfo:
         """Name and context window. Read-only here so that wrappers (the call cache) can forward
-        it; an HTTP backend may ask its server on first read, or raise ``ContextWindowUnknown``."""
+        it; an HTTP backend may ask its server on first read, or raise ``ContextWindowUnknown``.
+        """
         ...
 
     async def generate(self, request: ModelRequest) -> ModelResponse: ...

@@ -173,7 +173,8 @@ class SessionService(Protocol):
                                before: int = 1, after: int = 1,
                                roles: Sequence[str] | None = None) -> list[Event]:
         """Events around ``event_id`` (only those whose role is in ``roles`` are counted and
-        returned when given). Raises ``KeyError`` if the session or anchor does not exist."""
+        returned when given). Raises ``KeyError`` if the session or anchor does not exist.
+        """
         ...
 
     async def close(self) -> None: ...

@@ -384,7 +384,8 @@ class DuckDBSessionService:
 
     async def _flush(self, batch: list[_PendingAppend]) -> None:
         """Write a batch in one transaction; if that fails, write its items one by one so a bad
-        item (say, a deleted session) fails alone."""
+        item (say, a deleted session) fails alone.
+        """
         try:
             await self._run(lambda con: self._insert_events(con, batch))
         except Exception:
@@ -410,7 +411,8 @@ class DuckDBSessionService:
 
     def _insert_events(self, con: _Connection, batch: list[_PendingAppend], reload_seq: bool = False) -> None:
         """Runs in the worker thread. Seqs are taken from the cache and committed to it only
-        after the transaction succeeds, so a rolled-back batch leaves no gap."""
+        after the transaction succeeds, so a rolled-back batch leaves no gap.
+        """
         now = time.time()
         next_seq: dict[SessionKey, int] = {}
         rows: list[list[Any]] = []

@@ -289,6 +289,7 @@ def round_robin_by_meeting(cases: Sequence[QMSumCase]) -> list[QMSumCase]:
 def select_cases(data: QMSumData, *, query_type: str = "specific",
                  min_distance_from_end: int = DEFAULT_MIN_DISTANCE_FROM_END, limit: int = 0) -> list[QMSumCase]:
     """The published selection: filter by support distance, round-robin by meeting, then ``limit``
-    (0 = all)."""
+    (0 = all).
+    """
     selected = round_robin_by_meeting(filter_by_support_distance(data.cases(query_type), min_distance_from_end))
     return selected[:limit] if limit > 0 else selected
