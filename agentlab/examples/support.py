@@ -26,7 +26,7 @@ from pathlib import Path
 
 from agentlab.events import OBJ_TOOL_RESPONSE, Event, Message, ToolCall, new_id
 from agentlab.model.base import GenerationConfig, Model
-from agentlab.runtime import FunctionTool, Invocation, LLMAgent, Runner
+from agentlab.runtime import FunctionTool, Invocation, LLMAgent, Runner, ToolContext
 from agentlab.session.base import Session
 from agentlab.session.duckdb import DuckDBSessionService
 
@@ -82,7 +82,7 @@ class SupportAgent:
                             arguments=json.dumps({"host": "pay.example.com"}))
             yield Event(author=self.name, choices=[Message.assistant("", [call])],
                         invocation_id=inv.id, request_id=inv.request_id)
-            result = await self.cert_tool.call(call.parsed_arguments(), None)  # type: ignore[arg-type]
+            result = await self.cert_tool.call(call.parsed_arguments(), ToolContext(inv, call.id, call.name))
             yield Event(author=self.name, object=OBJ_TOOL_RESPONSE,
                         choices=[Message.tool(call.id, call.name, json.dumps(result))],
                         invocation_id=inv.id, request_id=inv.request_id)

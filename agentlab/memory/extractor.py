@@ -41,6 +41,7 @@ from agentlab.memory.policies import (
     Decision,
     MemoryOperation,
     MemoryPolicy,
+    OperationType,
     Scope,
     apply_decision,
     decide,
@@ -260,7 +261,7 @@ class ExtractionParseError(ValueError):
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
-_OP_ALIASES = {"add": "add", "create": "add", "insert": "add", "update": "update", "edit": "update",
+_OP_ALIASES: dict[str, OperationType] = {"add": "add", "create": "add", "insert": "add", "update": "update", "edit": "update",
                "modify": "update", "delete": "delete", "remove": "delete", "forget": "delete"}
 
 
@@ -316,7 +317,7 @@ def parse_operation(raw: Any) -> MemoryOperation:
     kind = str(raw.get("kind") or "fact").strip().lower()
     if kind not in MEMORY_KINDS:
         kind = "episode" if kind in ("event", "episodic") else "fact"
-    return MemoryOperation(op=op, text=text, memory_id=memory_id, kind=kind,  # type: ignore[arg-type]
+    return MemoryOperation(op=op, text=text, memory_id=memory_id, kind=kind,
                            topics=_string_list(raw.get("topics")), event_time=_optional_str(raw.get("event_time")),
                            participants=_string_list(raw.get("participants")),
                            location=_optional_str(raw.get("location")))

@@ -325,6 +325,7 @@ class OpenAICompatModel:
 
     @property
     def model_name(self) -> str:
+        """The model name as the server knows it; never triggers the context-window probe."""
         return self.model
 
     @property
@@ -387,6 +388,7 @@ class OpenAICompatModel:
 
     @property
     def server_label(self) -> str:
+        """Where calls go, for error messages (the OpenAI API when no base URL is set)."""
         return self.base_url or "https://api.openai.com/v1"
 
     def _client(self) -> openai.AsyncOpenAI:
@@ -497,6 +499,9 @@ class OpenAICompatModel:
     # ------------------------------------------------------------------------- generate
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
+        """One completion, with transient faults (timeouts, 429, 5xx, a garbage 200 body) retried; a
+        :class:`ModelError` subclass with ``attempts`` set when it fails for good.
+        """
         started = time.perf_counter()
         where = f"model server at {self.server_label}"
         try:
@@ -541,6 +546,9 @@ class OpenAICompatModel:
             raise
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """Text deltas as the server streams them, then one chunk with the whole response; opening the
+        stream is retried like :meth:`generate`.
+        """
         started = time.perf_counter()
         content: list[str] = []
         calls: dict[int, dict[str, str]] = {}
