@@ -76,11 +76,18 @@ class RunRequest:
 
     @property
     def variant_label(self) -> str:
+        """The variant's name in tables: ``--variant NAME`` when given, else derived from the settings that
+        differ from the benchmark's file.
+        """
         return self.variant or variant_name(self.variant_settings)
 
 
 @dataclass
 class RunSummary:
+    """What a run did, printed at its end and returned by the CLI: case counts, token totals split by where
+    the prompt tokens were processed, and errors by kind.
+    """
+
     run_id: str
     status: str  # finished | interrupted
     selected: int
@@ -99,6 +106,7 @@ class RunSummary:
 
     @property
     def total_cases_ok(self) -> int:
+        """Cases of this run that are stored as done, from earlier attempts and this one."""
         return self.already_done + self.ok
 
     @property
@@ -107,6 +115,9 @@ class RunSummary:
         return self.prompt_tokens - self.replayed_prompt_tokens - self.server_cached_prompt_tokens
 
     def add_calls(self, calls: Sequence[CallRecord]) -> None:
+        """Add the token usage of these model calls, telling cache replays and server prefix-cache hits
+        apart from tokens a server processed.
+        """
         for call in calls:
             self.prompt_tokens += call.usage.prompt_tokens
             self.completion_tokens += call.usage.completion_tokens
@@ -116,6 +127,7 @@ class RunSummary:
                 self.server_cached_prompt_tokens += call.usage.cached_tokens
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every count, the derived ``processed_prompt_tokens`` included."""
         return {
             "run_id": self.run_id, "status": self.status, "selected": self.selected,
             "already_done": self.already_done, "attempted": self.attempted, "ok": self.ok,
@@ -167,6 +179,7 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: Model
 
 
 def select(selection: CaseSelection, limit: int | None) -> list[Case]:
+    """The first ``limit`` selected cases (all of them when ``limit`` is 0 or ``None``)."""
     cases = list(selection.cases)
     return cases[:limit] if limit else cases
 
@@ -302,6 +315,9 @@ class InProcessExecutor:
     name = "in-process"
 
     async def run(self, job: Job, todo: Sequence[tuple[int, Case]], deliver: Deliver) -> None:
+        """Run ``todo`` as asyncio tasks, one concurrency slot per case group, delivering each outcome as
+        it finishes.
+        """
         semaphore = asyncio.Semaphore(max(1, job.request.concurrency))
 
         async def group(members: list[tuple[int, Case]]) -> None:
