@@ -18,7 +18,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentlab.memory.extractor import ExtractionResult, MemoryExtractor
 
@@ -176,7 +176,7 @@ class MemoryWorker:
         return result
 
 
-def memory_worker_for(agent: Any, memory_service: MemoryService, *, model: Model | None = None,
+def memory_worker_for(agent: object, memory_service: MemoryService, *, model: Model | None = None,
                       session_service: SessionService | None = None) -> MemoryWorker:
     """The worker a Runner uses for an agent with a ``memory`` policy.
 
