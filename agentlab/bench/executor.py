@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -234,7 +235,7 @@ def failed_record(run_id: str, ordinal: int, case: Case, exc: BaseException, *, 
 
 
 async def attempt_case(task: Task, mode: str, ctx: RunContext, ordinal: int, case: Case,
-                       steps: Any = None) -> CaseRecord:
+                       steps: AbstractContextManager[object] | None = None) -> CaseRecord:
     """Run and score one case with every model call captured; never raises for a case error.
 
     The same function runs in the driver (in-process executor) and inside a remote worker, so a
@@ -286,7 +287,7 @@ class Job:
     cache: CallCache | None = None
     #: ``progress(case)``: a context manager showing the case's steps on the driver's progress bar
     #: (in-process only; a remote worker's steps are not seen).
-    progress: Callable[[Case], Any] | None = None
+    progress: Callable[[Case], AbstractContextManager[object]] | None = None
 
 
 #: Receives each finished case; called synchronously, so a case is stored before the next is taken.
@@ -373,7 +374,7 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",
                unit="case", disable=not request.progress, dynamic_ncols=True)
 
-    def show_step(case: Case) -> Any:
+    def show_step(case: Case) -> AbstractContextManager[object]:
         """The context in which a case's long steps show as the bar's postfix (none without a bar)."""
         if not request.progress:
             return contextlib.nullcontext()
