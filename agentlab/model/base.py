@@ -184,7 +184,9 @@ class ContextWindowUnknown(ModelError):
 
 
 class RateLimitError(ModelError):
-    """The server asked us to slow down (HTTP 429); retried after its ``Retry-After`` when given."""
+    """The server asked us to slow down (HTTP 429); retried, waiting at least its ``Retry-After``
+    (up to the backoff cap).
+    """
 
     code = "rate_limit"
     retryable = True
