@@ -14,7 +14,6 @@ mixin); :class:`PolicyJSON` just offers the functions as methods.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import sys
 import types
@@ -121,12 +120,17 @@ def describe_type(cls: type[Any], name: str) -> str:
 # ---------------------------------------------------------------------------------- private
 
 
-@functools.cache
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
 def _hints(cls: type[Any]) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(cls, include_extras=False)
-    except Exception:  # an annotation only importable under TYPE_CHECKING: leave its checks to the class
-        return {f.name: Any for f in fields(cls)}
+    """The resolved field types of ``cls`` (cached per class)."""
+    if cls not in _HINTS:
+        try:
+            _HINTS[cls] = typing.get_type_hints(cls)
+        except Exception:  # an annotation only importable under TYPE_CHECKING: the class checks it
+            _HINTS[cls] = {f.name: Any for f in fields(cls)}
+    return _HINTS[cls]
 
 
 def _optional_inner(tp: Any) -> tuple[Any, bool]:

@@ -48,7 +48,8 @@ def _where(pairs: tuple[tuple[str, Any], ...]) -> tuple[list[str], list[Any]]:
 def _select(store: ResultStore, table: str, filters: Mapping[str, Any], order: str) -> pd.DataFrame:
     if not store.has_table(table):
         return pd.DataFrame()
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     for column, value in filters.items():
         if value is None:
             continue
@@ -141,6 +142,7 @@ def scores_df(benchmark: str | None = None, mode: str | None = None, *, metric: 
 
 def calls_df(benchmark: str | None = None, mode: str | None = None, *, db: str | Path | None = None,
              store: ResultStore | None = None) -> pd.DataFrame:
+    """Every recorded model call (purpose, tokens, latency, cache hit) with its run's benchmark and mode."""
     with _open(db, store) as s:
         where, params = _where((("r.benchmark", benchmark), ("r.mode", mode)))
         sql = ("SELECT r.benchmark, r.mode, k.* FROM calls k JOIN runs r USING (run_id)"
@@ -165,7 +167,8 @@ def token_savings_df(benchmark: str | None = None, mode: str | None = None, *, l
                      variant: str | None = None, db: str | Path | None = None, store: ResultStore | None = None,
                      rebuild: bool = False) -> pd.DataFrame:
     """Per-case (``level='case'``) and aggregate (``level='aggregate'``) token savings, one run per row
-    group; aggregate rows carry the interval and test of ``prompt_savings``."""
+    group; aggregate rows carry the interval and test of ``prompt_savings``.
+    """
     with _open(db, store, writable=rebuild) as s:
         if rebuild:
             s.rebuild_derived()

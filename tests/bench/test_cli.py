@@ -14,7 +14,6 @@ from agentlab.bench.config import (
     Settings,
     SettingsError,
     apply_overrides,
-    apply_smoke,
     load_settings,
     parse_value,
 )

@@ -184,6 +184,8 @@ def context_length_need(estimate: int | None) -> Iterator[None]:
 
 
 class UnknownBenchmark(LookupError):
+    """No registered task has the name asked for; the message lists the known ones."""
+
     pass
 
 
@@ -287,6 +289,7 @@ class Task(ABC):
         raise NotImplementedError(f"{self.name} does not support --retrieval-only")
 
     def roles(self) -> ModeRoles | None:
+        """Baseline / lossy / recovered modes of the report (the class's, else ``MODE_ROLES``)."""
         return self.mode_roles or MODE_ROLES.get(self.name)
 
     def case_group(self, case: Case) -> str | None:
@@ -333,6 +336,7 @@ def discover() -> dict[str, type[Task]]:
 
 
 def get_task(name: str) -> Task:
+    """A fresh instance of the task registered as ``name`` (:class:`UnknownBenchmark` if none)."""
     tasks = discover()
     if name not in tasks:
         known = ", ".join(sorted(tasks)) or "none registered"

@@ -447,6 +447,7 @@ class LoCoMoTask(Task):
                 "memory": LoCoMoMemory, "retrieval": RetrievalSettings, "judge": JudgeSettings, "run": RunSettings}
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
+        """Session recall: the recall policy; memory: the extraction and question-time memory policies."""
         if mode == "session_recall":
             return [recall_policy(settings)]
         if mode == "memory":

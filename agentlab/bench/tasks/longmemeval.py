@@ -272,6 +272,7 @@ class LongMemEvalTask(Task):
     # ----------------------------------------------------------------------------- modes
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
+        """Summary mode: the summary policy; recall mode: summary and recall policies."""
         return [p for p in self._policies(settings, mode) if p is not None]
 
     def _policies(self, settings: Settings, mode: str) -> tuple[LongMemEvalSummary | None, RecallPolicy | None]:

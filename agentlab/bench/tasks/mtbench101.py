@@ -258,6 +258,7 @@ class MTBench101Task(Task):
                 "judge": JudgeSettings, "run": RunSettings}
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
+        """Summary mode runs the ``[summary]`` policy; the baseline none."""
         return [settings.of("summary", MTBenchSummary)] if mode == "summary" else []
 
     # ---------------------------------------------------------------------------- cases

@@ -463,6 +463,7 @@ class QMSumTask(Task):
         return settings.of("recall", QMSumRecall)
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
+        """Summary mode: the summary policy; recall mode: summary and recall policies."""
         if mode == "summary":
             return [self.summary_policy(settings)]
         if mode == "recall":
@@ -471,6 +472,7 @@ class QMSumTask(Task):
 
     @staticmethod
     def generation(settings: Settings) -> GenerationConfig:
+        """The answer calls' generation config (the ``[answer]`` section)."""
         return generation_config(settings.section("answer"))
 
     @staticmethod
