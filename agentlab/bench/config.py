@@ -474,6 +474,9 @@ _MISSING = object()
 
 
 def _format_value(value: Any) -> str:
+    """A value as ``--set`` would take it back (``true``, ``none``, ``1,4``)."""
+    if value is None:
+        return "none"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple):

@@ -206,3 +206,14 @@ def test_runs_stored_before_typed_settings_show_as_legacy(knob_task: Path, tmp_p
     runs = analysis.runs_df("knobtest", db=db)
     assert runs.loc[0, "summary.event_threshold"] == 40  # its own stored names, not the new ones
     assert "summary.patience" not in runs.columns
+
+
+def test_a_variant_name_types_back_into_set(knob_task: Path) -> None:
+    settings = load_settings("knobtest", KnobTask().default_settings())
+    capped = apply_overrides(settings, ["summary.max_output_tokens=64", "summary.filter_key_allowlist=a,b"])
+    cleared = apply_overrides(capped, ["summary.max_output_tokens=none"])
+    assert capped.of("summary", PatientSummary).filter_key_allowlist == ("a", "b")  # a tuple field stays a tuple
+    name = bench_config.variant_name(bench_config.variant_settings(cleared, capped))
+    assert name == "summary.max_output_tokens=none"
+    # The name's assignment, given back to --set, rebuilds the same settings.
+    assert apply_overrides(capped, name.split(";")) == cleared
