@@ -105,9 +105,7 @@ AGENT_NAME = "locomo-agent"
 #: accepts any answer containing "not mentioned", so this phrase scores there.
 ADVERSARIAL_REFERENCE = "Not mentioned in the conversation."
 FALLBACK_ANSWER = ADVERSARIAL_REFERENCE
-#: Evidence recall@k cut-offs of ``--retrieval-only`` (the published preload top-k is 30).
-DEFAULT_RECALL_KS = (5, 10, 30)
-#: What ``[recall] min_score`` filters in each search mode (stated in ``--retrieval-only`` output).
+#: What ``[recall] preload_min_score`` filters in each search mode (stated in ``--retrieval-only`` output).
 MIN_SCORE_SCOPE = {
     "lexical": "BM25 scores",
     "dense": "cosine similarities",
