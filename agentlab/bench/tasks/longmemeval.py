@@ -41,12 +41,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agentlab.bench.config import Settings
+from agentlab.bench.config import (
+    AgentSettings,
+    JudgeSettings,
+    RetrievalSettings,
+    RunSettings,
+    Settings,
+    generation_config,
+)
 from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.datasets.longmemeval import (
     FILES,
     PUBLISHED_CASES,
     PUBLISHED_QUESTION_TYPE,
+    QUESTION_TYPES,
     LongMemEvalData,
     LongMemEvalQuestion,
     load_longmemeval,
@@ -67,14 +75,52 @@ from agentlab.bench.tasks import (
 )
 from agentlab.events import Event, Message, user_event
 from agentlab.model.base import GenerationConfig, ModelError
+from agentlab.policy import PolicyJSON
+from agentlab.recall import RecallPolicy
+from agentlab.summary import SummaryPolicy
 
 APP_NAME = "longmemeval"
 USER_ID = "lme-user"
 AGENT_NAME = "assistant"
-#: The published "summary at 40" trigger: moot for the answer (the summary is force-built), but it
-#: keeps the runner from summarising again after the one answer.
-EVENTS_OVER = 40
 EVIDENCE_RECALL_VERSION = "lme-evidence-recall-v1/has_answer"
+
+# -------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class LongMemEvalDataset(PolicyJSON):
+    """``[dataset]``: which file and which questions run (the published 70 by default)."""
+
+    #: Data file variant: ``s_cleaned`` is ``longmemeval_s_cleaned.json`` (~103K tokens per question).
+    variant: str = "s_cleaned"
+    #: An explicit file in the same schema (overrides ``variant``); empty: none.
+    path: str = ""
+    #: Question types to keep.
+    question_types: tuple[str, ...] = (PUBLISHED_QUESTION_TYPE,)
+    #: The first N questions after the type filter; 0 = all.
+    max_cases: int = PUBLISHED_CASES
+
+    def __post_init__(self) -> None:
+        if self.max_cases < 0:
+            raise ValueError(f"max_cases must be >= 0 (0 = all); got {self.max_cases}")
+        unknown = sorted(set(self.question_types) - set(QUESTION_TYPES))
+        if not self.question_types or unknown:
+            raise ValueError(f"question_types must be some of {', '.join(QUESTION_TYPES)}; got "
+                             f"{list(self.question_types)}")
+
+
+@dataclass(frozen=True)
+class LongMemEvalSummary(SummaryPolicy):
+    """``[summary]``: the summary policy, plus how many forced rolling steps the build may take."""
+
+    #: Forced rolling summary updates at most (a small window needs several to cover the history).
+    max_steps: int = 64
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1; got {self.max_steps}")
+
 
 # --------------------------------------------------------------------------------- prompts
 
@@ -173,31 +219,23 @@ class LongMemEvalTask(Task):
     default_mode = "recall"
     description = "LongMemEval single-session-user (70): long context vs summary vs summary + session recall"
 
-    def default_settings(self) -> dict[str, dict[str, Any]]:
-        return {
-            "dataset": {"variant": "s_cleaned", "path": "", "question_types": [PUBLISHED_QUESTION_TYPE],
-                        "max_cases": PUBLISHED_CASES},
-            "answer": {"temperature": 0.0, "max_tokens": 384},
-            "agent": {"max_tool_iterations": 6},
-            "summary": {"prompt": "compact", "max_steps": 64, "max_output_tokens": 0},
-            "recall": {"scope": "current_hidden", "top_k": 5, "max_top_k": 10, "search_mode": "lexical",
-                       "embedder": "", "load_before": 1, "load_after": 1},
-            "retrieval": {"ks": [1, 5, 10]},
-            "judge": {"enabled": True, "model": ""},
-            "run": {"concurrency": 4},
-        }
+    def default_settings(self) -> dict[str, type[Any]]:
+        """The sections; ``benchmarks/longmemeval.toml`` holds the published values."""
+        return {"dataset": LongMemEvalDataset, "answer": GenerationConfig, "agent": AgentSettings,
+                "summary": LongMemEvalSummary, "recall": RecallPolicy, "retrieval": RetrievalSettings,
+                "judge": JudgeSettings, "run": RunSettings}
 
     # ---------------------------------------------------------------------------- cases
 
     def load_data(self, settings: Settings) -> LongMemEvalData:
-        dataset = settings["dataset"]
-        path = str(dataset["path"]).strip()
+        dataset = settings.of("dataset", LongMemEvalDataset)
+        path = dataset.path.strip()
         if path:
             file = Path(path).expanduser()
             if not file.is_file():
                 raise DatasetError(f"longmemeval: [dataset] path {file} is not a file")
-            return parse_file(file, variant=str(dataset["variant"]))
-        variant = str(dataset["variant"])
+            return parse_file(file, variant=dataset.variant)
+        variant = dataset.variant
         if variant not in FILES:
             raise DatasetError(f"longmemeval: unknown [dataset] variant {variant!r}; known: {', '.join(FILES)}")
         try:
@@ -207,9 +245,10 @@ class LongMemEvalTask(Task):
 
     def load_cases(self, settings: Settings) -> CaseSelection:
         data = self.load_data(settings)
-        types = [str(t) for t in settings["dataset"]["question_types"]]
+        dataset = settings.of("dataset", LongMemEvalDataset)
+        types = list(dataset.question_types)
         try:
-            picked = data.select(types, limit=int(settings["dataset"]["max_cases"]))
+            picked = data.select(types, limit=dataset.max_cases)
         except ValueError as exc:
             raise DatasetError(f"longmemeval: [dataset] question_types: {exc}") from None
         cases = [Case(
@@ -223,8 +262,8 @@ class LongMemEvalTask(Task):
         if not sha:  # a file given by path is not hashed by the loader: fingerprint it here
             import hashlib
 
-            sha = hashlib.sha256(Path(str(settings["dataset"]["path"])).expanduser().read_bytes()).hexdigest()
-        limit = int(settings["dataset"]["max_cases"])
+            sha = hashlib.sha256(Path(dataset.path).expanduser().read_bytes()).hexdigest()
+        limit = dataset.max_cases
         note = (f"{len(cases)} of {len(data.questions)} questions ({data.variant}; types {', '.join(types)}"
                 + (f"; first {limit}" if limit else "") + ")")
         return CaseSelection(cases, dataset_sha256=sha, loaded=len(data.questions), note=note)
@@ -232,25 +271,15 @@ class LongMemEvalTask(Task):
     # ----------------------------------------------------------------------------- modes
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
+        """Summary mode: the summary policy; recall mode: summary and recall policies."""
         return [p for p in self._policies(settings, mode) if p is not None]
 
-    def _policies(self, settings: Settings, mode: str) -> tuple[Any, Any]:
-        from agentlab.recall import RecallPolicy
-        from agentlab.summary import SummaryPolicy
-
+    def _policies(self, settings: Settings, mode: str) -> tuple[LongMemEvalSummary | None, RecallPolicy | None]:
+        """(summary policy, recall policy) of ``mode``: the ``[summary]`` / ``[recall]`` sections or None."""
         if mode == "long_context":
             return None, None
-        summary = SummaryPolicy(prompt=str(settings["summary"]["prompt"]), events_over=EVENTS_OVER,
-                                max_output_tokens=int(settings["summary"]["max_output_tokens"]) or None)
-        if mode != "recall":
-            return summary, None
-        recall = settings["recall"]
-        policy = RecallPolicy(tools_enabled=True, search_top_k=int(recall["top_k"]),
-                              max_search_top_k=int(recall["max_top_k"]),
-                              search_mode=str(recall["search_mode"]) or None,
-                              embedder=str(recall["embedder"]).strip() or None,
-                              window_before=int(recall["load_before"]), window_after=int(recall["load_after"]))
-        return summary, policy
+        summary = settings.of("summary", LongMemEvalSummary)
+        return summary, (settings.of("recall", RecallPolicy) if mode == "recall" else None)
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
         from agentlab.runtime import LLMAgent, Runner
@@ -260,12 +289,9 @@ class LongMemEvalTask(Task):
         question: LongMemEvalQuestion = case.data
         settings = ctx.settings
         summary_policy, recall_policy = self._policies(settings, mode)
-        answer = settings["answer"]
         agent = LLMAgent(AGENT_NAME, ctx.model, instruction=instruction_for(question, mode), summary=summary_policy,
-                         recall=recall_policy,
-                         generation=GenerationConfig(temperature=float(answer["temperature"]),
-                                                     max_tokens=int(answer["max_tokens"])),
-                         max_tool_iterations=int(settings["agent"]["max_tool_iterations"]))
+                         recall=recall_policy, generation=generation_config(settings.section("answer")),
+                         max_tool_iterations=settings.of("agent", AgentSettings).max_tool_iterations)
         service = ctx.new_session_service()
         runner = Runner(APP_NAME, agent, service)
         session_id = f"{case.id}-{mode}"
@@ -275,10 +301,10 @@ class LongMemEvalTask(Task):
             session = await seed_session(service, question, session_id)
             if recall_policy is not None:
                 # Before the run: afterwards the session also holds the question and tool results.
-                ks = [int(k) for k in settings["retrieval"]["ks"] if int(k) <= recall_policy.max_search_top_k]
+                ks = [k for k in settings.of("retrieval", RetrievalSettings).ks if k <= recall_policy.max_search_top_k]
                 metadata.update(await evidence_recall(service, session, question, recall_policy, ks))
             if summary_policy is not None:
-                metadata.update(await self._force_summary(runner, service, session, int(settings["summary"]["max_steps"])))
+                metadata.update(await self._force_summary(runner, service, session, summary_policy.max_steps))
             with context_length_need(need):
                 outcome = await collect_run(runner.run(USER_ID, session_id, case.question))
         finally:
@@ -417,10 +443,9 @@ class LongMemEvalTask(Task):
         """Evidence recall@k / hit@k of ``session_search`` (query = the question) against the
         ``has_answer`` turns, searching the whole flattened history as ``current_hidden`` sees it
         once the summary covers everything. Questions without evidence (abstention) are left out."""
-        ks = sorted({int(k) for k in settings["retrieval"]["ks"]})
-        if not ks or ks[0] < 1:
-            raise ValueError(f"[retrieval] ks must be positive integers, got {settings['retrieval']['ks']!r}")
+        ks = sorted(set(settings.of("retrieval", RetrievalSettings).ks))
         _, policy = self._policies(settings, "recall")
+        assert policy is not None
         if ks[-1] > policy.max_search_top_k:
             raise ValueError(f"[retrieval] ks go up to {ks[-1]} but session_search returns at most "
                              f"{policy.max_search_top_k} hits ([recall] max_top_k)")
