@@ -91,6 +91,7 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.locomo_judge import LOCOMO_JUDGE
 from agentlab.events import Event, Message, user_event
 from agentlab.model.base import GenerationConfig, ModelRequest
 from agentlab.progress import report_progress
@@ -400,6 +401,7 @@ class LoCoMoTask(Task):
     version = "1"
     modes = ("long_context", "session_recall", "memory")
     default_mode = "session_recall"
+    judge_templates = (LOCOMO_JUDGE,)
     description = "LoCoMo-10: 1,986 QA over 10 long conversations (long context, session recall, auto memory)"
 
     def __init__(self) -> None:
@@ -590,7 +592,7 @@ class LoCoMoTask(Task):
         scores.append(Score("bleu1", bleu1(prediction, reference), version_of("bleu1")))
         if ctx.judge is not None:
             # The published LLM score divides by all questions: an unparsable verdict counts 0.
-            judged = await ctx.judge.locomo(case.question, reference, prediction)
+            judged = await ctx.judge.grade(LOCOMO_JUDGE, query=case.question, reference=reference, prediction=prediction)
             scores += judged.to_scores("llm_score", unparsed_scores_zero=True)
         return scores
 

@@ -66,6 +66,7 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.longmemeval_judge import LONGMEMEVAL_JUDGE
 from agentlab.events import Event, Message, user_event
 from agentlab.model.base import GenerationConfig, ModelError
 
@@ -172,6 +173,7 @@ class LongMemEvalTask(Task):
     version = "1"
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
+    judge_templates = (LONGMEMEVAL_JUDGE,)
     description = "LongMemEval single-session-user (70): long context vs summary vs summary + session recall"
 
     def default_settings(self) -> dict[str, dict[str, Any]]:
@@ -333,7 +335,8 @@ class LongMemEvalTask(Task):
                 scores.append(Score(name, float(value), EVIDENCE_RECALL_VERSION))
         if ctx.judge is not None:
             # Fixed denominator, as published: an unparsable verdict counts 0 rather than leaving the mean.
-            judged = await ctx.judge.longmemeval(case.question, case.reference, result.prediction)
+            judged = await ctx.judge.grade(LONGMEMEVAL_JUDGE, query=case.question, reference=case.reference,
+                                           prediction=result.prediction)
             scores += judged.to_scores("llm_score", unparsed_scores_zero=True)
         return scores
 

@@ -54,6 +54,7 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
 from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message
 from agentlab.model.base import CallRecord, GenerationConfig, ModelError, ModelInfo, observe_calls
 from agentlab.recall import RecallPolicy
@@ -377,6 +378,7 @@ class QMSumTask(Task):
     version = "1"
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
+    judge_templates = (QMSUM_JUDGE,)
     description = ("QMSum specific queries (189 cases): long context vs forced summary vs summary + "
                    "session recall (Zhong et al., NAACL 2021)")
 
@@ -621,7 +623,8 @@ class QMSumTask(Task):
             if key in result.metadata:
                 scores.append(Score(key, float(result.metadata[key]), EVIDENCE_RECALL_VERSION))
         if ctx.judge is not None:
-            judged = await ctx.judge.qmsum(case.question, result.reference or case.reference, result.prediction)
+            judged = await ctx.judge.grade(QMSUM_JUDGE, query=case.question, reference=result.reference or case.reference,
+                                           prediction=result.prediction)
             scores += judged.to_scores("llm_score")
         return scores
 
