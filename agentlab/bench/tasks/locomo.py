@@ -54,7 +54,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from agentlab.bench.config import Settings
 from agentlab.bench.datasets.locomo import (
@@ -93,7 +93,7 @@ from agentlab.bench.tasks import (
 )
 from agentlab.bench.tasks.locomo_judge import LOCOMO_JUDGE
 from agentlab.events import Event, Message, user_event
-from agentlab.model.base import GenerationConfig, ModelRequest
+from agentlab.model.base import GenerationConfig, Model, ModelRequest
 from agentlab.progress import report_progress
 
 APP_NAME = "locomo"
@@ -267,12 +267,14 @@ def render_transcript(conversation: Conversation, include_captions: bool = False
 
 
 def long_context_messages(conversation: Conversation, question: str, include_captions: bool = False) -> list[Message]:
+    """The ``long_context`` answer prompt: the whole conversation and the question in one system message."""
     prompt = LONG_CONTEXT_PROMPT.format(fallback=FALLBACK_ANSWER, question=question,
                                         transcript=render_transcript(conversation, include_captions))
     return [Message.system(prompt)]
 
 
 def session_id_for(conversation: Conversation, number: int) -> str:
+    """The id of a conversation's session ``number``, so a recall hit names the LoCoMo session it came from."""
     return f"{conversation.sample_id}-session_{number}"
 
 
@@ -397,6 +399,8 @@ def hit_dia_ids(hits: Sequence[Any]) -> list[str]:
 
 @register
 class LoCoMoTask(Task):
+    """LoCoMo-10 QA answered from the whole conversation, by session recall, or from extracted memories."""
+
     name = "locomo"
     version = "1"
     modes = ("long_context", "session_recall", "memory")
@@ -436,6 +440,7 @@ class LoCoMoTask(Task):
         return self._data
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The questions of the chosen categories in dataset order; adversarial ones keep the refusal as gold."""
         data = self._load()
         wanted = {int(c) for c in settings["dataset"]["categories"]}
         unknown = wanted - set(CATEGORY_NAMES_OFFICIAL)
@@ -475,10 +480,12 @@ class LoCoMoTask(Task):
         return GenerationConfig(temperature=float(answer["temperature"]), max_tokens=int(answer["max_tokens"]))
 
     def case_group(self, case: Case) -> str | None:
+        """The conversation: its seeded sessions and extracted memories are built once per run."""
         # The seeded sessions and the extracted memories are built once per conversation and run.
         return str(case.data.conversation.sample_id)
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Answer one question in ``mode`` (see the module docstring for what each mode sends)."""
         item: LoCoMoItem = case.data
         if mode == "long_context":
             return await self._long_context(case, item, ctx)
@@ -553,7 +560,7 @@ class LoCoMoTask(Task):
     async def _extracted_memory(self, item: LoCoMoItem, ctx: RunContext) -> tuple[Any, dict[str, Any]]:
         """Seed the sessions and run one extraction pass per session, once per conversation."""
         from agentlab.memory.extractor import MemoryExtractor
-        from agentlab.memory.service import InMemoryMemoryService
+        from agentlab.memory.service import InMemoryMemoryService, MemoryService
 
         settings = ctx.settings
         captions = bool(settings["dataset"]["include_image_captions"])
@@ -563,11 +570,15 @@ class LoCoMoTask(Task):
             policy = memory_policy(settings, for_questions=False)
             memory_service = InMemoryMemoryService()
             session_service = ctx.new_session_service()
-            extractor = MemoryExtractor(_CappedOutput(ctx.model, int(settings["memory"]["extract_max_tokens"])), policy)
+            # cast: the wrapper and the in-memory service expose read-only ``info`` / ``embedder``, which
+            # the protocols declare as plain attributes.
+            capped = cast(Model, _CappedOutput(ctx.model, int(settings["memory"]["extract_max_tokens"])))
+            extractor = MemoryExtractor(capped, policy)
             counts = {"extraction_passes": 0, "extraction_errors": 0}
             sessions = await seed_sessions(session_service, conversation, captions)
             for number, session in enumerate(sessions, start=1):
-                result = await extractor.extract(session, memory_service, session_service, force=True)
+                result = await extractor.extract(session, cast(MemoryService, memory_service), session_service,
+                                                 force=True)
                 counts["extraction_passes"] += 1
                 counts["extraction_errors"] += int(result.status == "error")
                 report_progress("memory extraction", number, len(sessions), unit="session")
@@ -580,6 +591,9 @@ class LoCoMoTask(Task):
     # ---------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """LoCoMo F1, set F1 and BLEU-1 against the gold text, the refusal check of adversarial questions,
+        and the judge's LLM score (an unparsable verdict counts 0).
+        """
         item: LoCoMoItem = case.data
         category = item.qa.category
         prediction = result.prediction
@@ -610,6 +624,7 @@ class LoCoMoTask(Task):
         return service
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
+        """The answer prompt of ``mode`` where it is known without a model (memory: without memories)."""
         item: LoCoMoItem = case.data
         captions = bool(settings["dataset"]["include_image_captions"])
         if mode == "long_context":

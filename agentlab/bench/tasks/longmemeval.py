@@ -120,6 +120,7 @@ def parse_haystack_date(text: str) -> float | None:
 
 
 def event_id_for(question_id: str, session_index: int, turn_index: int) -> str:
+    """The id of one haystack turn; evidence recall matches search hits against these ids."""
     return f"{question_id}/s{session_index}/t{turn_index}"
 
 
@@ -149,10 +150,12 @@ def haystack_events(question: LongMemEvalQuestion) -> list[Event]:
 
 
 def evidence_ids(question: LongMemEvalQuestion) -> list[str]:
+    """Ids of the turns that hold the answer (``has_answer``): the targets of evidence recall."""
     return [event_id_for(question.question_id, si, ti) for si, ti in question.evidence_turns()]
 
 
 async def seed_session(service: Any, question: LongMemEvalQuestion, session_id: str) -> Any:
+    """A session holding the question's whole haystack in order: what every mode answers from."""
     session = await service.create_session(APP_NAME, USER_ID, session_id)
     for event in haystack_events(question):
         await service.append_event(session, event)
@@ -160,6 +163,7 @@ async def seed_session(service: Any, question: LongMemEvalQuestion, session_id: 
 
 
 def instruction_for(question: LongMemEvalQuestion, mode: str) -> str:
+    """The answer instruction dated like the question (relative dates resolve); ``recall`` adds the search advice."""
     text = INSTRUCTION.format(question_date=question.question_date)
     return f"{text}\n\n{RECALL_ADDON}" if mode == "recall" else text
 
@@ -169,6 +173,8 @@ def instruction_for(question: LongMemEvalQuestion, mode: str) -> str:
 
 @register
 class LongMemEvalTask(Task):
+    """LongMemEval questions answered from the full haystack, a summary, or a summary plus session recall."""
+
     name = "longmemeval"
     version = "1"
     modes = ("long_context", "summary", "recall")
@@ -193,6 +199,7 @@ class LongMemEvalTask(Task):
     # ---------------------------------------------------------------------------- cases
 
     def load_data(self, settings: Settings) -> LongMemEvalData:
+        """The dataset: the file at ``[dataset] path`` when given, else the named variant from the data dir."""
         dataset = settings["dataset"]
         path = str(dataset["path"]).strip()
         if path:
@@ -209,6 +216,7 @@ class LongMemEvalTask(Task):
             raise DatasetError(f"{exc} Or pass a file in the same schema with --set dataset.path=FILE.") from None
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The questions of the chosen types (first ``max_cases`` when set), fingerprinted for the run id."""
         data = self.load_data(settings)
         types = [str(t) for t in settings["dataset"]["question_types"]]
         try:
@@ -256,6 +264,7 @@ class LongMemEvalTask(Task):
         return summary, policy
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Seed the haystack and answer the question in ``mode`` with the agent."""
         from agentlab.runtime import LLMAgent, Runner
 
         if mode not in self.modes:
@@ -329,6 +338,9 @@ class LongMemEvalTask(Task):
     # ---------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """F1 / ROUGE / exact match, recall mode's evidence recall, and the judge's LLMScore
+        (fixed denominator: an unparsable verdict counts 0).
+        """
         scores = summary_scores(result.prediction, case.reference, exact=True)
         for name, value in sorted(result.metadata.items()):
             if name.startswith(("evidence_recall@", "evidence_hit@")):
@@ -344,7 +356,8 @@ class LongMemEvalTask(Task):
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
         """``long_context``: the answer prompt. ``summary`` / ``recall``: the summariser's prompt over the
-        whole seeded history (a model with a small window splits it into rolling steps)."""
+        whole seeded history (a model with a small window splits it into rolling steps).
+        """
         from agentlab.runtime.context import events_to_messages
 
         question: LongMemEvalQuestion = case.data
@@ -355,7 +368,7 @@ class LongMemEvalTask(Task):
         from agentlab.summary import Summarizer, render_event_line
 
         summary_policy, _ = self._policies(settings, mode)
-        summariser = Summarizer(None, summary_policy)  # type: ignore[arg-type] - rendering needs no model
+        summariser = Summarizer(None, summary_policy)  # type: ignore[arg-type]  # rendering needs no model
         return [summariser.render_prompt([render_event_line(e) for e in events], "")]
 
     # ---------------------------------------------------------------------------- report
@@ -421,7 +434,8 @@ class LongMemEvalTask(Task):
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
         """Evidence recall@k / hit@k of ``session_search`` (query = the question) against the
         ``has_answer`` turns, searching the whole flattened history as ``current_hidden`` sees it
-        once the summary covers everything. Questions without evidence (abstention) are left out."""
+        once the summary covers everything. Questions without evidence (abstention) are left out.
+        """
         ks = sorted({int(k) for k in settings["retrieval"]["ks"]})
         if not ks or ks[0] < 1:
             raise ValueError(f"[retrieval] ks must be positive integers, got {settings['retrieval']['ks']!r}")

@@ -156,6 +156,8 @@ def _turn_usage(outcome: Any) -> tuple[int, int]:
 
 @register
 class MTBench101Task(Task):
+    """MT-Bench-101 dialogues answered turn by turn with the full history or a rolling summary."""
+
     name = "mtbench101"
     version = "1"
     modes = ("baseline", "summary")
@@ -183,6 +185,7 @@ class MTBench101Task(Task):
     # ---------------------------------------------------------------------------- cases
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The dialogues of the chosen tasks (``ALL``: every task); the last turn is the case's question."""
         data = load_mtbench101()
         tasks = [str(t).strip().upper() for t in settings["dataset"]["tasks"]]
         if tasks == ["ALL"]:
@@ -239,6 +242,7 @@ class MTBench101Task(Task):
         return out
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Converse the whole dialogue; ``summary`` mode also fetches the baseline answers it is scored against."""
         dialogue: Dialogue = case.data
         if mode == "baseline":
             facts = await self.converse(dialogue, ctx.settings, ctx.model, ctx.new_session_service(),
@@ -356,7 +360,7 @@ class MTBench101Task(Task):
         events_over = int(settings["summary"]["events_over"])
         first = dialogue.turns[: max(1, (events_over + 2) // 2)]
         lines = [line for t in first for line in (f"user: {t.user}", f"{AGENT_NAME}: {t.bot}")]
-        summariser = Summarizer(None, summary_policy(settings))  # type: ignore[arg-type] - rendering needs no model
+        summariser = Summarizer(None, summary_policy(settings))  # type: ignore[arg-type]  # rendering needs no model
         return [*prompts[: len(first)], summariser.render_prompt(lines, "")]
 
     # ---------------------------------------------------------------------------- report
@@ -424,7 +428,8 @@ class MTBench101Task(Task):
 
 def suitability(avg_turns: float, avg_prompt: float, rule: dict[str, float]) -> str:
     """The report's rule, applied literally: enable at ≥ 4 turns and > 2,000 prompt tokens per
-    case; disable at ≤ 2 turns or < 1,000 tokens; conditional in between."""
+    case; disable at ≤ 2 turns or < 1,000 tokens; conditional in between.
+    """
     if avg_turns >= rule["enable_min_turns"] and avg_prompt > rule["enable_min_prompt"]:
         return "enable"
     if avg_turns <= rule["disable_max_turns"] or avg_prompt < rule["disable_max_prompt"]:

@@ -374,6 +374,8 @@ class _CallTally:
 
 @register
 class QMSumTask(Task):
+    """QMSum specific queries answered from the transcript, a forced summary, or the summary plus recall."""
+
     name = "qmsum"
     version = "1"
     modes = ("long_context", "summary", "recall")
@@ -461,6 +463,7 @@ class QMSumTask(Task):
     # -------------------------------------------------------------------------------- cases
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The published selection (test split, specific queries far from the end); other selections are refused."""
         dataset = settings["dataset"]
         if dataset.get("split", "test") != "test" or dataset.get("domain", "ALL") != "ALL":
             raise SettingsError(f"qmsum: only split 'test' and domain 'ALL' are available, got "
@@ -480,6 +483,7 @@ class QMSumTask(Task):
 
     @staticmethod
     def case_from(item: QMSumCase) -> Case:
+        """A case of one query, with where its evidence lies (the tables break results down by distance)."""
         window = item.support_window
         return Case(
             id=item.case_id, question=item.query, reference=item.answer, data=item,
@@ -536,6 +540,7 @@ class QMSumTask(Task):
     # -------------------------------------------------------------------------------- a case
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Answer one query in ``mode``; the metadata records prompt versions and summary and recall facts."""
         item: QMSumCase = case.data
         settings = ctx.settings
         service = ctx.new_session_service()
@@ -617,6 +622,9 @@ class QMSumTask(Task):
     # ------------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """ROUGE / F1 / BLEU against the reference, evidence recall@k, and the judge's LLM score
+        (an unparsable verdict is NULL, left out of the mean).
+        """
         scores = summary_scores(result.prediction, result.reference or case.reference)
         for k in EVIDENCE_KS:
             key = f"evidence_recall@{k}"
