@@ -259,6 +259,12 @@ def judge_versions(templates: Iterable[JudgeTemplate]) -> dict[str, str]:
 # -------------------------------------------------------------------------------- common rules
 
 
+#: The reply of a correct/confidence judge (QMSum, LongMemEval): the grammar emits ``correct`` first
+#: and ends with the ``reason``.
+CORRECT_CONFIDENCE_REPLY: tuple[ReplyField, ...] = (
+    Flag(name="correct"), Number(name="confidence", levels=CONFIDENCE_LEVELS), Text(name="reason", max_length=160))
+
+
 def confidence_if_correct(fields: Mapping[str, Any]) -> Verdict:
     """Score = confidence when judged correct, else 0 (reference §5.2; QMSum and LongMemEval)."""
     correct, confidence = fields["correct"], fields["confidence"]

@@ -7,15 +7,7 @@ key: change it only with a new version.
 
 from __future__ import annotations
 
-from agentlab.bench.judge import (
-    CONFIDENCE_LEVELS,
-    Flag,
-    JudgeTemplate,
-    Number,
-    Text,
-    Verdict,
-    confidence_if_correct,
-)
+from agentlab.bench.judge import CORRECT_CONFIDENCE_REPLY, JudgeTemplate, Verdict, confidence_if_correct
 from agentlab.bench.metrics import exact_match
 
 LONGMEMEVAL_JUDGE_VERSION = "longmemeval-judge-v1"
@@ -38,12 +30,6 @@ def exact_match_verdict(*, query: str, reference: str, prediction: str) -> Verdi
     return None
 
 
-LONGMEMEVAL_JUDGE = JudgeTemplate(
-    name="longmemeval",
-    version=LONGMEMEVAL_JUDGE_VERSION,
-    text=LONGMEMEVAL_JUDGE_PROMPT,
-    reply=(Flag(name="correct"), Number(name="confidence", levels=CONFIDENCE_LEVELS),
-           Text(name="reason", max_length=160)),
-    verdict=confidence_if_correct,
-    precheck=exact_match_verdict,
-)
+LONGMEMEVAL_JUDGE = JudgeTemplate(name="longmemeval", version=LONGMEMEVAL_JUDGE_VERSION, text=LONGMEMEVAL_JUDGE_PROMPT,
+                                  reply=CORRECT_CONFIDENCE_REPLY, verdict=confidence_if_correct,
+                                  precheck=exact_match_verdict)

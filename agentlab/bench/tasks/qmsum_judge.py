@@ -6,7 +6,7 @@ is part of every judge call's cache key: change it only with a new version.
 
 from __future__ import annotations
 
-from agentlab.bench.judge import CONFIDENCE_LEVELS, Flag, JudgeTemplate, Number, Text, confidence_if_correct
+from agentlab.bench.judge import CORRECT_CONFIDENCE_REPLY, JudgeTemplate, confidence_if_correct
 
 QMSUM_JUDGE_VERSION = "qmsum-judge-v1"
 QMSUM_JUDGE_PROMPT = """You grade answers to query-based meeting summarization questions.
@@ -21,11 +21,5 @@ invented facts or contradictions make it incorrect.
 Reply with a JSON object only:
 {{"correct": true or false, "confidence": a number from 0.0 to 1.0, "reason": "one short sentence"}}"""
 
-QMSUM_JUDGE = JudgeTemplate(
-    name="qmsum",
-    version=QMSUM_JUDGE_VERSION,
-    text=QMSUM_JUDGE_PROMPT,
-    reply=(Flag(name="correct"), Number(name="confidence", levels=CONFIDENCE_LEVELS),
-           Text(name="reason", max_length=160)),
-    verdict=confidence_if_correct,
-)
+QMSUM_JUDGE = JudgeTemplate(name="qmsum", version=QMSUM_JUDGE_VERSION, text=QMSUM_JUDGE_PROMPT,
+                            reply=CORRECT_CONFIDENCE_REPLY, verdict=confidence_if_correct)
