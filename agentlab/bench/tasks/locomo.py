@@ -78,7 +78,6 @@ from agentlab.bench.metrics import (
     set_f1,
     version_of,
 )
-from agentlab.bench.store import PRIMARY_RUNS_CTE
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -816,9 +815,8 @@ def _current_cases(store: Any, benchmark: str) -> Any:
 
     from agentlab.bench.judge import PARSE_ERROR_PREFIX
 
-    cases = store.df(
+    cases = store.current_runs_df(
         """
-        WITH """ + PRIMARY_RUNS_CTE + """
         SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata, c.latency_ms,
             COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
             COALESCE(SUM(k.completion_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_completion,
@@ -829,7 +827,7 @@ def _current_cases(store: Any, benchmark: str) -> Any:
         FROM current_runs r JOIN cases c ON c.run_id = r.run_id
         LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
         GROUP BY ALL
-        """, [benchmark])
+        """, benchmark)
     if cases.empty:
         return cases
     scores = store.df(

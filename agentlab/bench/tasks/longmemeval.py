@@ -53,7 +53,6 @@ from agentlab.bench.datasets.longmemeval import (
     parse_file,
 )
 from agentlab.bench.metrics import Score, evidence_hit_at_k, evidence_recall_at_k, summary_scores
-from agentlab.bench.store import PRIMARY_RUNS_CTE
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -379,9 +378,8 @@ class LongMemEvalTask(Task):
 
         import pandas as pd
 
-        cases = store.df(
+        cases = store.current_runs_df(
             """
-            WITH """ + PRIMARY_RUNS_CTE + """
             SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata,
                 COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
                 COALESCE(arg_max(k.prompt_tokens, k.seq) FILTER (WHERE k.purpose = 'answer' AND k.error IS NULL), 0)
@@ -390,7 +388,7 @@ class LongMemEvalTask(Task):
             FROM current_runs r JOIN cases c ON c.run_id = r.run_id
             LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
             GROUP BY ALL
-            """, [self.name])
+            """, self.name)
         if cases.empty:
             return {}
         scores = store.df("SELECT run_id, case_id, metric, value FROM scores WHERE run_id IN "

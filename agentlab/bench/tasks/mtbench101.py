@@ -50,7 +50,6 @@ from typing import Any
 from agentlab.bench.config import Settings
 from agentlab.bench.datasets.mtbench101 import ALL_TASKS, PUBLISHED_TASKS, Dialogue, load_mtbench101
 from agentlab.bench.metrics import Score, percentile, retention, version_of
-from agentlab.bench.store import PRIMARY_RUNS_CTE
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -456,9 +455,8 @@ def _savings(baseline: Sequence[float], mode: Sequence[float]) -> list[float]:
 
 def _current_cases(store: Any, benchmark: str) -> Any:
     """One row per case of the run shown for each (model, mode) (store.PRIMARY_RUNS_CTE), with tokens by purpose and scores."""
-    cases = store.df(
+    cases = store.current_runs_df(
         """
-        WITH """ + PRIMARY_RUNS_CTE + """
         SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata,
             COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
             COALESCE(SUM(k.completion_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_completion,
@@ -467,7 +465,7 @@ def _current_cases(store: Any, benchmark: str) -> Any:
         FROM current_runs r JOIN cases c ON c.run_id = r.run_id
         LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
         GROUP BY ALL
-        """, [benchmark])
+        """, benchmark)
     if cases.empty:
         return cases
     meta = [json.loads(m) if isinstance(m, str) else (m or {}) for m in cases["metadata"]]

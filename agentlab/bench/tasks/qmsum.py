@@ -644,11 +644,8 @@ class QMSumTask(Task):
         With a model that cannot call tools the on-demand path recalls nothing (0 tool calls), so
         the recovery table is only meaningful next to this one.
         """
-        frame = store.df(
+        frame = store.current_runs_df(
             """
-            WITH current_runs AS (
-                SELECT * FROM (SELECT r.*, row_number() OVER (PARTITION BY benchmark, model, mode
-                               ORDER BY started DESC, run_id) AS rn FROM runs r WHERE benchmark = ?) WHERE rn = 1)
             SELECT r.model, r.mode,
                 COALESCE(json_extract_string(c.metadata, '$.recall_path'), 'tool') AS recall_path,
                 count(*) AS n_cases,
@@ -661,7 +658,7 @@ class QMSumTask(Task):
             FROM current_runs r JOIN cases c ON c.run_id = r.run_id
             WHERE r.mode = 'recall'
             GROUP BY ALL ORDER BY r.model, recall_path
-            """, [self.name])
+            """, self.name)
         return {"recall": frame} if len(frame) else {}
 
     # ----------------------------------------------------------------------- retrieval only

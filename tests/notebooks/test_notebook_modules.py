@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from agentlab import notebook_helpers as nh
 from agentlab.compaction import CompactionPolicy
 from agentlab.events import Message
 from agentlab.examples.support import read_certificate
 from agentlab.model.scripted import ScriptedModel
+from agentlab.notebooks import comparison, kernel, results, runtime_tour, subsets
 from agentlab.recall import RecallPolicy
 from agentlab.recall.tools import session_load
 from agentlab.runtime import FunctionTool, Invocation, Runner, RunOptions
@@ -36,16 +36,16 @@ def scripted_cli(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_ensure_results_runs_missing_modes_once(tmp_path: Path, scripted_cli: None) -> None:
     db = tmp_path / "results.duckdb"
     modes = ["long_context", "summary", "recall"]
-    first = nh.ensure_results("demo", modes, model="openai:fake", limit=2, db=db, echo=False)
+    first = results.ensure_results("demo", modes, model="openai:fake", limit=2, db=db, echo=False)
     assert list(first["status"]) == [0, 0, 0]
     assert list(first["ran_ok"]) == [2, 2, 2] and list(first["already_done"]) == [0, 0, 0]
-    again = nh.ensure_results("demo", modes, model="openai:fake", limit=2, db=db, echo=False)
+    again = results.ensure_results("demo", modes, model="openai:fake", limit=2, db=db, echo=False)
     assert list(again["already_done"]) == [2, 2, 2] and list(again["ran_ok"]) == [0, 0, 0]
     assert list(again["run_id"]) == list(first["run_id"])  # resumed, not new runs
-    more = nh.ensure_results("demo", ["summary"], model="openai:fake", limit=3, db=db, echo=False)
+    more = results.ensure_results("demo", ["summary"], model="openai:fake", limit=3, db=db, echo=False)
     assert (more.iloc[0]["already_done"], more.iloc[0]["ran_ok"]) == (2, 1)
     # The derived tables were rebuilt with the task's own mode roles.
-    ours = nh.mode_quality_and_savings("demo", "rougeL", db=db, model="openai:fake")
+    ours = results.mode_quality_and_savings("demo", "rougeL", db=db, model="openai:fake")
     assert set(ours["mode"]) == set(modes)
     assert ours.set_index("mode").loc["long_context", "prompt_savings"] == 0.0
     assert ours.set_index("mode").loc["summary", "prompt_savings"] > 0
@@ -57,13 +57,13 @@ def test_ensure_sweep_and_the_policy_comparison_view(tmp_path: Path, scripted_cl
 
     matplotlib.use("Agg")
     db = tmp_path / "results.duckdb"
-    log = nh.ensure_sweep("demo", "summary", ["answer.max_tokens=16,24"], model="openai:fake", limit=3, db=db,
-                          echo=False)
+    log = results.ensure_sweep("demo", "summary", ["answer.max_tokens=16,24"], model="openai:fake", limit=3, db=db,
+                               echo=False)
     assert list(log["mode"]) == ["long_context", "summary", "summary"] and list(log["ok"]) == [3, 3, 3]
-    again = nh.ensure_sweep("demo", "summary", ["answer.max_tokens=16,24"], model="openai:fake", limit=3, db=db,
-                            echo=False)
+    again = results.ensure_sweep("demo", "summary", ["answer.max_tokens=16,24"], model="openai:fake", limit=3, db=db,
+                                 echo=False)
     assert list(again["already_done"]) == [3, 3, 3] and list(again["ok"]) == [0, 0, 0]
-    view = nh.PolicyComparison(db, model="openai:fake")
+    view = comparison.PolicyComparison(db, model="openai:fake")
     assert view.variants("demo") == ["answer.max_tokens=16", "answer.max_tokens=24"]
     shown = view.render("demo", "f1", ["answer.max_tokens=24"])
     assert list(shown["pareto"]["variant"]) == ["answer.max_tokens=24"]
@@ -74,23 +74,23 @@ def test_ensure_sweep_and_the_policy_comparison_view(tmp_path: Path, scripted_cl
     box = view.widget(metric="f1")
     variant_box = box.children[1]
     variant_box.value = ("answer.max_tokens=16",)  # the observer redraws without raising
-    ours = nh.mode_quality_and_savings("demo", "f1", db=db, model="openai:fake")
+    ours = results.mode_quality_and_savings("demo", "f1", db=db, model="openai:fake")
     assert sorted(ours["variant"]) == ["answer.max_tokens=16", "answer.max_tokens=24", "default"]
 
 
 def test_ensure_results_reports_a_refused_run(tmp_path: Path, scripted_cli: None) -> None:
-    log = nh.ensure_results("demo", ["summary"], model="openai:fake", limit=1, db=tmp_path / "r.duckdb",
+    log = results.ensure_results("demo", ["summary"], model="openai:fake", limit=1, db=tmp_path / "r.duckdb",
                             overrides=["nosuch.field=1"], echo=False)
     assert log.iloc[0]["status"] == 2 and "nosuch" in log.iloc[0]["error"]
 
 
 def test_run_cli_reports_a_bad_flag_without_raising() -> None:
-    status, text = nh.run_cli(["demo", "--limit", "-1", "--model", "openai:fake", "--no-progress"])
+    status, text = results.run_cli(["demo", "--limit", "-1", "--model", "openai:fake", "--no-progress"])
     assert status == 2 and "--limit" in text
 
 
 def test_supported_settings_drops_unknown_fields(capsys: pytest.CaptureFixture[str]) -> None:
-    kept = nh.supported_settings("qmsum", ["answer.max_tokens=128", "answer.nonsense=1", "nosection.x=2"])
+    kept = results.supported_settings("qmsum", ["answer.max_tokens=128", "answer.nonsense=1", "nosection.x=2"])
     assert kept == ["answer.max_tokens=128"]
     assert "answer.nonsense" in capsys.readouterr().out
 
@@ -101,12 +101,12 @@ def test_qmsum_subset_manifest_loads_only_those_meetings(tmp_path: Path, monkeyp
         pytest.skip("needs AGENTLAB_DATA_DIR with the QMSum test split")
     from agentlab.bench.datasets import load_qmsum
 
-    manifest = nh.qmsum_subset_manifest(["IS1003a"], tmp_path / "m.toml")
+    manifest = subsets.qmsum_subset_manifest(["IS1003a"], tmp_path / "m.toml")
     monkeypatch.setenv("AGENTLAB_MANIFEST", str(manifest))
     data = load_qmsum()
     assert [m.meeting_id for m in data.meetings] == ["IS1003a"]
     with pytest.raises(ValueError, match="Nope001"):
-        nh.qmsum_subset_manifest(["Nope001"], tmp_path / "bad.toml")
+        subsets.qmsum_subset_manifest(["Nope001"], tmp_path / "bad.toml")
 
 
 def test_locomo_trimmed_keeps_early_sessions_and_their_questions(tmp_path: Path,
@@ -117,7 +117,7 @@ def test_locomo_trimmed_keeps_early_sessions_and_their_questions(tmp_path: Path,
     from agentlab.bench.datasets import load_locomo
     from agentlab.bench.datasets.base import clear_verification_memory
 
-    _, manifest = nh.locomo_trimmed("conv-26", 3, tmp_path)
+    _, manifest = subsets.locomo_trimmed("conv-26", 3, tmp_path)
     monkeypatch.setenv("AGENTLAB_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("AGENTLAB_MANIFEST", str(manifest))
     clear_verification_memory()
@@ -133,22 +133,22 @@ def test_run_sync_works_inside_a_running_loop() -> None:
         return 7
 
     async def outer() -> int:
-        return nh.run_sync(inner())  # a running loop here: the helper uses a worker thread
+        return kernel.run_sync(inner())  # a running loop here: the helper uses a worker thread
 
-    assert nh.run_sync(inner()) == 7
+    assert kernel.run_sync(inner()) == 7
     assert asyncio.run(outer()) == 7
 
 
 async def test_the_tour_flow_on_a_scripted_model() -> None:
     """Diagnostics as real tool events, a forced summary, compaction of the old log, session_load."""
-    tools = [FunctionTool(read_certificate), FunctionTool(nh.fetch_gateway_logs)]
+    tools = [FunctionTool(read_certificate), FunctionTool(runtime_tour.fetch_gateway_logs)]
     recall = RecallPolicy()
-    llm = nh.ObservedLLMAgent("support", ScriptedModel(default_reply="It is the expired certificate."),
+    llm = runtime_tour.ObservedLLMAgent("support", ScriptedModel(default_reply="It is the expired certificate."),
                               instruction="Answer briefly.", tools=tools,
                               summary=SummaryPolicy(events_over=40),
                               compaction=CompactionPolicy(enabled=True, keep_recent_requests=0, tool_result_max_tokens=256),
                               recall=recall)
-    agent = nh.DiagnosticAgent(llm, tools)
+    agent = runtime_tour.DiagnosticAgent(llm, tools)
     sessions = InMemorySessionService()
     runner = Runner("desk", agent, sessions)
     await runner.ask("u", "case", "TLS fails.", options=RunOptions(
@@ -161,7 +161,7 @@ async def test_the_tour_flow_on_a_scripted_model() -> None:
     await runner.close()
 
     session = await sessions.get_session("desk", "u", "case")
-    ledger = nh.ledger_df(session, session.summaries[""])
+    ledger = runtime_tour.ledger_df(session, session.summaries[""])
     assert list(ledger["kind"][:4]) == ["user input", "tool call", "tool result", "answer"]
     assert ledger["covered_by_summary"].tolist()[:4] == [True] * 4 and not ledger["covered_by_summary"].iloc[4]
     log_event = session.events[session.event_index("ev-t2-result0")]
@@ -171,7 +171,7 @@ async def test_the_tour_flow_on_a_scripted_model() -> None:
     compacted = [e for e in draft.events if e.metadata.get("compacted")]
     assert [e.id for e in compacted] == ["ev-t2-result0"]
     assert "session_load" in compacted[0].text and "ev-t2-result0" in compacted[0].text
-    table = nh.request_df(request, draft)
+    table = runtime_tour.request_df(request, draft)
     assert table.loc[table["from_event"] == "ev-t2-result0", "compacted"].tolist() == ["pass1"]
     assert not any(e.id.startswith("ev-t1") for e in draft.events)  # covered by the summary
     assert any(e.object == "context.compaction" for e in events)
@@ -182,7 +182,7 @@ async def test_the_tour_flow_on_a_scripted_model() -> None:
     anchor = next(m for m in loaded["messages"] if m.get("anchor"))
     assert anchor["content"] == f"fetch_gateway_logs: {log_event.text}"
 
-    fig = nh.plot_history_and_context(session, session.summaries[""], draft, request)
+    fig = runtime_tour.plot_history_and_context(session, session.summaries[""], draft, request)
     assert len(fig.axes) == 2
 
 
@@ -191,6 +191,6 @@ def test_savings_plots_follow_the_published_token_rule() -> None:
 
     last = pd.DataFrame({"mode": ["recall"], "published_token_rule": ["last_answer_call"]})
     summed = pd.DataFrame({"mode": ["summary"], "published_token_rule": ["sum_answer_calls"]})
-    assert nh.published_savings_column(last) == "prompt_savings_last"
-    assert nh.published_savings_column(summed) == "prompt_savings"
-    assert nh.published_savings_column(pd.DataFrame(columns=["mode", "prompt_savings"])) == "prompt_savings"
+    assert results.published_savings_column(last) == "prompt_savings_last"
+    assert results.published_savings_column(summed) == "prompt_savings"
+    assert results.published_savings_column(pd.DataFrame(columns=["mode", "prompt_savings"])) == "prompt_savings"

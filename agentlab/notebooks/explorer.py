@@ -11,41 +11,42 @@ fixed-size digest of its input), so no model is called and a control change redr
 
 Pieces:
 
-* :class:`Ledger` — a long session as events, built from real turns (``ledger_from_locomo``,
-  ``ledger_from_turns``) with synthetic large tool results interleaved (a plain conversation has
-  none, and compaction only acts on tool results);
-* :class:`PolicyChoice` — the knobs one side of the comparison sets;
+* :class:`~agentlab.notebooks.ledgers.Ledger` — a long session as events, built from real turns
+  (``ledger_from_locomo``, ``ledger_from_turns``) with synthetic large tool results interleaved
+  (a plain conversation has none, and compaction only acts on tool results);
+* :class:`~agentlab.notebooks.policy_choice.PolicyChoice` — the knobs one side of the comparison
+  sets, and :func:`~agentlab.notebooks.policy_choice.run_recipe`, the flags that run it;
 * :func:`project` — the request's token count per stage (history → summary → pass 0 → pass 1 →
   pass 2 → sent);
 * :class:`Explorer` — the ipywidgets controls for two policies side by side; its callback
   (:meth:`Explorer.refresh`) is a plain method, so tests drive it by setting control values.
+
+The ledger and policy names are re-exported here: a notebook needs only this module.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from agentlab.compaction import CompactionPolicy, relieve_context_pressure
-from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message, ToolCall
+from agentlab.events import OBJ_USER, Event, Message
 from agentlab.model import tokens
 from agentlab.model.base import ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
-from agentlab.recall import RecallPolicy
+from agentlab.notebooks.kernel import run_sync
+from agentlab.notebooks.ledgers import Ledger, ledger_from_locomo, ledger_from_turns
+from agentlab.notebooks.policy_choice import RECALL_CHOICES, PolicyChoice, RunRecipe, run_recipe
 from agentlab.runtime import Invocation, LLMAgent, RunOptions
 from agentlab.session.base import FULL_SESSION_KEY, Session, Summary
 from agentlab.summary import Summarizer, SummaryPolicy, SummaryWorker
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from agentlab.bench.datasets.locomo import Conversation
 
 APP = "explorer"
 USER = "researcher"
@@ -55,11 +56,6 @@ INSTRUCTION = "You are a helpful assistant. Answer the user's question from the 
 #: Words of the stand-in summary (about 260 tokens; the published QMSum summaries averaged
 #: ~1,780 characters, i.e. a few hundred tokens).
 STANDIN_SUMMARY_WORDS = 200
-#: Sizes (tokens) of the synthetic tool results, used in turn; one in four is oversized.
-DEFAULT_TOOL_SIZES = (900, 1600, 2400, 10000)
-#: Every n-th request unit gets a synthetic tool call and result.
-DEFAULT_TOOL_EVERY = 5
-RECALL_CHOICES = ("none", "search+load", "load only", "search only")
 STAGES = ("history", "summary", "pass 0", "pass 1", "pass 2", "sent")
 STAGE_NOTES = {
     "history": "instruction + every ledger event + the question (no governance)",
@@ -69,246 +65,6 @@ STAGE_NOTES = {
     "pass 2": "any result over oversized_tool_result_max_tokens cut to head + tail",
     "sent": "after the pre-model path: at >= 70 % of the window a synchronous summary runs and the request is rebuilt",
 }
-
-
-# ================================================================================ the ledger
-
-
-@dataclass(frozen=True)
-class Ledger:
-    """A long session ready to be projected: its events (token counts set) and the next question."""
-
-    name: str
-    events: tuple[Event, ...]
-    question: str
-    #: How many tool results are synthetic (all of them: the source conversation has none).
-    synthetic_tool_results: int = 0
-    source: str = ""
-
-    @property
-    def tokens(self) -> int:
-        return sum(e.token_count or 0 for e in self.events)
-
-    def describe(self) -> str:
-        turns = sum(1 for e in self.events if e.role in ("user", "assistant") and not e.is_tool_call())
-        tool_tokens = sum(e.token_count or 0 for e in self.events if e.is_tool_result())
-        return (f"{self.name}: {len(self.events):,} events ({turns:,} conversation turns from {self.source or 'the source'}, "
-                f"{self.synthetic_tool_results} synthetic tool results = {tool_tokens:,} tokens), "
-                f"{self.tokens:,} tokens in all. Next question: {self.question!r}")
-
-
-def _synthetic_payload(target_tokens: int, words: Sequence[str], index: int) -> str:
-    """A JSON list of search records of about ``target_tokens`` tokens, made of conversation words."""
-    records: list[str] = []
-    used = 0
-    k = 0
-    while used < target_tokens:
-        start = (index * 97 + k * 13) % max(1, len(words))
-        snippet = " ".join(words[start:start + 24]) or "no text"
-        record = json.dumps({"id": f"rec-{index:03d}-{k:04d}", "score": round(1 / (k + 1), 4),
-                             "source": f"archive/page-{(index * 7 + k) % 50}", "text": snippet})
-        records.append(record)
-        used += tokens.count_text(record + ",\n")
-        k += 1
-    return "[" + ",\n".join(records) + "]"
-
-
-def ledger_from_turns(turns: Sequence[tuple[str, str, float]], question: str, *, name: str = "session",
-                      source: str = "", tool_every: int = DEFAULT_TOOL_EVERY,
-                      tool_sizes: Sequence[int] = DEFAULT_TOOL_SIZES) -> Ledger:
-    """A ledger from ``(role, text, timestamp)`` turns, ``role`` being ``user`` or ``assistant``.
-
-    A request unit starts at every user turn (assistant turns join the current unit). Every
-    ``tool_every``-th unit gets a synthetic tool round before its first assistant turn — a call to
-    ``archive_search`` and a result of ``tool_sizes[i % len]`` tokens — and the last completed
-    unit (the last with an assistant turn) always gets one, the largest, so that pass 2 has
-    something to cut in a protected unit.
-    Ids and timestamps are deterministic.
-    """
-    if tool_every < 1:
-        raise ValueError(f"tool_every must be >= 1, got {tool_every}")
-    words = " ".join(text for _, text, _ in turns).split()
-    # Unit of every turn: a user turn opens one, assistant turns join it (an opening assistant
-    # turn is unit 0). The last unit with an assistant turn is the last *completed* one.
-    units: list[int] = []
-    unit = -1
-    for role, _, _ in turns:
-        if role not in ("user", "assistant"):
-            raise ValueError(f"turn role must be 'user' or 'assistant', got {role!r}")
-        if role == "user" or unit < 0:
-            unit += 1
-        units.append(unit)
-    answered = [u for (role, _, _), u in zip(turns, units, strict=True) if role == "assistant"]
-    last_completed = answered[-1] if answered else -1
-
-    events: list[Event] = []
-    n_tools = 0
-    with_tool: set[int] = set()
-    last_user_text = ""
-    for (role, text, timestamp), unit in zip(turns, units, strict=True):
-        request_id = f"req-{unit:04d}"
-        if role == "user":
-            last_user_text = text
-            events.append(Event(author="user", choices=[Message.user(text)], object=OBJ_USER, id=f"ev-{len(events):05d}",
-                                request_id=request_id, timestamp=timestamp))
-            continue
-        if unit not in with_tool and (unit % tool_every == tool_every - 1 or unit == last_completed):
-            size = max(tool_sizes) if unit == last_completed else tool_sizes[n_tools % len(tool_sizes)]
-            call = ToolCall(id=f"call-{unit:04d}", name="archive_search",
-                            arguments=json.dumps({"query": " ".join(last_user_text.split()[:8])}))
-            events.append(Event(author="assistant", choices=[Message.assistant("", [call])],
-                                id=f"ev-{len(events):05d}", request_id=request_id, timestamp=timestamp))
-            events.append(Event(author="assistant", object=OBJ_TOOL_RESPONSE,
-                                choices=[Message.tool(call.id, call.name, _synthetic_payload(size, words, n_tools))],
-                                id=f"ev-{len(events):05d}", request_id=request_id, timestamp=timestamp))
-            n_tools += 1
-            with_tool.add(unit)
-        events.append(Event(author="assistant", choices=[Message.assistant(text)], id=f"ev-{len(events):05d}",
-                            request_id=request_id, timestamp=timestamp))
-    for e in events:
-        e.token_count = tokens.count_event(e)
-    return Ledger(name=name, events=tuple(events), question=question, synthetic_tool_results=n_tools, source=source)
-
-
-def ledger_from_locomo(conversation: Conversation, *, question_index: int = 0, tool_every: int = DEFAULT_TOOL_EVERY,
-                       tool_sizes: Sequence[int] = DEFAULT_TOOL_SIZES) -> Ledger:
-    """A ledger from one LoCoMo conversation: first speaker = user, second = assistant, each turn
-    timestamped with its session date; the next question is one of the conversation's QA items."""
-    from agentlab.bench.tasks.locomo import parse_session_date
-
-    turns: list[tuple[str, str, float]] = []
-    base = 1_700_000_000.0
-    for session in conversation.sessions:
-        start = parse_session_date(session.date_time) or base + session.number * 86_400
-        for j, turn in enumerate(session.turns):
-            role = "user" if turn.speaker == conversation.speaker_a else "assistant"
-            turns.append((role, f"{turn.speaker}: {turn.text}", start + j))
-    question = conversation.qa[question_index].question if conversation.qa else "What did we talk about?"
-    return ledger_from_turns(turns, question, name=f"LoCoMo {conversation.sample_id}",
-                             source=f"LoCoMo {conversation.sample_id} ({len(conversation.sessions)} sessions)",
-                             tool_every=tool_every, tool_sizes=tool_sizes)
-
-
-# ============================================================================ the policy knobs
-
-
-@dataclass(frozen=True)
-class PolicyChoice:
-    """What one side of the explorer sets. Zero switches a summary check off; all three off =
-    no summary at all (a SummaryPolicy without checks would summarise at every chance)."""
-
-    summary_events_over: int = 0
-    summary_tokens_over: int = 0
-    summary_context_ratio: float = 0.0
-    compaction: bool = True
-    keep_recent_requests: int = 1
-    tool_result_max_tokens: int = 1024
-    oversized_tool_result_max_tokens: int = 0
-    recall_tools: str = "search+load"
-    #: The runner's background worker keeps the summary up to date as events are appended. Off:
-    #: the history arrived without it (e.g. imported or seeded), so only the pre-model path can
-    #: summarise — the synchronous summary then does the work right before the request is sent.
-    background_summary: bool = True
-
-    def __post_init__(self) -> None:
-        if self.recall_tools not in RECALL_CHOICES:
-            raise ValueError(f"recall_tools must be one of {', '.join(RECALL_CHOICES)}, got {self.recall_tools!r}")
-
-    def summary_policy(self) -> SummaryPolicy | None:
-        if not (self.summary_events_over or self.summary_tokens_over or self.summary_context_ratio):
-            return None
-        return SummaryPolicy(
-            events_over=self.summary_events_over or None,
-            tokens_over=self.summary_tokens_over or None,
-            context_ratio=self.summary_context_ratio or None,
-            checks_mode="any",
-        )
-
-    def compaction_policy(self) -> CompactionPolicy:
-        return CompactionPolicy(enabled=self.compaction, keep_recent_requests=self.keep_recent_requests,
-                                tool_result_max_tokens=self.tool_result_max_tokens,
-                                oversized_tool_result_max_tokens=self.oversized_tool_result_max_tokens)
-
-    def recall_policy(self) -> RecallPolicy | None:
-        if self.recall_tools == "none":
-            return None
-        return RecallPolicy(search_tool=self.recall_tools in ("search+load", "search only"),
-                            load_tool=self.recall_tools in ("search+load", "load only"))
-
-    def settings(self) -> dict[str, Any]:
-        """The policy as ``section.field`` settings, named after the policies' own fields.
-
-        A summary check at 0 is off, so only the checks in use are listed (with ``checks_mode``
-        any, as the explorer combines them). ``background_summary`` is not a setting: it models
-        how the history arrived, which a benchmark decides.
-        """
-        out: dict[str, Any] = {}
-        for name, value in (("events_over", self.summary_events_over), ("tokens_over", self.summary_tokens_over),
-                            ("context_ratio", self.summary_context_ratio)):
-            if value:
-                out[f"summary.{name}"] = value
-        if out:
-            out["summary.checks_mode"] = "any"
-        out.update({
-            "compaction.enabled": self.compaction,
-            "compaction.keep_recent_requests": self.keep_recent_requests,
-            "compaction.tool_result_max_tokens": self.tool_result_max_tokens,
-            "compaction.oversized_tool_result_max_tokens": self.oversized_tool_result_max_tokens,
-            "recall.search_tool": self.recall_tools in ("search+load", "search only"),
-            "recall.load_tool": self.recall_tools in ("search+load", "load only"),
-        })
-        return out
-
-
-@dataclass(frozen=True)
-class RunRecipe:
-    """How to run a policy as a benchmark variant: the command, and what it cannot carry."""
-
-    benchmark: str
-    mode: str
-    flags: list[str]
-    #: Settings of the policy that the benchmark does not read: the run would not reflect them.
-    unsupported: list[str]
-    toml: str
-
-    @property
-    def command(self) -> str:
-        sets = " ".join(f"--set {flag}" for flag in self.flags)
-        return f"python -m agentlab.bench {self.benchmark} --mode {self.mode} {sets}".rstrip()
-
-    def describe(self) -> str:
-        text = self.command
-        if self.unsupported:
-            text += ("\n# not read by " + self.benchmark + " (the run would not reflect these): "
-                     + ", ".join(self.unsupported))
-        return text
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    return str(value)
-
-
-def run_recipe(choice: PolicyChoice, benchmark: str = "mtbench101", mode: str = "summary") -> RunRecipe:
-    """The ``--set`` flags (and TOML) that run ``choice`` as a variant of ``benchmark``/``mode``.
-
-    Only the settings the benchmark reads become flags; the rest are listed as unsupported rather
-    than dropped silently (the CLI refuses unknown settings, so they could not be passed anyway).
-    """
-    from agentlab.notebook_helpers import partition_settings
-
-    settings = choice.settings()
-    assignments = [f"{key}={_toml_value(value).strip(chr(34))}" for key, value in settings.items()]
-    kept, missing = partition_settings(benchmark, assignments)
-    sections: dict[str, list[str]] = {}
-    for key, value in settings.items():
-        section, field_name = key.split(".")
-        sections.setdefault(section, []).append(f"{field_name} = {_toml_value(value)}")
-    toml = "\n\n".join(f"[{section}]\n" + "\n".join(lines) for section, lines in sections.items())
-    return RunRecipe(benchmark, mode, kept, [m.split("=", 1)[0] for m in missing], toml)
 
 
 # ======================================================================== summary stand-in
@@ -329,7 +85,10 @@ def _standin_reply(request: ModelRequest) -> str:
 
 def standin_summariser(window: int) -> ScriptedModel:
     """The summary model of the explorer: no model call, a fixed-size digest, the given window."""
-    return ScriptedModel(info=ModelInfo("stand-in summariser", window), default_reply=_standin_reply)
+    # ScriptedModel calls a callable default_reply like any script entry (_next_message), but its
+    # parameter is typed str | Message | None; widen it to ScriptEntry there and drop this ignore.
+    return ScriptedModel(info=ModelInfo("stand-in summariser", window),
+                         default_reply=_standin_reply)  # type: ignore[arg-type]
 
 
 class _SessionSummaries:
@@ -353,8 +112,10 @@ class SummaryState:
 
 
 async def simulate_summary(ledger: Ledger, policy: SummaryPolicy | None, window: int) -> SummaryState:
-    """Replay the ledger as a runner would append it, running the summary worker after every
-    event that may trigger it (the runner's rule); returns the summary in force at the end."""
+    """The summary in force after the ledger, replayed as a runner would append it.
+
+    The summary worker runs after every event that may trigger it (the runner's rule).
+    """
     if policy is None:
         return SummaryState(None, 0, -1)
     session = Session(APP, USER, SESSION)
@@ -389,6 +150,7 @@ class Projection:
 
     @property
     def sent(self) -> int:
+        """Tokens of the request as sent (the last stage)."""
         return self.stages["sent"]
 
 
@@ -464,12 +226,6 @@ async def project(ledger: Ledger, choice: PolicyChoice, window: int, state: Summ
         compacted=counts,
         sync_summary=sync,
     )
-
-
-def _run(coro: Any) -> Any:
-    from agentlab.notebook_helpers import run_sync
-
-    return run_sync(coro)
 
 
 # ============================================================================== the widgets
@@ -550,13 +306,14 @@ class Explorer:
     # -- reading the controls ---------------------------------------------------------------
 
     def choice(self, name: str) -> PolicyChoice:
+        """The policy ``name``'s controls currently describe."""
         return PolicyChoice(**{field: control.value for field, control in self.controls[name].items()})
 
     def _state(self, choice: PolicyChoice, window: int) -> SummaryState:
         policy = choice.summary_policy() if choice.background_summary else None
         key = (policy, window)
         if key not in self._summary_cache:
-            self._summary_cache[key] = _run(simulate_summary(self.ledger, policy, window))
+            self._summary_cache[key] = run_sync(simulate_summary(self.ledger, policy, window))
         return self._summary_cache[key]
 
     # -- the callback -----------------------------------------------------------------------
@@ -567,7 +324,7 @@ class Explorer:
         results = {}
         for name in self.controls:
             choice = self.choice(name)
-            results[name] = _run(project(self.ledger, choice, window, self._state(choice, window)))
+            results[name] = run_sync(project(self.ledger, choice, window, self._state(choice, window)))
         self.results = results
         self.refreshes += 1
         self.table.value = self.table_frame().to_html(index=False)
@@ -664,7 +421,7 @@ def compare(ledger: Ledger, choices: dict[str, PolicyChoice], window: int = 8192
     """Token counts per stage for several policies, without widgets (one row per policy)."""
     rows = []
     for name, choice in choices.items():
-        p = _run(project(ledger, choice, window))
+        p = run_sync(project(ledger, choice, window))
         rows.append({"policy": name, **p.stages, "sync_summary": p.sync_summary,
                      "compacted (pass0/1/2)": "/".join(str(p.compacted[k]) for k in ("pass0", "pass1", "pass2"))})
     return pd.DataFrame(rows)
