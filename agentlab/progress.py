@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Progress:
     """Step ``done`` of ``total`` (``None`` when the number of steps is not known in advance) of
-    ``what``, counted in ``unit``; ``tokens`` of ``tokens_total`` are done when given."""
+    ``what``, counted in ``unit``; ``tokens`` of ``tokens_total`` are done when given.
+    """
 
     what: str
     done: int

@@ -38,10 +38,11 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     """``report``: rebuild the derived tables of ``--db`` and print them, narrowed to runs or variants."""
     if not args.db.exists():
         raise CliError(f"no results database at {args.db}; run `python -m agentlab.bench {args.benchmark} ...` first")
-    payload = _report_payload(args.benchmark, args.db, frames=True, between=args.between)
-    runs = payload["runs"]
     run_ids = set(args.run) if args.run else None
     variants = set(args.variant) if args.variant else None
+    payload = _report_payload(args.benchmark, args.db, frames=True, between=args.between,
+                              run_ids=run_ids, variants=variants)
+    runs = payload["runs"]
     if run_ids is not None:
         unknown = sorted(run_ids - set(runs["run_id"]))
         if unknown:
@@ -98,9 +99,13 @@ def _narrow(df: Any, run_ids: set[str] | None, variants: set[str] | None,
     return df[keep]
 
 
-def _report_payload(benchmark: str, db: Path, frames: bool = False,
-                    between: Sequence[str] | None = None) -> dict[str, Any]:
-    """Rebuild the derived tables and read them back: DataFrames with ``frames``, else JSON records."""
+def _report_payload(benchmark: str, db: Path, frames: bool = False, between: Sequence[str] | None = None,
+                    run_ids: set[str] | None = None, variants: set[str] | None = None) -> dict[str, Any]:
+    """Rebuild the derived tables and read them back: DataFrames with ``frames``, else JSON records.
+
+    ``run_ids``/``variants`` (``report --run/--variant``) also choose which run stands for a mode in
+    the task's own tables (:meth:`ResultStore.select_runs`); the caller narrows the other tables.
+    """
     from agentlab.bench import analysis
 
     with ResultStore(db) as store:
@@ -118,6 +123,8 @@ def _report_payload(benchmark: str, db: Path, frames: bool = False,
         }
         if between:
             tables["between"] = analysis.variant_comparison_df(benchmark, between[0], between[1], store=store)
+        if run_ids is not None or variants is not None:
+            store.select_runs(run_ids, variants)
         own = _benchmark_tables(benchmark, store)
     smoke = bool(runs["smoke_test"].fillna(False).any())
     head = {"benchmark": benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None, "db": str(db),

@@ -148,6 +148,9 @@ class RemoteExecutor:
         self.started: list[str] = []
 
     async def run(self, job: Job, todo: Sequence[tuple[int, Case]], deliver: Deliver) -> None:
+        """Open the backend, schedule ``todo`` over its workers (requeueing the cases of lost workers), and
+        close the backend whatever happens.
+        """
         slots = max(1, self.slots or job.request.concurrency)
         await self.backend.open(job, seed_entries(job), slots)
         try:
@@ -255,9 +258,13 @@ class CaseWorker:
                               model_spec=request.model_spec, judge=judge, run_id=run_id)
 
     async def ready(self) -> str:
+        """``host:pid`` of this worker, reported once it has built its models."""
         return f"{socket.gethostname()}:{os.getpid()}"
 
     async def run(self, ordinal: int, case: Case) -> CaseOutcome:
+        """Attempt one case and return its record with the call-cache entries it made, so the driver can
+        merge them into its own cache.
+        """
         record = await attempt_case(self.task, self.mode, self.ctx, ordinal, case)
         made = [c.cache_key for c in record.calls if c.cache_key and not c.cache_hit and c.error is None]
         return CaseOutcome(record, self.cache.entries(made))
@@ -300,6 +307,9 @@ class RayBackend:
         self._init: asyncio.Future[Any] | None = None
 
     async def open(self, job: Job, seed: list[CacheEntry], slots: int) -> None:
+        """Start (or join) Ray and prepare the actor class and the shared arguments every worker gets;
+        :class:`ExecutorError` when Ray is missing or the cluster cannot be reached.
+        """
         try:
             import ray
         except ImportError as exc:
@@ -344,14 +354,19 @@ class RayBackend:
         self._args = (ray.put(job.task), ray.put(job.request), job.run_id, ray.put(seed))
 
     def default_workers(self) -> int:
+        """One worker per CPU of the cluster."""
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
     def spawn(self) -> Any:
+        """Start one Ray actor; it is killed on :meth:`close`."""
         actor = self._actor.remote(*self._args)
         self._actors.append(actor)
         return actor
 
     async def ready(self, workers: Sequence[Any]) -> list[str]:
+        """``host:pid`` of each worker once up; :class:`ExecutorError` when the cluster has too few CPUs or
+        a worker does not start in time.
+        """
         cpus = int(self._ray.cluster_resources().get("CPU", 0))
         if len(workers) > cpus:
             raise ExecutorError(f"--workers {len(workers)} needs {len(workers)} CPUs (one per worker) but the Ray "
@@ -369,9 +384,11 @@ class RayBackend:
                                 f"(pip install 'agentlab[ray]') and the model reachable") from exc
 
     def submit(self, worker: Any, ordinal: int, case: Case) -> Any:
+        """Send one case to a worker's ``run``; returns the Ray object ref."""
         return worker.run.remote(ordinal, case)
 
     async def wait(self, pending: Sequence[Any]) -> list[Any]:
+        """The refs among ``pending`` that are done, waiting up to a second for the first one."""
         ray = self._ray
         # Block (off the event loop, so Ctrl-C/SIGTERM are seen) until one is ready, then take every ready one.
         ready, rest = await asyncio.to_thread(ray.wait, list(pending), num_returns=1, timeout=1.0)
@@ -381,6 +398,9 @@ class RayBackend:
         return ready
 
     def result(self, pending: Any) -> CaseOutcome:
+        """The case outcome; :class:`WorkerLost` when the actor or its node died, else the worker's own
+        error re-raised.
+        """
         exceptions = self._ray.exceptions
         try:
             return self._ray.get(pending)
@@ -393,12 +413,14 @@ class RayBackend:
             raise cause from exc
 
     def discard(self, worker: Any) -> None:
+        """Kill a worker (one already gone is ignored)."""
         try:
             self._ray.kill(worker, no_restart=True)
         except Exception:  # already gone
             pass
 
     async def close(self) -> None:
+        """Kill every worker and, when this run started the Ray instance, shut it down."""
         if self._ray is None:
             return
         if self._init is not None and not self._init.done():

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -76,11 +77,18 @@ class RunRequest:
 
     @property
     def variant_label(self) -> str:
+        """The variant's name in tables: ``--variant NAME`` when given, else derived from the settings that
+        differ from the benchmark's file.
+        """
         return self.variant or variant_name(self.variant_settings)
 
 
 @dataclass
 class RunSummary:
+    """What a run did, printed at its end and returned by the CLI: case counts, token totals split by where
+    the prompt tokens were processed, and errors by kind.
+    """
+
     run_id: str
     status: str  # finished | interrupted
     selected: int
@@ -99,6 +107,7 @@ class RunSummary:
 
     @property
     def total_cases_ok(self) -> int:
+        """Cases of this run that are stored as done, from earlier attempts and this one."""
         return self.already_done + self.ok
 
     @property
@@ -107,6 +116,9 @@ class RunSummary:
         return self.prompt_tokens - self.replayed_prompt_tokens - self.server_cached_prompt_tokens
 
     def add_calls(self, calls: Sequence[CallRecord]) -> None:
+        """Add the token usage of these model calls, telling cache replays and server prefix-cache hits
+        apart from tokens a server processed.
+        """
         for call in calls:
             self.prompt_tokens += call.usage.prompt_tokens
             self.completion_tokens += call.usage.completion_tokens
@@ -116,6 +128,7 @@ class RunSummary:
                 self.server_cached_prompt_tokens += call.usage.cached_tokens
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every count, the derived ``processed_prompt_tokens`` included."""
         return {
             "run_id": self.run_id, "status": self.status, "selected": self.selected,
             "already_done": self.already_done, "attempted": self.attempted, "ok": self.ok,
@@ -169,6 +182,7 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: Model
 
 
 def select(selection: CaseSelection, limit: int | None) -> list[Case]:
+    """The first ``limit`` selected cases (all of them when ``limit`` is 0 or ``None``)."""
     cases = list(selection.cases)
     return cases[:limit] if limit else cases
 
@@ -223,7 +237,7 @@ def failed_record(run_id: str, ordinal: int, case: Case, exc: BaseException, *, 
 
 
 async def attempt_case(task: Task, mode: str, ctx: RunContext, ordinal: int, case: Case,
-                       steps: Any = None) -> CaseRecord:
+                       steps: AbstractContextManager[object] | None = None) -> CaseRecord:
     """Run and score one case with every model call captured; never raises for a case error.
 
     The same function runs in the driver (in-process executor) and inside a remote worker, so a
@@ -275,7 +289,7 @@ class Job:
     cache: CallCache | None = None
     #: ``progress(case)``: a context manager showing the case's steps on the driver's progress bar
     #: (in-process only; a remote worker's steps are not seen).
-    progress: Callable[[Case], Any] | None = None
+    progress: Callable[[Case], AbstractContextManager[object]] | None = None
 
 
 #: Receives each finished case; called synchronously, so a case is stored before the next is taken.
@@ -304,6 +318,9 @@ class InProcessExecutor:
     name = "in-process"
 
     async def run(self, job: Job, todo: Sequence[tuple[int, Case]], deliver: Deliver) -> None:
+        """Run ``todo`` as asyncio tasks, one concurrency slot per case group, delivering each outcome as
+        it finishes.
+        """
         semaphore = asyncio.Semaphore(max(1, job.request.concurrency))
 
         async def group(members: list[tuple[int, Case]]) -> None:
@@ -359,7 +376,7 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",
                unit="case", disable=not request.progress, dynamic_ncols=True)
 
-    def show_step(case: Case) -> Any:
+    def show_step(case: Case) -> AbstractContextManager[object]:
         """The context in which a case's long steps show as the bar's postfix (none without a bar)."""
         if not request.progress:
             return contextlib.nullcontext()

@@ -32,14 +32,22 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, TypeVar
 
 from rouge_score import rouge_scorer
+
+if TYPE_CHECKING:
+    from nltk.stem import PorterStemmer
 
 # ------------------------------------------------------------------------------- registry
 
 
 @dataclass(frozen=True)
 class MetricInfo:
+    """A registered metric: its name, the version stored beside each of its scores, and a one-line
+    description for tables.
+    """
+
     name: str
     version: str
     description: str
@@ -48,7 +56,8 @@ class MetricInfo:
 @dataclass(frozen=True)
 class Score:
     """One stored score. ``value`` is ``None`` when it could not be computed (e.g. the judge's
-    reply did not parse); ``detail`` then says why, and aggregates skip it visibly."""
+    reply did not parse); ``detail`` then says why, and aggregates skip it visibly.
+    """
 
     metric: str
     value: float | None
@@ -59,10 +68,16 @@ class Score:
 METRICS: dict[str, MetricInfo] = {}
 
 
-def _register(name: str, version: str, description: str) -> Callable[[Callable[..., float]], Callable[..., float]]:
-    def wrap(fn: Callable[..., float]) -> Callable[..., float]:
+_MetricFn = TypeVar("_MetricFn", bound=Callable[..., "float | None"])
+
+
+def _register(name: str, version: str, description: str) -> Callable[[_MetricFn], _MetricFn]:
+    """Record a metric's version and description in :data:`METRICS`; the function is returned
+    unchanged, so its own signature stays visible to callers and the type checker.
+    """
+
+    def wrap(fn: _MetricFn) -> _MetricFn:
         METRICS[name] = MetricInfo(name, version, description)
-        fn.version = version  # type: ignore[attr-defined]
         return fn
 
     return wrap
@@ -107,6 +122,7 @@ def _empty_rule(pred: Sequence[str], ref: Sequence[str]) -> float | None:
 
 @_register("f1", "token-f1-v1/" + NORMALIZE_VERSION, "clipped unigram overlap F1 (== ROUGE-1 F)")
 def token_f1(prediction: str, reference: str) -> float:
+    """Clipped unigram-overlap F1 of the normalised tokens (numerically equal to ROUGE-1 F)."""
     pred, ref = normalize_tokens(prediction), normalize_tokens(reference)
     early = _empty_rule(pred, ref)
     if early is not None:
@@ -117,6 +133,7 @@ def token_f1(prediction: str, reference: str) -> float:
 
 @_register("bleu1", "bleu1-v1/" + NORMALIZE_VERSION, "clipped unigram precision x brevity penalty")
 def bleu1(prediction: str, reference: str) -> float:
+    """Clipped unigram precision times the brevity penalty (BLEU with unigrams only)."""
     pred, ref = normalize_tokens(prediction), normalize_tokens(reference)
     if not pred:
         return 1.0 if not ref else 0.0
@@ -128,6 +145,9 @@ def bleu1(prediction: str, reference: str) -> float:
 
 @_register("exact_match", "em-substring-v1", "lowercased trimmed reference is a substring of the prediction")
 def exact_match(prediction: str, reference: str) -> float:
+    """1.0 when the lowercased, trimmed reference occurs in the prediction (a lenient match for short gold
+    answers), else 0.0.
+    """
     return 1.0 if reference.strip().lower() in prediction.lower() else 0.0
 
 
@@ -192,7 +212,7 @@ ADVERSARIAL_PHRASES = ("no information available", "not mentioned")
 
 
 @lru_cache(maxsize=1)
-def _porter():  # type: ignore[no-untyped-def]
+def _porter() -> PorterStemmer:
     # nltk comes with rouge-score; its Porter stemmer needs no downloaded data.
     from nltk.stem import PorterStemmer
 
@@ -225,6 +245,9 @@ def locomo_multi_answer_f1(prediction: str, gold: str) -> float:
 
 
 def locomo_adversarial_correct(prediction: str) -> float:
+    """Category 5: 1.0 when the answer says the information is not there ("no information available", "not
+    mentioned"), else 0.0.
+    """
     low = str(prediction).lower()
     return 1.0 if any(phrase in low for phrase in ADVERSARIAL_PHRASES) else 0.0
 
@@ -244,6 +267,7 @@ def locomo_f1(prediction: str, gold: str, category: int) -> float:
 
 
 def mem0_tokenize(text: str) -> list[str]:
+    """mem0's tokenisation: lowercase, ``. , ! ?`` to spaces, split on whitespace (no stemming)."""
     text = str(text).lower()
     for ch in ".,!?":
         text = text.replace(ch, " ")
@@ -252,6 +276,7 @@ def mem0_tokenize(text: str) -> list[str]:
 
 @_register("set_f1", "mem0-set-f1-v1", "F1 over token sets, mem0/A-Mem tokenisation (no stemming)")
 def set_f1(prediction: str, reference: str) -> float:
+    """F1 over token sets (mem0/MemOS style): repeated words count once."""
     pred, ref = set(mem0_tokenize(str(prediction).strip())), set(mem0_tokenize(str(reference).strip()))
     return _prf(len(pred & ref), len(pred), len(ref))
 
@@ -287,6 +312,9 @@ def extract_key_information(text: str) -> list[str]:
 
 
 def is_retained(item: str, response: str) -> bool:
+    """Whether a key item appears in the response, case-insensitively (a number also with its commas
+    removed, so "1,200" matches "1200").
+    """
     if not item or not response:
         return False
     low = response.lower()
@@ -315,7 +343,8 @@ def retention(baseline_turns: Sequence[str], test_turns: Sequence[str]) -> float
 @_register("evidence_recall", "evidence-recall-v1", "share of gold evidence ids among the top-k retrieved ids")
 def evidence_recall_at_k(ranked_ids: Sequence[str], relevant_ids: Iterable[str], k: int) -> float | None:
     """Fraction of the relevant ids found in the first ``k`` retrieved ids (LoCoMo's recall_acc
-    style); ``None`` when there is no gold evidence (such questions are left out, not scored 1)."""
+    style); ``None`` when there is no gold evidence (such questions are left out, not scored 1).
+    """
     relevant = set(relevant_ids)
     if not relevant:
         return None
@@ -325,6 +354,9 @@ def evidence_recall_at_k(ranked_ids: Sequence[str], relevant_ids: Iterable[str],
 
 @_register("evidence_hit", "evidence-hit-v1", "1 if any gold evidence id is among the top-k retrieved ids")
 def evidence_hit_at_k(ranked_ids: Sequence[str], relevant_ids: Iterable[str], k: int) -> float | None:
+    """1.0 when any gold evidence id is among the first ``k`` retrieved ids, 0.0 when none is; ``None``
+    when there is no gold evidence.
+    """
     relevant = set(relevant_ids)
     if not relevant:
         return None

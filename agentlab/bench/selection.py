@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from agentlab.bench.config import Settings
 from agentlab.bench.tasks import Case, CaseSelection, Task
 from agentlab.events import Message
 from agentlab.model import tokens
+from agentlab.model.base import Model
 
 #: Name of the rule (in ``--json`` output).
 FITS_WINDOW_RULE = "fits_window"
@@ -44,9 +44,9 @@ class FittingSelection:
     counted_with: str
 
 
-def model_prompt_counter(model: Any) -> tuple[PromptCounter, str]:
+def model_prompt_counter(model: Model) -> tuple[PromptCounter, str]:
     """The model's own token counter if it has one (the embedded server does), else cl100k."""
-    inner = model
+    inner: object = model
     while True:
         counter = getattr(inner, "count_prompt_tokens", None)
         if callable(counter):

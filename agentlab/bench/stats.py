@@ -59,7 +59,7 @@ class PairedResult:
                 "stats_note": row["note"]}
 
 
-def _clean(value: float) -> float | None:
+def _clean(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(float(value)) else float(value)
 
 
@@ -68,7 +68,7 @@ def _method(statistic: str, test: str) -> str:
             f"{N_RESAMPLES} resamples; {test}")
 
 
-def wilcoxon_p(differences: Sequence[float]) -> tuple[float | None, str | None]:
+def wilcoxon_p(differences: Sequence[float] | np.ndarray) -> tuple[float | None, str | None]:
     """Two-sided Wilcoxon signed-rank p-value of ``differences`` against 0, or ``(None, reason)``.
 
     Zero differences are dropped (``zero_method='wilcox'``), as the classic test does; so a sample
@@ -174,7 +174,8 @@ PARETO_TOLERANCE = 1e-9
 
 def pareto_front(savings: Sequence[float | None], losses: Sequence[float | None]) -> list[bool]:
     """Which points are on the frontier: no other point saves at least as much and loses at most
-    as much, being strictly better in one of the two. Points with a missing coordinate are off it."""
+    as much, being strictly better in one of the two. Points with a missing coordinate are off it.
+    """
     def snap(v: float | None) -> float | None:
         if v is None or not math.isfinite(v):
             return None

@@ -23,10 +23,11 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TextIO
 
 from agentlab.events import OBJ_TOOL_RESPONSE, Event, Message, ToolCall, new_id
 from agentlab.model.base import GenerationConfig, Model
-from agentlab.runtime import FunctionTool, Invocation, LLMAgent, Runner
+from agentlab.runtime import FunctionTool, Invocation, LLMAgent, Runner, ToolContext
 from agentlab.session.base import Session
 from agentlab.session.duckdb import DuckDBSessionService
 
@@ -77,12 +78,15 @@ class SupportAgent:
         self.memory = None
 
     async def run(self, inv: Invocation) -> AsyncIterator[Event]:
+        """Read the certificate once per case (a fixed diagnostic step, not left to the model), then let
+        the LLM loop answer from the conversation.
+        """
         if not _already_diagnosed(inv.session):
             call = ToolCall(id=new_id("call-"), name="read_certificate",
                             arguments=json.dumps({"host": "pay.example.com"}))
             yield Event(author=self.name, choices=[Message.assistant("", [call])],
                         invocation_id=inv.id, request_id=inv.request_id)
-            result = await self.cert_tool.call(call.parsed_arguments(), None)  # type: ignore[arg-type]
+            result = await self.cert_tool.call(call.parsed_arguments(), ToolContext(inv, call.id, call.name))
             yield Event(author=self.name, object=OBJ_TOOL_RESPONSE,
                         choices=[Message.tool(call.id, call.name, json.dumps(result))],
                         invocation_id=inv.id, request_id=inv.request_id)
@@ -94,7 +98,8 @@ def _already_diagnosed(session: Session) -> bool:
     return any(e.is_tool_result() for e in session.events)
 
 
-def print_ledger(session: Session, out=sys.stdout) -> None:
+def print_ledger(session: Session, out: TextIO = sys.stdout) -> None:
+    """Print the session's messages one line each, so a reader sees what day 2 reopened."""
     print(f"\nEvent ledger of {session.app_name}/{session.user_id}/{session.id} "
           f"({len(session.events)} events):", file=out)
     for i, e in enumerate(session.events, 1):
@@ -110,16 +115,18 @@ def print_ledger(session: Session, out=sys.stdout) -> None:
 
 
 async def main_async(db: Path, model_spec: str | None) -> int:
+    """Run one day against ``db``: day 1 when the case does not exist yet, day 2 when an earlier run left
+    it there. Returns the exit code (1 when an event carries an error).
+    """
     from agentlab.model import get_model
 
     svc = DuckDBSessionService(db)
     try:
         existing = await svc.get_session(APP, USER, SESSION)
-        day = 1 if existing is None else 2
         model = get_model(model_spec)
         runner = Runner(APP, SupportAgent(model), svc)
-        message = DAY1_MESSAGE if day == 1 else DAY2_MESSAGE
-        if day == 2:
+        message = DAY1_MESSAGE if existing is None else DAY2_MESSAGE
+        if existing is not None:
             print(f"Day 2: reopening case {SESSION} with {len(existing.events)} events from earlier runs.")
         else:
             print(f"Day 1: opening a new case {SESSION} in {db}.")
@@ -135,10 +142,12 @@ async def main_async(db: Path, model_spec: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line entry point (``python -m agentlab.examples.support``); returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m agentlab.examples.support", description=__doc__.split("\n")[0])
     parser.add_argument("--db", type=Path, default=Path("results/support.duckdb"),
                         help="session database (default: results/support.duckdb)")
-    parser.add_argument("--model", default=None, help="model spec (default: embedded SmolLM2)")
+    parser.add_argument("--model", default=None, help="model spec (default: $AGENTLAB_MODEL, else openai:gpt-4o-mini "
+                        "when OPENAI_API_KEY is set, else the embedded SmolLM2)")
     parser.add_argument("--reset", action="store_true", help="delete the database first (start at day 1)")
     args = parser.parse_args(argv)
     args.db.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ its whole duration, so it is atomic with respect to this service.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -94,9 +95,11 @@ class DuckDBMemoryService:
         await self.close()
 
     async def close(self) -> None:
+        """Release the file for other processes (the database call runs in a worker thread)."""
         await asyncio.to_thread(self.close_sync)
 
     def close_sync(self) -> None:
+        """Close the connection from synchronous code (atexit, finalisers); a later call reopens the file."""
         with self._db_lock:
             if self._connection is not None:
                 self._connection.close()
@@ -104,9 +107,11 @@ class DuckDBMemoryService:
 
     @property
     def embedder(self) -> Embedder | None:
+        """The embedder used for dense and hybrid search, or ``None`` (lexical only)."""
         return self._indexes.embedder
 
     def ensure_embedder(self, spec: str | None) -> None:
+        """Set the embedder from ``spec`` unless one is already configured (a configured one wins)."""
         if self._indexes.embedder is None and spec:
             self._indexes.set_embedder(resolve_embedder(spec))
 
@@ -120,6 +125,7 @@ class DuckDBMemoryService:
                   topics: Sequence[str] = (), event_time: str | None = None,
                   participants: Sequence[str] = (), location: str | None = None,
                   source_session_id: str | None = None, memory_id: str | None = None) -> Memory:
+        """Insert a new memory and index it; ``ValueError`` when ``memory_id`` is already taken."""
         memory = build_memory(app_name, user_id, text, kind=kind, topics=topics, event_time=event_time,
                               participants=participants, location=location,
                               source_session_id=source_session_id, memory_id=memory_id, now=self._now())
@@ -141,6 +147,7 @@ class DuckDBMemoryService:
                      event_time: str | None = None, participants: Sequence[str] | None = None,
                      location: str | None = None, superseded_by: str | None = None,
                      keep_history: bool = False) -> Memory:
+        """Change the given fields in one locked read-modify-write; ``KeyError`` for an unknown id."""
         now = self._now()
 
         def change(con: _Connection) -> Memory:
@@ -164,6 +171,7 @@ class DuckDBMemoryService:
         return updated
 
     async def delete(self, app_name: str, user_id: str, memory_id: str) -> bool:
+        """Delete one memory; ``True`` when it existed."""
         def remove(con: _Connection) -> bool:
             row = con.execute(f"DELETE FROM memories WHERE {_ONE} RETURNING memory_id",
                               [app_name, user_id, memory_id]).fetchone()
@@ -175,6 +183,7 @@ class DuckDBMemoryService:
         return removed
 
     async def clear(self, app_name: str, user_id: str) -> int:
+        """Delete every memory of the user; returns how many rows went."""
         def remove(con: _Connection) -> int:
             return len(con.execute(f"DELETE FROM memories WHERE {_USER} RETURNING memory_id",
                                    [app_name, user_id]).fetchall())
@@ -186,6 +195,7 @@ class DuckDBMemoryService:
     # -- reads ---------------------------------------------------------------------------------
 
     async def get(self, app_name: str, user_id: str, memory_id: str) -> Memory | None:
+        """The memory, or ``None`` when the id is unknown for this (app, user)."""
         def read(con: _Connection) -> Memory | None:
             row = con.execute(f"SELECT memory_json FROM memories WHERE {_ONE}",
                               [app_name, user_id, memory_id]).fetchone()
@@ -195,6 +205,9 @@ class DuckDBMemoryService:
 
     async def list(self, app_name: str, user_id: str, *, kind: str | None = None,
                    limit: int | None = None) -> list[Memory]:
+        """Memories of the user, most recently updated first, optionally of one ``kind`` and at most
+        ``limit``.
+        """
         check_kind(kind, allow_none=True)
         sql = f"SELECT memory_json FROM memories WHERE {_USER}"
         params: list[Any] = [app_name, user_id]
@@ -211,17 +224,21 @@ class DuckDBMemoryService:
 
         return await self._run(read)
 
-    async def _load(self, app_name: str, user_id: str) -> list[Memory]:
+    async def _load(self, app_name: str, user_id: str) -> builtins.list[Memory]:
         return await self.list(app_name, user_id)
 
     async def search(self, app_name: str, user_id: str, query: str, *, top_k: int = 10,
                      kind: str | None = None, mode: str = "lexical",
-                     min_score: float | None = None) -> list[MemoryHit]:
+                     min_score: float | None = None) -> builtins.list[MemoryHit]:
+        """At most ``top_k`` hits for ``query``, best first (see :meth:`MemoryService.search`); the user's
+        index is built from the table on first use.
+        """
         return await self._indexes.search(app_name, user_id, query, top_k=top_k, kind=kind, mode=mode,
                                           min_score=min_score, load=lambda: self._load(app_name, user_id))
 
     async def similarities(self, app_name: str, user_id: str, text: str,
-                           memory_ids: Sequence[str]) -> list[float]:
+                           memory_ids: Sequence[str]) -> builtins.list[float]:
+        """Cosine between ``text`` and each stored memory of ``memory_ids`` (needs an embedder)."""
         return await self._indexes.similarities(app_name, user_id, text, memory_ids,
                                                  load=lambda: self._load(app_name, user_id))
 

@@ -41,6 +41,7 @@ from agentlab.memory.policies import (
     Decision,
     MemoryOperation,
     MemoryPolicy,
+    OperationType,
     Scope,
     apply_decision,
     decide,
@@ -156,6 +157,9 @@ New conversation messages:
 
 
 def system_prompt(policy: MemoryPolicy) -> str:
+    """The extraction system prompt the policy names, followed by its update policy's rules; ``ValueError``
+    naming the known versions for an unknown ``extraction_prompt_version``.
+    """
     try:
         base = EXTRACTION_PROMPTS[policy.extraction_prompt_version]
     except KeyError:
@@ -189,14 +193,21 @@ def delta_events(session: Session, since: float | None, include_assistant: bool 
 
 
 def format_time(timestamp: float) -> str:
+    """A timestamp as the extraction prompt shows it (UTC, to the minute), so the model can resolve
+    "yesterday" in a message to a date.
+    """
     return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def format_conversation(events: list[Event]) -> str:
+    """The delta as timestamped ``role: text`` lines for the extraction prompt."""
     return "\n".join(f"[{format_time(e.timestamp)}] {e.role}: {e.text.strip()}" for e in events)
 
 
 def format_existing(memories: list[Memory]) -> str:
+    """The user's current memories as ``id | kind | text`` lines the model refers to by id in its updates and
+    deletes; ``(none)`` when there are none.
+    """
     if not memories:
         return "(none)"
     lines = []
@@ -250,7 +261,7 @@ class ExtractionParseError(ValueError):
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
-_OP_ALIASES = {"add": "add", "create": "add", "insert": "add", "update": "update", "edit": "update",
+_OP_ALIASES: dict[str, OperationType] = {"add": "add", "create": "add", "insert": "add", "update": "update", "edit": "update",
                "modify": "update", "delete": "delete", "remove": "delete", "forget": "delete"}
 
 
@@ -306,7 +317,7 @@ def parse_operation(raw: Any) -> MemoryOperation:
     kind = str(raw.get("kind") or "fact").strip().lower()
     if kind not in MEMORY_KINDS:
         kind = "episode" if kind in ("event", "episodic") else "fact"
-    return MemoryOperation(op=op, text=text, memory_id=memory_id, kind=kind,  # type: ignore[arg-type]
+    return MemoryOperation(op=op, text=text, memory_id=memory_id, kind=kind,
                            topics=_string_list(raw.get("topics")), event_time=_optional_str(raw.get("event_time")),
                            participants=_string_list(raw.get("participants")),
                            location=_optional_str(raw.get("location")))
@@ -382,15 +393,18 @@ class ExtractionResult:
 
     @property
     def ok(self) -> bool:
+        """``True`` unless the pass failed; a skipped pass is not a failure."""
         return self.status != "error"
 
     def counts(self) -> dict[str, int]:
+        """How many decisions of each action (add, update, delete, ...) the pass made."""
         out: dict[str, int] = {}
         for d in self.decisions:
             out[d.action] = out.get(d.action, 0) + 1
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the whole result, for logs and notebooks."""
         return {
             "app_name": self.app_name, "user_id": self.user_id, "session_id": self.session_id,
             "status": self.status, "reason": self.reason, "error": self.error,

@@ -17,6 +17,7 @@ Both backends (this one and :mod:`agentlab.memory.duckdb`) pass the same contrac
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from agentlab.recall.index import SearchIndex
 
 def new_memory_id() -> str:
+    """A fresh, globally unique memory id (``mem-`` and 16 hex digits)."""
     return f"mem-{uuid.uuid4().hex[:16]}"
 
 
@@ -45,16 +47,23 @@ class MemoryVersion:
     event_time: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_dict` reads it back."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MemoryVersion:
+        """Read a dict written by :meth:`to_dict`; a missing ``replaced_at`` reads as 0."""
         return cls(text=data["text"], replaced_at=float(data.get("replaced_at") or 0.0),
                    event_time=data.get("event_time"))
 
 
 @dataclass(frozen=True)
 class Memory:
+    """One remembered thing about a user: a ``fact`` or an ``episode``, with its metadata and, under
+    ``preserve_history``, the texts it had before and the memory that corrected it. Frozen: an update makes
+    a new record.
+    """
+
     id: str
     app_name: str
     user_id: str
@@ -74,6 +83,7 @@ class Memory:
     history: tuple[MemoryVersion, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (tuples become lists); the DuckDB backend stores exactly this."""
         out = asdict(self)
         out["topics"] = list(self.topics)
         out["participants"] = list(self.participants)
@@ -82,6 +92,9 @@ class Memory:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Memory:
+        """Read a dict written by :meth:`to_dict`; missing optional fields take their defaults, so rows
+        written before a field existed still load.
+        """
         return cls(
             id=data["id"],
             app_name=data["app_name"],
@@ -117,6 +130,7 @@ class MemoryHit:
     score: float
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the memory's :meth:`Memory.to_dict` and the score."""
         return {"memory": self.memory.to_dict(), "score": self.score}
 
 
@@ -134,19 +148,26 @@ class MemoryService(Protocol):
     async def add(self, app_name: str, user_id: str, text: str, *, kind: str = "fact",
                   topics: Sequence[str] = (), event_time: str | None = None,
                   participants: Sequence[str] = (), location: str | None = None,
-                  source_session_id: str | None = None, memory_id: str | None = None) -> Memory: ...
+                  source_session_id: str | None = None, memory_id: str | None = None) -> Memory:
+        """Store a new memory and index it; ``ValueError`` when ``memory_id`` is given and already taken."""
 
     async def update(self, app_name: str, user_id: str, memory_id: str, *, text: str | None = None,
                      kind: str | None = None, topics: Sequence[str] | None = None,
                      event_time: str | None = None, participants: Sequence[str] | None = None,
                      location: str | None = None, superseded_by: str | None = None,
-                     keep_history: bool = False) -> Memory: ...
+                     keep_history: bool = False) -> Memory:
+        """Change the given fields and return the new record; with ``keep_history`` a replaced text goes to
+        ``history``.
+        """
 
-    async def delete(self, app_name: str, user_id: str, memory_id: str) -> bool: ...
+    async def delete(self, app_name: str, user_id: str, memory_id: str) -> bool:
+        """Remove one memory; ``True`` when it existed."""
 
-    async def clear(self, app_name: str, user_id: str) -> int: ...
+    async def clear(self, app_name: str, user_id: str) -> int:
+        """Remove every memory of the user; returns how many there were."""
 
-    async def get(self, app_name: str, user_id: str, memory_id: str) -> Memory | None: ...
+    async def get(self, app_name: str, user_id: str, memory_id: str) -> Memory | None:
+        """The memory, or ``None`` when the id is unknown for this (app, user)."""
 
     async def list(self, app_name: str, user_id: str, *, kind: str | None = None,
                    limit: int | None = None) -> list[Memory]:
@@ -155,10 +176,13 @@ class MemoryService(Protocol):
 
     async def search(self, app_name: str, user_id: str, query: str, *, top_k: int = 10,
                      kind: str | None = None, mode: str = "lexical",
-                     min_score: float | None = None) -> list[MemoryHit]: ...
+                     min_score: float | None = None) -> builtins.list[MemoryHit]:
+        """At most ``top_k`` hits for ``query``, best first; ``mode`` is ``lexical``, ``dense`` or ``hybrid``
+        (the last two need an embedder), ``min_score`` drops weaker hits.
+        """
 
     async def similarities(self, app_name: str, user_id: str, text: str,
-                           memory_ids: Sequence[str]) -> list[float]:
+                           memory_ids: Sequence[str]) -> builtins.list[float]:
         """Embedder cosine between ``text`` and stored memories (update-policy reconciliation)."""
         ...
 
@@ -166,13 +190,15 @@ class MemoryService(Protocol):
         """Use the embedder named by ``spec`` if none is configured yet."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the backend's resources (the database connection); the service is unusable after."""
 
 
 # ----------------------------------------------------------------------------- shared helpers
 
 
 def check_kind(kind: str | None, *, allow_none: bool = False) -> None:
+    """Raise ``ValueError`` unless ``kind`` is a memory kind (or ``None`` when ``allow_none``)."""
     if kind is None and allow_none:
         return
     if kind not in MEMORY_KINDS:
@@ -180,6 +206,7 @@ def check_kind(kind: str | None, *, allow_none: bool = False) -> None:
 
 
 def check_text(text: str) -> str:
+    """The stripped text; ``ValueError`` when nothing is left, since an empty memory cannot be searched."""
     cleaned = (text or "").strip()
     if not cleaned:
         raise ValueError("a memory needs non-empty text")
@@ -187,6 +214,7 @@ def check_text(text: str) -> str:
 
 
 def check_mode(mode: str) -> None:
+    """Raise ``ValueError`` naming the valid modes unless ``mode`` is one of them."""
     if mode not in SEARCH_MODES:
         raise ValueError(f"unknown memory search mode {mode!r}: use one of {', '.join(SEARCH_MODES)}")
 
@@ -194,6 +222,9 @@ def check_mode(mode: str) -> None:
 def build_memory(app_name: str, user_id: str, text: str, *, kind: str, topics: Sequence[str],
                  event_time: str | None, participants: Sequence[str], location: str | None,
                  source_session_id: str | None, memory_id: str | None, now: float) -> Memory:
+    """A new, validated memory record stamped ``now``, shared by both backends so they build records
+    identically.
+    """
     check_kind(kind)
     return Memory(
         id=memory_id or new_memory_id(),
@@ -253,6 +284,9 @@ def next_timestamp(previous: float) -> float:
 
 
 def resolve_embedder(embedder: Embedder | str | None) -> Embedder | None:
+    """The embedder to use: an instance as given, a spec string through the shared embedder cache (so every
+    service with the same spec shares one model), or ``None``.
+    """
     if embedder is None or not isinstance(embedder, str):
         return embedder
     from agentlab.recall.embed import shared_embedder
@@ -277,6 +311,7 @@ class UserIndexes:
         self._lock = threading.Lock()
 
     def set_embedder(self, embedder: Embedder | None) -> None:
+        """Switch embedders and drop every index: dense vectors of two embedders cannot be compared."""
         with self._lock:
             self.embedder = embedder
             self._indexes.clear()  # dense vectors of another embedder must not be mixed in
@@ -287,6 +322,7 @@ class UserIndexes:
         return SearchIndex(self.embedder)
 
     def put(self, memory: Memory) -> None:
+        """Index a new or changed memory of an index already built (one not built yet picks it up on load)."""
         with self._lock:
             key = (memory.app_name, memory.user_id)
             if key in self._building:
@@ -305,6 +341,7 @@ class UserIndexes:
             index.add(memory.id, memory.search_text(), timestamp=memory.updated_at)
 
     def drop(self, app_name: str, user_id: str, memory_id: str | None = None) -> None:
+        """Forget one memory, or with no ``memory_id`` the user's whole index."""
         key = (app_name, user_id)
         with self._lock:
             if memory_id is None:
@@ -321,6 +358,9 @@ class UserIndexes:
 
     async def get(self, app_name: str, user_id: str,
                   load: Callable[[], Awaitable[list[Memory]]]) -> tuple[SearchIndex, dict[str, Memory]]:
+        """The user's index and memories by id, built from ``load`` on first use; writes made while it loads
+        are replayed on top.
+        """
         key = (app_name, user_id)
         entry = self._indexes.get(key)
         if entry is not None:
@@ -359,6 +399,7 @@ class UserIndexes:
     async def search(self, app_name: str, user_id: str, query: str, *, top_k: int, kind: str | None,
                      mode: str, min_score: float | None,
                      load: Callable[[], Awaitable[list[Memory]]]) -> list[MemoryHit]:
+        """Search one user's memories (see :meth:`MemoryService.search`), loading the index if needed."""
         check_mode(mode)
         check_kind(kind, allow_none=True)
         if top_k <= 0 or not query.strip():
@@ -373,6 +414,9 @@ class UserIndexes:
 
     async def similarities(self, app_name: str, user_id: str, text: str, memory_ids: Sequence[str],
                            load: Callable[[], Awaitable[list[Memory]]]) -> list[float]:
+        """Cosine between ``text`` and each of ``memory_ids`` (0.0 for an unknown id); ``ValueError`` without
+        an embedder.
+        """
         if self.embedder is None:
             raise ValueError("memory similarity needs an embedder; none is configured")
         index, memories = await self.get(app_name, user_id, load)
@@ -409,9 +453,11 @@ class InMemoryMemoryService:
 
     @property
     def embedder(self) -> Embedder | None:
+        """The embedder used for dense and hybrid search, or ``None`` (lexical only)."""
         return self._indexes.embedder
 
     def ensure_embedder(self, spec: str | None) -> None:
+        """Set the embedder from ``spec`` unless one is already configured (a configured one wins)."""
         if self._indexes.embedder is None and spec:
             self._indexes.set_embedder(resolve_embedder(spec))
 
@@ -426,6 +472,7 @@ class InMemoryMemoryService:
                   topics: Sequence[str] = (), event_time: str | None = None,
                   participants: Sequence[str] = (), location: str | None = None,
                   source_session_id: str | None = None, memory_id: str | None = None) -> Memory:
+        """Store a new memory and index it; ``ValueError`` when ``memory_id`` is already taken."""
         memory = build_memory(app_name, user_id, text, kind=kind, topics=topics, event_time=event_time,
                               participants=participants, location=location,
                               source_session_id=source_session_id, memory_id=memory_id, now=self._now())
@@ -441,6 +488,7 @@ class InMemoryMemoryService:
                      event_time: str | None = None, participants: Sequence[str] | None = None,
                      location: str | None = None, superseded_by: str | None = None,
                      keep_history: bool = False) -> Memory:
+        """Change the given fields; ``KeyError`` for an unknown id."""
         store = self._user(app_name, user_id)
         current = store.get(memory_id)
         if current is None:
@@ -453,37 +501,45 @@ class InMemoryMemoryService:
         return updated
 
     async def delete(self, app_name: str, user_id: str, memory_id: str) -> bool:
+        """Remove one memory; ``True`` when it existed."""
         removed = self._user(app_name, user_id).pop(memory_id, None)
         if removed is not None:
             self._indexes.drop(app_name, user_id, memory_id)
         return removed is not None
 
     async def clear(self, app_name: str, user_id: str) -> int:
+        """Remove every memory of the user; returns how many there were."""
         removed = len(self._store.pop((app_name, user_id), {}))
         self._indexes.drop(app_name, user_id)
         return removed
 
     async def get(self, app_name: str, user_id: str, memory_id: str) -> Memory | None:
+        """The memory, or ``None`` when the id is unknown for this (app, user)."""
         return self._store.get((app_name, user_id), {}).get(memory_id)
 
     async def list(self, app_name: str, user_id: str, *, kind: str | None = None,
                    limit: int | None = None) -> list[Memory]:
+        """Memories of the user, most recently updated first, optionally of one ``kind`` and at most
+        ``limit``.
+        """
         check_kind(kind, allow_none=True)
         found = [m for m in self._store.get((app_name, user_id), {}).values() if kind is None or m.kind == kind]
         found.sort(key=lambda m: (m.updated_at, m.created_at, m.id), reverse=True)
         return found if limit is None else found[: max(0, limit)]
 
-    async def _load(self, app_name: str, user_id: str) -> list[Memory]:
+    async def _load(self, app_name: str, user_id: str) -> builtins.list[Memory]:
         return list(self._store.get((app_name, user_id), {}).values())
 
     async def search(self, app_name: str, user_id: str, query: str, *, top_k: int = 10,
                      kind: str | None = None, mode: str = "lexical",
-                     min_score: float | None = None) -> list[MemoryHit]:
+                     min_score: float | None = None) -> builtins.list[MemoryHit]:
+        """At most ``top_k`` hits for ``query``, best first (see :meth:`MemoryService.search`)."""
         return await self._indexes.search(app_name, user_id, query, top_k=top_k, kind=kind, mode=mode,
                                           min_score=min_score, load=lambda: self._load(app_name, user_id))
 
     async def similarities(self, app_name: str, user_id: str, text: str,
-                           memory_ids: Sequence[str]) -> list[float]:
+                           memory_ids: Sequence[str]) -> builtins.list[float]:
+        """Cosine between ``text`` and each stored memory of ``memory_ids`` (needs an embedder)."""
         return await self._indexes.similarities(app_name, user_id, text, memory_ids,
                                                  load=lambda: self._load(app_name, user_id))
 

@@ -18,7 +18,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentlab.memory.extractor import ExtractionResult, MemoryExtractor
 
@@ -119,6 +119,7 @@ class MemoryWorker:
 
     @property
     def errors(self) -> list[ExtractionResult]:
+        """The failed passes among the recent :attr:`results` (the worker logs them too, but never raises)."""
         return [r for r in self.results if r.status == "error"]
 
     # ---------------------------------------------------------------------------- internals
@@ -175,7 +176,7 @@ class MemoryWorker:
         return result
 
 
-def memory_worker_for(agent: Any, memory_service: MemoryService, *, model: Model | None = None,
+def memory_worker_for(agent: object, memory_service: MemoryService, *, model: Model | None = None,
                       session_service: SessionService | None = None) -> MemoryWorker:
     """The worker a Runner uses for an agent with a ``memory`` policy.
 

@@ -22,6 +22,10 @@ Purpose = Literal["answer", "summary", "judge", "memory", "tool", "other"]
 
 @dataclass(frozen=True)
 class ModelInfo:
+    """What a model is and how much it can read: its name and context window in tokens, with where that
+    window came from (it is never guessed).
+    """
+
     name: str
     context_window: int
     #: Where the window came from: ``"--context-window"``, ``"server:/v1/models max_model_len"``,
@@ -46,6 +50,7 @@ class GenerationConfig:
     json_schema: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, as hashed into the cache key and stored with a call."""
         d = asdict(self)
         d["stop"] = list(self.stop)
         if d["json_schema"] is None:
@@ -64,6 +69,8 @@ class GenerationConfig:
 
 @dataclass
 class ModelRequest:
+    """One chat call: the messages, the tools offered, the generation settings, and why it is made."""
+
     messages: list[Message]
     tools: list[dict[str, Any]] = field(default_factory=list)
     config: GenerationConfig = field(default_factory=GenerationConfig)
@@ -91,12 +98,17 @@ class ModelRequest:
         }
 
     def cache_key(self, model_name: str) -> str:
+        """SHA-256 of :meth:`cache_payload`: equal for calls that must get the same cached answer."""
         blob = json.dumps(self.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 @dataclass
 class ModelResponse:
+    """A finished call: the assistant message, token usage, and how it was obtained (cache hit, latency,
+    HTTP attempts).
+    """
+
     message: Message
     usage: Usage
     model: str
@@ -117,11 +129,24 @@ class ModelChunk:
 
 @runtime_checkable
 class Model(Protocol):
-    info: ModelInfo
+    """What the runtime, the summariser and the judge call: any chat backend (HTTP, embedded,
+    scripted, or the call cache wrapping one of them).
+    """
 
-    async def generate(self, request: ModelRequest) -> ModelResponse: ...
+    @property
+    def info(self) -> ModelInfo:
+        """Name and context window. Read-only here so that wrappers (the call cache) can forward
+        it; an HTTP backend may ask its server on first read, or raise ``ContextWindowUnknown``.
+        """
+        ...
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The whole response in one piece; raises a :class:`ModelError` subclass on failure."""
+        ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """Text deltas as they arrive; the last chunk carries the complete :class:`ModelResponse`."""
+        ...
 
 
 def model_name(model: Model) -> str:
@@ -147,6 +172,8 @@ class ModelError(Exception):
 
 
 class ContextLengthError(ModelError):
+    """The prompt does not fit the model's window (the server said so); not retried."""
+
     code = "context_length"
 
 
@@ -157,25 +184,39 @@ class ContextWindowUnknown(ModelError):
 
 
 class RateLimitError(ModelError):
+    """The server asked us to slow down (HTTP 429); retried, waiting at least its ``Retry-After``
+    (up to the backoff cap).
+    """
+
     code = "rate_limit"
     retryable = True
 
 
 class ServerError(ModelError):
+    """The server failed (HTTP 5xx); transient, so retried."""
+
     code = "server_error"
     retryable = True
 
 
 class ModelTimeout(ModelError):
+    """The call took too long (client timeout or HTTP 408); retried."""
+
     code = "timeout"
     retryable = True
 
 
 class MalformedResponse(ModelError):
+    """The server answered with a body that is not a chat completion (bad JSON, no choices, ...)."""
+
     code = "malformed_response"
 
 
 class ModelUnavailable(ModelError):
+    """The model cannot be used: the server is unreachable, or refuses us (401/403) or does not know the
+    model (404).
+    """
+
     code = "unavailable"
 
 
@@ -214,6 +255,7 @@ def observe_calls(observer: CallObserver) -> Iterator[None]:
 
 
 def report_call(record: CallRecord) -> None:
+    """Send ``record`` to every observer active in this context (none: nothing happens)."""
     for observer in _observers.get():
         observer(record)
 

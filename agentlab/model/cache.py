@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentlab.duckdb_files import connect
 from agentlab.events import Message, Usage
@@ -40,6 +41,9 @@ from agentlab.model.base import (
     report_call,
     suppress_reports,
 )
+
+if TYPE_CHECKING:
+    import duckdb
 
 DEFAULT_CACHE_PATH = Path("results") / "cache.duckdb"
 CACHE_PATH_ENV = "AGENTLAB_CACHE_DB"
@@ -100,11 +104,11 @@ class CallCache:
         self.path = Path(path) if path is not None else None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = connect(self.path, what="call cache",
-                             fix=f"set {CACHE_PATH_ENV} to another file")
+        self._conn: duckdb.DuckDBPyConnection | None = connect(self.path, what="call cache",
+                                                                 fix=f"set {CACHE_PATH_ENV} to another file")
         self._lock = threading.Lock()
         with self._lock:
-            self._conn.execute(_SCHEMA)
+            self._open().execute(_SCHEMA)
 
     @classmethod
     def default(cls) -> CallCache:
@@ -117,12 +121,20 @@ class CallCache:
                 cls._shared[str(path)] = cache
             return cache
 
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        """The connection; a clear error instead of an ``AttributeError`` once :meth:`close` ran."""
+        if self._conn is None:
+            raise RuntimeError(f"the call cache at {self.path or ':memory:'} is closed; "
+                               "use CallCache.default() or a new CallCache")
+        return self._conn
+
     def __repr__(self) -> str:
         return f"CallCache({str(self.path) if self.path else None!r})"
 
     def get(self, key: str) -> CachedCall | None:
+        """The stored answer for ``key``, or ``None`` on a miss."""
         with self._lock:
-            row = self._conn.execute(
+            row = self._open().execute(
                 "SELECT message_json, prompt_tokens, completion_tokens, cached_tokens, model, "
                 "finish_reason, latency_ms, created FROM call_cache WHERE cache_key = ?",
                 [key],
@@ -143,7 +155,7 @@ class CallCache:
         """Store (or replace) the answer for ``key``."""
         payload = json.dumps(request.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
         with self._lock:
-            self._conn.execute(
+            self._open().execute(
                 "INSERT OR REPLACE INTO call_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     key,
@@ -182,7 +194,7 @@ class CallCache:
             params.append(sorted(set(models)))
         sql = f"SELECT {columns} FROM call_cache" + (" WHERE " + " AND ".join(where) if where else "")
         with self._lock:
-            return [tuple(row) for row in self._conn.execute(sql, params).fetchall()]
+            return [tuple(row) for row in self._open().execute(sql, params).fetchall()]
 
     def merge(self, entries: Iterable[CacheEntry]) -> int:
         """Add rows from another cache; a key already stored keeps its answer. Returns rows offered."""
@@ -191,23 +203,27 @@ class CallCache:
             return 0
         placeholders = ", ".join("?" for _ in ENTRY_COLUMNS)
         with self._lock:
-            self._conn.executemany(f"INSERT OR IGNORE INTO call_cache VALUES ({placeholders})", rows)
+            self._open().executemany(f"INSERT OR IGNORE INTO call_cache VALUES ({placeholders})", rows)
         return len(rows)
 
     def __len__(self) -> int:
         with self._lock:
-            row = self._conn.execute("SELECT count(*) FROM call_cache").fetchone()
+            row = self._open().execute("SELECT count(*) FROM call_cache").fetchone()
         return int(row[0]) if row else 0
 
     def clear(self) -> None:
+        """Forget every stored call (the file stays); later calls go to the model again."""
         with self._lock:
-            self._conn.execute("DELETE FROM call_cache")
+            self._open().execute("DELETE FROM call_cache")
 
     def close(self) -> None:
+        """Close the file and drop this cache from the process-wide registry; :meth:`default` then opens a
+        fresh one.
+        """
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
-                self._conn = None  # type: ignore[assignment]
+                self._conn = None
         with CallCache._shared_lock:
             for path, cache in list(CallCache._shared.items()):
                 if cache is self:
@@ -227,10 +243,14 @@ class CachedModel:
     @property
     def info(self) -> ModelInfo:
         # Read through: a backend may learn its real window on first use (the embedded server).
+        """The inner model's info, read through on every access: a backend may learn its real window only
+        on first use.
+        """
         return self.inner.info
 
     @property
     def model_name(self) -> str:
+        """The inner model's name without resolving its window (the cache key needs only the name)."""
         return model_name(self.inner)
 
     def resolve_info(self) -> ModelInfo:
@@ -269,6 +289,9 @@ class CachedModel:
                                attempts=getattr(exc, "attempts", 1)))
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The cached response when this exact request was answered before, else the inner model's (stored
+        for next time; failures are not stored).
+        """
         started = time.perf_counter()
         key = self._key(request)
         hit = self._hit(request, key, started)
@@ -284,6 +307,9 @@ class CachedModel:
         return response
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """Like :meth:`generate`, streamed: a cache hit replays as one chunk, a miss streams from the inner
+        model and is stored once complete.
+        """
         started = time.perf_counter()
         key = self._key(request)
         hit = self._hit(request, key, started)

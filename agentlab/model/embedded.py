@@ -129,6 +129,7 @@ class EmbeddedServer:
 
     @property
     def running(self) -> bool:
+        """Whether this process has the llama.cpp server up (it starts on first use)."""
         return self._server is not None
 
     @property
@@ -266,10 +267,12 @@ class EmbeddedModel(OpenAICompatModel):
             raise ModelUnavailable(f"the embedded server at {address} could not count a prompt's tokens: {exc}") from exc
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Start the shared server if needed, then generate as any OpenAI-compatible backend."""
         await self._ensure_server(request)
         return await super().generate(request)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """Start the shared server if needed, then stream as any OpenAI-compatible backend."""
         await self._ensure_server(request)
         async for chunk in super().stream(request):
             yield chunk

@@ -5,7 +5,8 @@ embedded SmolLM2 server all go through :class:`OpenAICompatModel`.
 
 Retries are ours, not the library's (it is built with ``max_retries=0``) so that the policy is
 visible and testable: exponential backoff with full jitter on 429, 5xx, timeouts and connection
-errors, for at most ``max_attempts`` attempts. Everything else fails at once with one clear
+errors, and on a 200 whose body (or stream, before any of its text reached the caller) is
+unreadable, for at most ``max_attempts`` attempts. Everything else fails at once with one clear
 sentence from the :class:`~agentlab.model.base.ModelError` family.
 
 Responses are parsed from the raw JSON body rather than the library's lazily built objects, so a
@@ -23,10 +24,11 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import openai
+from pydantic import BaseModel
 
 from agentlab.events import Message, ToolCall, Usage, new_id
 from agentlab.model import tokens, window
@@ -46,6 +48,12 @@ from agentlab.model.base import (
     ServerError,
     report_call,
 )
+
+if TYPE_CHECKING:
+    from openai import AsyncStream
+    from openai.types.chat import ChatCompletionChunk
+
+_T = TypeVar("_T")
 
 #: Context windows of well-known hosted models, matched by longest name prefix. Used only when
 #: neither the caller nor the server states the window (see :meth:`OpenAICompatModel.resolve_info`).
@@ -325,6 +333,7 @@ class OpenAICompatModel:
 
     @property
     def model_name(self) -> str:
+        """The model name as the server knows it; never triggers the context-window probe."""
         return self.model
 
     @property
@@ -387,6 +396,7 @@ class OpenAICompatModel:
 
     @property
     def server_label(self) -> str:
+        """Where calls go, for error messages (the OpenAI API when no base URL is set)."""
         return self.base_url or "https://api.openai.com/v1"
 
     def _client(self) -> openai.AsyncOpenAI:
@@ -456,14 +466,17 @@ class OpenAICompatModel:
         seen = ", ".join(str(f.status) if f.status is not None else f.detail.split(" (")[0] for f in failures)
         return last.error_class(f"{where} failed {_times(len(failures))} ({seen}); last: {last.detail}")
 
-    async def _with_retries(self, call: Any) -> tuple[Any, int]:
+    async def _with_retries(self, call: Callable[[], Awaitable[_T]], budget: int | None = None) -> tuple[_T, int]:
         """Run ``call()`` (a coroutine factory) with our retry policy: its result and the attempts taken.
 
         Raises a ModelError (with ``attempts`` set) when done. A 200 whose body is not a completion
         (``call`` raises :class:`MalformedResponse`) is a transient fault like a 5xx: retried.
+        ``budget`` caps the attempts below ``max_attempts`` (a stream retried after an unreadable
+        one has used some of them already).
         """
+        limit = max(1, min(self.max_attempts, budget if budget is not None else self.max_attempts))
         failures: list[_Attempt] = []
-        for attempt in range(1, self.max_attempts + 1):
+        for attempt in range(1, limit + 1):
             try:
                 return await asyncio.wait_for(call(), timeout=self.timeout), attempt
             except (openai.APIError, asyncio.TimeoutError) as exc:
@@ -472,7 +485,7 @@ class OpenAICompatModel:
                 detail = str(exc).removeprefix(f"model server at {self.server_label} ")
                 failure = _Attempt(MalformedResponse, detail, 200, retryable=True)
             failures.append(failure)
-            if not failure.retryable or attempt == self.max_attempts:
+            if not failure.retryable or attempt == limit:
                 break
             await asyncio.sleep(self._backoff(attempt, failure.retry_after))
         error = self._final_error(failures)
@@ -497,6 +510,9 @@ class OpenAICompatModel:
     # ------------------------------------------------------------------------- generate
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
+        """One completion, with transient faults (timeouts, 429, 5xx, a garbage 200 body) retried; a
+        :class:`ModelError` subclass with ``attempts`` set when it fails for good.
+        """
         started = time.perf_counter()
         where = f"model server at {self.server_label}"
         try:
@@ -525,80 +541,125 @@ class OpenAICompatModel:
 
     # --------------------------------------------------------------------------- stream
 
-    async def _open_stream(self, params: dict[str, Any]) -> tuple[Any, int]:
-        async def one_attempt() -> Any:
-            extra = {"stream_options": {"include_usage": True}} if self.stream_usage_supported else {}
+    async def _open_stream(self, params: dict[str, Any], budget: int) -> tuple[AsyncStream[ChatCompletionChunk], int]:
+        async def one_attempt() -> AsyncStream[ChatCompletionChunk]:
+            extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if self.stream_usage_supported else {}
             return await self._client().chat.completions.create(stream=True, **params, **extra)
 
         try:
-            return await self._with_retries(one_attempt)
+            return await self._with_retries(one_attempt, budget)
         except ModelError as exc:
             # Older servers reject stream_options; retry once without it and remember.
             if self.stream_usage_supported and "stream_options" in str(exc) and not exc.retryable:
                 self.stream_usage_supported = False
-                stream, attempts = await self._with_retries(one_attempt)
+                stream, attempts = await self._with_retries(one_attempt, max(1, budget - exc.attempts))
                 return stream, attempts + exc.attempts
             raise
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """Text deltas as the server streams them, then one chunk with the whole response.
+
+        Opening the stream is retried like :meth:`generate`. A stream that turns out unreadable (a
+        chunk that is not JSON or not a chunk, or no choices at all) is a transient fault like a
+        garbage body, and is streamed again while none of its text has reached the caller yet; once
+        some has, a retry would repeat text the caller already holds, so it fails with a
+        :class:`MalformedResponse` that says so, with the attempts it took.
+        """
         started = time.perf_counter()
-        content: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
-        usage: Usage | None = None
-        finish: str | None = None
-        saw_choice = False
+        where = f"model server at {self.server_label}"
+        attempts = 0
+        failures: list[_Attempt] = []
         try:
             params = self._params(request)
-            stream, attempts = await self._open_stream(params)
-            try:
-                async for chunk in stream:
-                    data = chunk.model_dump(warnings=False) if hasattr(chunk, "model_dump") else chunk
-                    if not isinstance(data, dict):
-                        raise MalformedResponse(f"stream chunk is not an object: {_short(data, 120)!r}")
-                    usage = _parse_usage(data.get("usage")) or usage
-                    for choice in data.get("choices") or ():
-                        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                            continue
-                        saw_choice = True
-                        finish = choice.get("finish_reason") or finish
-                        delta = choice.get("delta") or {}
-                        text = delta.get("content")
-                        if text:
-                            content.append(text)
-                            yield ModelChunk(delta=text)
-                        for piece in delta.get("tool_calls") or ():
-                            slot = calls.setdefault(int(piece.get("index") or 0),
-                                                    {"id": "", "name": "", "arguments": ""})
-                            slot["id"] = piece.get("id") or slot["id"]
-                            function = piece.get("function") or {}
-                            slot["name"] += function.get("name") or ""
-                            slot["arguments"] += function.get("arguments") or ""
-            finally:
-                await stream.close()
+            while True:
+                stream, opened = await self._open_stream(params, self.max_attempts - attempts)
+                attempts += opened
+                reply = _StreamedReply()
+                try:
+                    try:
+                        async for chunk in stream:
+                            for text in reply.feed(chunk):
+                                reply.delivered += 1
+                                yield ModelChunk(delta=text)
+                    finally:
+                        await stream.close()
+                    if not reply.saw_choice:
+                        raise MalformedResponse(f"{where} streamed no choices")
+                    break
+                except (MalformedResponse, KeyError, TypeError, AttributeError, ValueError) as exc:
+                    detail = (str(exc).removeprefix(f"{where} ") if isinstance(exc, MalformedResponse)
+                              else f"sent an unreadable stream: {type(exc).__name__}: {_short(str(exc), 160)}")
+                    if reply.delivered:
+                        cut_short = MalformedResponse(
+                            f"{where} {detail}, after {reply.delivered} text chunk(s) had reached the caller; "
+                            f"not retried, since a new stream would repeat that text")
+                        cut_short.attempts = attempts
+                        raise cut_short from exc
+                    failures.append(_Attempt(MalformedResponse, detail, 200, retryable=True))
+                    if attempts >= self.max_attempts:
+                        given_up = self._final_error(failures)
+                        given_up.attempts = attempts
+                        raise given_up from exc
+                    await asyncio.sleep(self._backoff(attempts, None))
         except (openai.APIError, asyncio.TimeoutError) as exc:
             error = self._final_error([_classify(exc)])
+            error.attempts = max(1, attempts)
             self._report(request, Usage(), started, error)
             raise error from exc
         except ModelError as exc:
+            if attempts > exc.attempts:
+                exc.attempts = attempts  # earlier unreadable streams count too
             self._report(request, Usage(), started, exc)
             raise
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            error = MalformedResponse(f"model server at {self.server_label} sent an unreadable stream: "
-                                      f"{type(exc).__name__}: {_short(str(exc), 160)}")
-            self._report(request, Usage(), started, error)
-            raise error from exc
-        if not saw_choice:
-            error = MalformedResponse(f"model server at {self.server_label} streamed no choices")
-            self._report(request, Usage(), started, error)
-            raise error
-        tool_calls = tuple(
-            ToolCall(id=slot["id"] or new_id("call_"), name=slot["name"], arguments=slot["arguments"] or "{}")
-            for _, slot in sorted(calls.items())
-        )
-        message = Message.assistant("".join(content), tool_calls)
-        if usage is None:
-            usage = _estimated_usage(request, message)
-        response = ModelResponse(message=message, usage=usage, model=self.model, finish_reason=finish,
+        message = reply.message()
+        usage = reply.usage if reply.usage is not None else _estimated_usage(request, message)
+        response = ModelResponse(message=message, usage=usage, model=self.model, finish_reason=reply.finish,
                                  latency_ms=(time.perf_counter() - started) * 1000, attempts=attempts)
         self._report(request, usage, started, None, attempts)
         yield ModelChunk(response=response)
+
+
+class _StreamedReply:
+    """What one stream has delivered so far: text, tool-call pieces, usage, finish reason."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.usage: Usage | None = None
+        self.finish: str | None = None
+        self.saw_choice = False
+        #: Text chunks already handed to the caller (after the first, a retry would repeat them).
+        self.delivered = 0
+
+    def feed(self, chunk: object) -> list[str]:
+        """Take one chunk; return its text deltas. Raises on a chunk that is not a chunk."""
+        data = chunk.model_dump(warnings=False) if isinstance(chunk, BaseModel) else chunk
+        if not isinstance(data, dict):
+            raise MalformedResponse(f"stream chunk is not an object: {_short(data, 120)!r}")
+        self.usage = _parse_usage(data.get("usage")) or self.usage
+        texts: list[str] = []
+        for choice in data.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            self.saw_choice = True
+            self.finish = choice.get("finish_reason") or self.finish
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                self.content.append(text)
+                texts.append(text)
+            for piece in delta.get("tool_calls") or ():
+                slot = self.calls.setdefault(int(piece.get("index") or 0), {"id": "", "name": "", "arguments": ""})
+                slot["id"] = piece.get("id") or slot["id"]
+                function = piece.get("function") or {}
+                slot["name"] += function.get("name") or ""
+                slot["arguments"] += function.get("arguments") or ""
+        return texts
+
+    def message(self) -> Message:
+        """The assistant message the whole stream amounts to."""
+        tool_calls = tuple(
+            ToolCall(id=slot["id"] or new_id("call_"), name=slot["name"], arguments=slot["arguments"] or "{}")
+            for _, slot in sorted(self.calls.items())
+        )
+        return Message.assistant("".join(self.content), tool_calls)

@@ -157,9 +157,13 @@ class ScriptedModel:
         return response
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The next scripted reply for this request (recorded in ``requests``); a scripted error is raised."""
         return self._respond(request)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """The next scripted reply cut into a few deltas, then the response: exercises streaming consumers
+        without a server.
+        """
         response = self._respond(request)
         text = response.message.content
         if text:

@@ -20,6 +20,8 @@ FULL_SESSION_KEY = ""
 
 @dataclass(frozen=True)
 class SessionKey:
+    """Identifies one session: sessions are stored and looked up per (app, user, session id)."""
+
     app_name: str
     user_id: str
     session_id: str
@@ -35,6 +37,7 @@ class SummaryBoundary:
     version: int = 1
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_dict` reads it back."""
         return {
             "filter_key": self.filter_key,
             "cutoff_at": self.cutoff_at,
@@ -44,6 +47,9 @@ class SummaryBoundary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SummaryBoundary | None:
+        """Read a dict written by :meth:`to_dict`; ``None`` for an absent boundary (a summary that covers
+        nothing yet).
+        """
         if not data:
             return None
         return cls(
@@ -56,12 +62,17 @@ class SummaryBoundary:
 
 @dataclass(frozen=True)
 class Summary:
+    """The rolling summary of one filter key of a session: its text, when it was written, the boundary of what
+    it covers, and the topics it names.
+    """
+
     text: str
     updated_at: float = 0.0
     boundary: SummaryBoundary | None = None
     topics: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_dict` reads it back."""
         return {
             "text": self.text,
             "updated_at": self.updated_at,
@@ -71,6 +82,7 @@ class Summary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Summary:
+        """Read a dict written by :meth:`to_dict`; missing fields take their defaults."""
         return cls(
             text=data.get("text") or "",
             updated_at=float(data.get("updated_at") or 0.0),
@@ -81,6 +93,10 @@ class Summary:
 
 @dataclass
 class Session:
+    """One conversation: its event ledger (append-only), its state dict and its summaries by filter key. A
+    copy the service handed out; the service's own methods keep it current.
+    """
+
     app_name: str
     user_id: str
     id: str
@@ -92,6 +108,7 @@ class Session:
 
     @property
     def key(self) -> SessionKey:
+        """The (app, user, session id) triple the service stores this session under."""
         return SessionKey(self.app_name, self.user_id, self.id)
 
     def event_index(self, event_id: str) -> int:
@@ -147,23 +164,33 @@ class SessionService(Protocol):
     """
 
     async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
-                             state: dict[str, Any] | None = None) -> Session: ...
+                             state: dict[str, Any] | None = None) -> Session:
+        """A new empty session; ``ValueError`` when ``session_id`` is given and already exists."""
+        ...
 
-    async def get_session(self, app_name: str, user_id: str, session_id: str) -> Session | None: ...
+    async def get_session(self, app_name: str, user_id: str, session_id: str) -> Session | None:
+        """A copy of the session with its events, or ``None`` when it was never created or was deleted."""
+        ...
 
     async def list_sessions(self, app_name: str, user_id: str) -> list[Session]:
         """Every session of the user, with events (recall searches across them)."""
         ...
 
-    async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None: ...
+    async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
+        """Remove the session and everything in it; deleting an unknown session is not an error."""
+        ...
 
     async def append_event(self, session: Session, event: Event) -> Event:
         """Persist one event (token count computed here, once) and append it to ``session``."""
         ...
 
-    async def update_state(self, session: Session, delta: dict[str, Any]) -> None: ...
+    async def update_state(self, session: Session, delta: dict[str, Any]) -> None:
+        """Merge ``delta`` into the stored state (each key replaces its value) and into ``session.state``."""
+        ...
 
-    async def get_summary(self, session: Session, filter_key: str = FULL_SESSION_KEY) -> Summary | None: ...
+    async def get_summary(self, session: Session, filter_key: str = FULL_SESSION_KEY) -> Summary | None:
+        """The summary stored under ``filter_key``, or ``None`` when none was written yet."""
+        ...
 
     async def write_summary(self, session: Session, filter_key: str, summary: Summary) -> None:
         """Write text and boundary together, in one step."""
@@ -173,7 +200,10 @@ class SessionService(Protocol):
                                before: int = 1, after: int = 1,
                                roles: Sequence[str] | None = None) -> list[Event]:
         """Events around ``event_id`` (only those whose role is in ``roles`` are counted and
-        returned when given). Raises ``KeyError`` if the session or anchor does not exist."""
+        returned when given). Raises ``KeyError`` if the session or anchor does not exist.
+        """
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the backend's resources (the database connection)."""
+        ...

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 import time
@@ -227,6 +228,7 @@ class DuckDBSessionService:
 
     async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
                              state: dict[str, Any] | None = None) -> Session:
+        """Insert a new empty session; ``ValueError`` when ``session_id`` is given and already exists."""
         key = SessionKey(app_name, user_id, session_id or new_session_id())
         initial_state = dict(state or {})
         state_json = json.dumps(initial_state)
@@ -250,6 +252,7 @@ class DuckDBSessionService:
                        created_at=now, updated_at=now)
 
     async def get_session(self, app_name: str, user_id: str, session_id: str) -> Session | None:
+        """The session with its events and summaries, or ``None`` when it was never created or was deleted."""
         key = SessionKey(app_name, user_id, session_id)
 
         def read(con: _Connection) -> Session | None:
@@ -280,6 +283,9 @@ class DuckDBSessionService:
 
     async def list_sessions(self, app_name: str, user_id: str) -> list[Session]:
         # Three queries in total, whatever the number of sessions (no per-session round trip).
+        """Every session of the user with events and summaries, oldest first, read in three queries whatever
+        their number.
+        """
         def read(con: _Connection) -> list[Session]:
             params = [app_name, user_id]
             rows = con.execute(
@@ -313,6 +319,9 @@ class DuckDBSessionService:
         return await self._run(read)
 
     async def session_heads(self, app_name: str, user_id: str) -> dict[str, SessionHead]:
+        """Session id -> head for every session of the user, oldest first; answered from a cache kept by this
+        service's own writes when it can, so a recall index can poll it cheaply.
+        """
         user = (app_name, user_id)
         # Known heads are answered without a thread hop, unless a write holds the lock right now.
         if self._connection is not None and self._db_lock.acquire(blocking=False):
@@ -339,6 +348,9 @@ class DuckDBSessionService:
         return await self._run(read)
 
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session's events, summaries and row in one transaction; an unknown session is not an
+        error.
+        """
         params = [app_name, user_id, session_id]
 
         def delete(con: _Connection) -> None:
@@ -354,6 +366,9 @@ class DuckDBSessionService:
     # -- ledger and state ----------------------------------------------------------------------
 
     async def append_event(self, session: Session, event: Event) -> Event:
+        """Commit ``event`` (group commit with concurrent appends) and then append it to ``session``;
+        ``KeyError`` when the session does not exist. Returns only after the commit.
+        """
         ensure_token_count(event, self._count_tokens)
         delta = json.loads(json.dumps(event.state_delta)) if event.state_delta else None
         item = _PendingAppend(session=session, event=event, event_json=event.to_json(), delta=delta,
@@ -383,13 +398,14 @@ class DuckDBSessionService:
 
     async def _flush(self, batch: list[_PendingAppend]) -> None:
         """Write a batch in one transaction; if that fails, write its items one by one so a bad
-        item (say, a deleted session) fails alone."""
+        item (say, a deleted session) fails alone.
+        """
         try:
             await self._run(lambda con: self._insert_events(con, batch))
         except Exception:
             for item in batch:
                 try:
-                    await self._run(lambda con, item=item: self._insert_events(con, [item], reload_seq=True))
+                    await self._run(functools.partial(self._insert_events, batch=[item], reload_seq=True))
                 except Exception as exc:
                     item.done.set_exception(exc)
                 else:
@@ -409,7 +425,8 @@ class DuckDBSessionService:
 
     def _insert_events(self, con: _Connection, batch: list[_PendingAppend], reload_seq: bool = False) -> None:
         """Runs in the worker thread. Seqs are taken from the cache and committed to it only
-        after the transaction succeeds, so a rolled-back batch leaves no gap."""
+        after the transaction succeeds, so a rolled-back batch leaves no gap.
+        """
         now = time.time()
         next_seq: dict[SessionKey, int] = {}
         rows: list[list[Any]] = []
@@ -467,6 +484,9 @@ class DuckDBSessionService:
         return int(row[1])
 
     async def update_state(self, session: Session, delta: dict[str, Any]) -> None:
+        """Merge ``delta`` into the stored state and ``session.state``; ``KeyError`` when the session does not
+        exist.
+        """
         key = session.key
         delta_copy = json.loads(json.dumps(delta))
 
@@ -488,6 +508,9 @@ class DuckDBSessionService:
     async def get_event_window(self, app_name: str, user_id: str, session_id: str, event_id: str,
                                before: int = 1, after: int = 1,
                                roles: Sequence[str] | None = None) -> list[Event]:
+        """Events around ``event_id`` (see :meth:`SessionService.get_event_window`), read without loading the
+        whole ledger; ``KeyError`` when the session or the anchor event does not exist.
+        """
         check_window_sizes(before, after)
         key = SessionKey(app_name, user_id, session_id)
         role_filter = "" if roles is None else " AND list_contains(?, role)"
@@ -523,6 +546,7 @@ class DuckDBSessionService:
     # -- summaries -----------------------------------------------------------------------------
 
     async def get_summary(self, session: Session, filter_key: str = FULL_SESSION_KEY) -> Summary | None:
+        """The summary stored under ``filter_key``, or ``None`` when none was written yet."""
         params = [*_key_params(session.key), filter_key]
 
         def read(con: _Connection) -> Summary | None:
@@ -535,6 +559,9 @@ class DuckDBSessionService:
         return await self._run(read)
 
     async def write_summary(self, session: Session, filter_key: str, summary: Summary) -> None:
+        """Replace the summary of ``filter_key`` (text and boundary in one row) and update ``session``;
+        ``KeyError`` when the session does not exist.
+        """
         key = session.key
         boundary_json = json.dumps(summary.boundary.to_dict()) if summary.boundary else None
         topics_json = json.dumps(list(summary.topics))

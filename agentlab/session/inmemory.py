@@ -61,6 +61,7 @@ def default_token_counter(event: Event) -> int:
 
 
 def new_session_id() -> str:
+    """A fresh, globally unique session id (``s-`` and 32 hex digits)."""
     return f"s-{uuid.uuid4().hex}"
 
 
@@ -104,11 +105,13 @@ def select_window(events: Sequence[Event], anchor_index: int, before: int, after
 
 
 def check_window_sizes(before: int, after: int) -> None:
+    """Raise ``ValueError`` for a negative window size."""
     if before < 0 or after < 0:
         raise ValueError(f"event window sizes must be >= 0, got before={before} after={after}")
 
 
 def describe(key: SessionKey) -> str:
+    """A session key as it appears in error messages."""
     return f"app={key.app_name!r} user={key.user_id!r} session={key.session_id!r}"
 
 
@@ -145,6 +148,7 @@ class InMemorySessionService:
 
     async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
                              state: dict[str, Any] | None = None) -> Session:
+        """A new empty session; ``ValueError`` when ``session_id`` is given and already exists."""
         key = SessionKey(app_name, user_id, session_id or new_session_id())
         if key in self._sessions:
             raise ValueError(f"session already exists: {describe(key)}")
@@ -154,11 +158,13 @@ class InMemorySessionService:
         return self._to_session(key, stored)
 
     async def get_session(self, app_name: str, user_id: str, session_id: str) -> Session | None:
+        """A copy of the session, or ``None`` when it was never created or was deleted."""
         key = SessionKey(app_name, user_id, session_id)
         stored = self._sessions.get(key)
         return None if stored is None else self._to_session(key, stored)
 
     async def list_sessions(self, app_name: str, user_id: str) -> list[Session]:
+        """Every session of the user with events, oldest first (by creation time, then id)."""
         found = [
             self._to_session(key, stored)
             for key, stored in self._sessions.items()
@@ -168,6 +174,7 @@ class InMemorySessionService:
         return found
 
     async def session_heads(self, app_name: str, user_id: str) -> dict[str, SessionHead]:
+        """Session id -> head (event count and last event id) for every session of the user, oldest first."""
         found = sorted(
             ((stored.created_at, key.session_id, stored) for key, stored in self._sessions.items()
              if key.app_name == app_name and key.user_id == user_id),
@@ -177,11 +184,15 @@ class InMemorySessionService:
                 for _, sid, stored in found}
 
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
+        """Remove the session; deleting an unknown one is not an error."""
         self._sessions.pop(SessionKey(app_name, user_id, session_id), None)
 
     # -- ledger and state ----------------------------------------------------------------------
 
     async def append_event(self, session: Session, event: Event) -> Event:
+        """Store a copy of ``event`` (counting its tokens once), apply its ``state_delta``, and append it to
+        ``session``; ``KeyError`` when the session does not exist.
+        """
         stored = self._require(session.key)
         ensure_token_count(event, self._count_tokens)
         ledger_copy = Event.from_json(event.to_json())
@@ -196,6 +207,9 @@ class InMemorySessionService:
         return event
 
     async def update_state(self, session: Session, delta: dict[str, Any]) -> None:
+        """Merge ``delta`` into the stored state and ``session.state``; ``KeyError`` when the session does not
+        exist.
+        """
         stored = self._require(session.key)
         merge_state(stored.state, _json_copy(delta))
         stored.updated_at = time.time()
@@ -205,6 +219,9 @@ class InMemorySessionService:
     async def get_event_window(self, app_name: str, user_id: str, session_id: str, event_id: str,
                                before: int = 1, after: int = 1,
                                roles: Sequence[str] | None = None) -> list[Event]:
+        """Events around ``event_id`` (see :meth:`SessionService.get_event_window`); ``KeyError`` when the
+        session or the anchor event does not exist.
+        """
         check_window_sizes(before, after)
         key = SessionKey(app_name, user_id, session_id)
         stored = self._sessions.get(key)
@@ -218,10 +235,14 @@ class InMemorySessionService:
     # -- summaries -----------------------------------------------------------------------------
 
     async def get_summary(self, session: Session, filter_key: str = FULL_SESSION_KEY) -> Summary | None:
+        """The summary stored under ``filter_key``, or ``None`` when none was written yet."""
         stored = self._sessions.get(session.key)
         return None if stored is None else stored.summaries.get(filter_key)
 
     async def write_summary(self, session: Session, filter_key: str, summary: Summary) -> None:
+        """Replace the summary of ``filter_key`` (text and boundary together) in the store and in
+        ``session``.
+        """
         stored = self._require(session.key)
         # Summary is frozen, so text and boundary are replaced together by one assignment.
         stored.summaries[filter_key] = summary

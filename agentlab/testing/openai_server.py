@@ -148,6 +148,7 @@ class ServerStats:
     prompt_tokens: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the counters (printed when the command-line server stops)."""
         return {"requests": dict(self.requests), "answers": dict(self.answers), "faults": dict(self.faults),
                 "completions": len(self.prompt_tokens), "prompt_tokens_total": sum(self.prompt_tokens)}
 
@@ -189,14 +190,17 @@ class OpenAITestServer:
 
     @property
     def port(self) -> int:
+        """The port it listens on (a free one was picked when ``port=0``)."""
         return int(self._httpd.server_address[1])
 
     @property
     def root_url(self) -> str:
+        """``http://127.0.0.1:PORT``: where the non-``/v1`` probes (``/props``, ``/api/show``) live."""
         return f"http://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:
+        """The OpenAI base URL (``.../v1``) to give a client."""
         return f"{self.root_url}/v1"
 
     @property
@@ -205,6 +209,7 @@ class OpenAITestServer:
         return f"openai:{self.model}@{self.base_url}"
 
     def start(self) -> OpenAITestServer:
+        """Serve in a daemon thread (idempotent); returns the server for chaining."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._httpd.serve_forever, name="openai-test-server",
                                             daemon=True)
@@ -212,6 +217,7 @@ class OpenAITestServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving and release the port."""
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join(timeout=5)
@@ -235,6 +241,9 @@ class OpenAITestServer:
         return None
 
     def models_body(self) -> dict[str, Any]:
+        """The ``/v1/models`` listing, stating the window the way the chosen server family does (vLLM
+        ``max_model_len``, OpenRouter ``context_length``) or not at all.
+        """
         entry: dict[str, Any] = {"id": self.model, "object": "model", "created": 0, "owned_by": "agentlab-test"}
         if self.window_style == "vllm":
             entry["max_model_len"] = self.context_window
@@ -243,8 +252,13 @@ class OpenAITestServer:
         return {"object": "list", "data": [entry]}
 
     def too_long_body(self, needed: int, prompt: int) -> dict[str, Any]:
-        """The 400 body a server of this family sends for a prompt that does not fit."""
+        """The 400 body a server of this family sends for a prompt that does not fit.
+
+        Only meaningful for a server with a window: one without never rejects a prompt as too long.
+        """
         window = self.context_window
+        if window is None:
+            raise ValueError("a server without a context_window never rejects a prompt as too long")
         if self.window_style == "llamacpp":
             return {"error": {"code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": prompt,
                               "n_ctx": window,
@@ -456,6 +470,9 @@ class OpenAITestServer:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line entry point: serve until interrupted (or ``--exit-after``), then print the
+    stats; returns the exit code.
+    """
     p = argparse.ArgumentParser(prog="python -m agentlab.testing.openai_server",
                                 description="Serve a local OpenAI-compatible test endpoint on 127.0.0.1.")
     p.add_argument("--port", type=int, default=0, help="port (default: a free one)")

@@ -10,11 +10,15 @@ runs only through the shared query, and that a report's run/variant selection na
 from __future__ import annotations
 
 import datetime as dt
+import io
+import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
+from agentlab.bench.cli import main
 from agentlab.bench.metrics import Score
 from agentlab.bench.queries import CURRENT_RUNS_CTE, RunSelection, current_runs_cte, with_current_runs
 from agentlab.bench.store import PRIMARY_RUNS_CTE, CaseRecord, ResultStore, RunInfo
@@ -198,3 +202,22 @@ def test_a_run_selection_keeps_only_that_run_and_its_partners(tmp_path: Path) ->
         # The summary run asked for, and its baseline (long_context) partner; recall is not involved.
         assert shown(store, "qmsum") == {"summary": "qmsum-summary-new", "long_context": "qmsum-long_context-old"}
         assert not RunSelection.of() and RunSelection.of(variants=["x"])
+
+
+def test_report_variant_narrows_the_tasks_own_tables_through_the_cli(tmp_path: Path) -> None:
+    db = tmp_path / "r.duckdb"
+    with ResultStore(db) as store:
+        two_runs_of_every_mode(store, "qmsum")
+        for mode in ("summary", "recall"):
+            add_run(store, "qmsum", mode, f"qmsum-{mode}-wide", {"c1": "ok", "c2": "ok", "c3": "ok"},
+                    variant="wide", variant_settings={"answer.x": 1}, started=T0 + dt.timedelta(hours=2))
+
+    def own_tables(*flags: str) -> dict[str, Any]:
+        out = io.StringIO()
+        assert main(["report", "qmsum", "--db", str(db), "--json", *flags], out=out) == 0
+        tables = json.loads(out.getvalue())["benchmark_tables"]
+        return {name.removeprefix("qmsum_"): pd.DataFrame(rows) for name, rows in tables.items()}
+
+    assert case_counts("qmsum", own_tables()) == {"recall": 2}  # qmsum's own table is the recall mode's
+    assert case_counts("qmsum", own_tables("--variant", "wide")) == {"recall": 3}
+    assert case_counts("qmsum", own_tables("--run", "qmsum-recall-new")) == {"recall": 1}

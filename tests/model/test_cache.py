@@ -119,3 +119,13 @@ async def test_many_concurrent_tasks_share_one_cache() -> None:
 def test_info_reads_through() -> None:
     inner = ScriptedModel([])
     assert CachedModel(inner, CallCache(None)).info is inner.info
+
+
+async def test_a_closed_cache_says_so_instead_of_an_attribute_error(tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "cache.duckdb")
+    model = CachedModel(ScriptedModel([], default_reply="ok"), cache)
+    await model.generate(_request())
+    cache.close()
+    with pytest.raises(RuntimeError, match="call cache at .* is closed"):
+        await model.generate(_request())
+    assert CallCache(tmp_path / "cache.duckdb").get(_request().cache_key("scripted")) is not None

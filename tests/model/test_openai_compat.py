@@ -223,6 +223,63 @@ async def test_malformed_stream_chunk_is_malformed_response() -> None:
             [c async for c in _model(server).stream(_request())]
 
 
+async def test_garbage_stream_chunk_before_any_text_is_streamed_again() -> None:
+    # The role chunk carries no text, so nothing reached the caller when the garbage came.
+    garbage = stream_chunks(["lost"])[:1] + ["{not json"]
+    answers = [Answer(stream_chunks=garbage), Answer(stream_chunks=stream_chunks(["hel", "lo"]))]
+    records: list[CallRecord] = []
+    with FakeOpenAIServer(answers) as server:
+        with observe_calls(records.append):
+            chunks = [c async for c in _model(server).stream(_request())]
+    assert [c.delta for c in chunks[:-1]] == ["hel", "lo"]  # nothing of the broken stream leaked out
+    final = chunks[-1].response
+    assert final is not None and final.message.content == "hello" and final.attempts == 2
+    assert len(server.requests) == 2
+    assert [(r.error, r.attempts) for r in records] == [(None, 2)]
+
+
+async def test_stream_without_choices_is_streamed_again() -> None:
+    empty = [{"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "fake", "choices": []}]
+    answers = [Answer(stream_chunks=empty), Answer(stream_chunks=stream_chunks(["ok"]))]
+    with FakeOpenAIServer(answers) as server:
+        chunks = [c async for c in _model(server).stream(_request())]
+    final = chunks[-1].response
+    assert final is not None and final.message.content == "ok" and final.attempts == 2
+
+
+async def test_garbage_stream_every_time_gives_up_after_max_attempts() -> None:
+    garbage = stream_chunks([])[:1] + ["{not json"]
+    records: list[CallRecord] = []
+    with FakeOpenAIServer([Answer(stream_chunks=garbage)]) as server:
+        with observe_calls(records.append), pytest.raises(MalformedResponse, match="three times: sent an unreadable stream") as info:
+            [c async for c in _model(server, max_attempts=3).stream(_request())]
+    assert info.value.attempts == 3 and len(server.requests) == 3
+    assert len(records) == 1 and records[0].attempts == 3 and "MalformedResponse" in (records[0].error or "")
+
+
+async def test_garbage_after_text_reached_the_caller_is_not_retried_and_says_so() -> None:
+    broken = stream_chunks(["Hel", "lo"])[:3] + ["{not json"]
+    records: list[CallRecord] = []
+    seen: list[str] = []
+    with FakeOpenAIServer([Answer(stream_chunks=broken), Answer(stream_chunks=stream_chunks(["Hello"]))]) as server:
+        with observe_calls(records.append), pytest.raises(MalformedResponse, match="2 text chunk.*reached the caller") as info:
+            async for chunk in _model(server).stream(_request()):
+                seen.append(chunk.delta)
+    assert seen == ["Hel", "lo"]  # a retry would have sent "Hello" again after these
+    assert info.value.attempts == 1 and len(server.requests) == 1
+    assert len(records) == 1 and records[0].attempts == 1 and records[0].error is not None
+
+
+async def test_stream_retried_after_garbage_counts_a_failed_open_too() -> None:
+    garbage = stream_chunks([])[:1] + ["{not json"]
+    answers = [Answer(stream_chunks=garbage), Answer(503, error_body("busy")), Answer(stream_chunks=stream_chunks(["ok"]))]
+    with FakeOpenAIServer(answers) as server:
+        chunks = [c async for c in _model(server).stream(_request())]
+    final = chunks[-1].response
+    assert final is not None and final.message.content == "ok" and final.attempts == 3
+    assert len(server.requests) == 3
+
+
 async def test_streamed_tool_call_is_assembled() -> None:
     def piece(delta: dict, finish: str | None = None) -> dict:
         return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "fake",
@@ -276,3 +333,17 @@ def test_a_schema_changes_the_cache_key_and_its_absence_does_not() -> None:
     with_schema = ModelRequest([Message.user("hi")],
                                config=GenerationConfig(response_format="json", json_schema='{"type":"object"}'))
     assert bare.cache_key("m") != with_schema.cache_key("m")
+
+
+async def test_test_servers_garbage_body_on_a_stream_is_retried_like_on_a_plain_call() -> None:
+    from agentlab.testing.openai_server import OpenAITestServer
+
+    with OpenAITestServer(fault_rate=1.0, faults=("garbage",)) as server:
+        model = OpenAICompatModel(server.model, base_url=server.base_url, api_key="k", max_attempts=3,
+                                  backoff_base=0.001, backoff_max=0.002)
+        with pytest.raises(MalformedResponse) as streamed:
+            [c async for c in model.stream(_request())]
+        with pytest.raises(MalformedResponse) as plain:
+            await model.generate(_request())
+    assert streamed.value.attempts == plain.value.attempts == 3
+    assert server.stats.faults["garbage"] == 6

@@ -74,6 +74,7 @@ class DatasetSpec:
     files: tuple[ManifestFile, ...]
 
     def file(self, path: str) -> ManifestFile:
+        """The manifest entry for ``path``; :class:`DatasetError` listing some known paths otherwise."""
         for f in self.files:
             if f.path == path:
                 return f
@@ -81,6 +82,7 @@ class DatasetSpec:
         raise DatasetError(f"{self.name}: {path!r} is not in the manifest (known: {known}...)")
 
     def files_under(self, prefix: str) -> list[ManifestFile]:
+        """The files whose path starts with ``prefix`` (e.g. one split of a dataset)."""
         return [f for f in self.files if f.path.startswith(prefix)]
 
 
@@ -135,6 +137,7 @@ def load_manifest(path: str | os.PathLike[str] | None = None) -> dict[str, Datas
 
 
 def dataset_spec(name: str, manifest: str | os.PathLike[str] | None = None) -> DatasetSpec:
+    """One dataset of the manifest; :class:`DatasetError` listing the known names otherwise."""
     specs = load_manifest(manifest)
     if name not in specs:
         raise DatasetError(f"dataset {name!r} is not in the manifest (known: {', '.join(sorted(specs))})")
@@ -145,6 +148,7 @@ def dataset_spec(name: str, manifest: str | os.PathLike[str] | None = None) -> D
 
 
 def cache_dir() -> Path:
+    """Where downloads go and verifications are remembered: ``$AGENTLAB_CACHE_DIR`` or ``data/cache``."""
     return Path(os.environ.get("AGENTLAB_CACHE_DIR") or DEFAULT_CACHE_DIR)
 
 
@@ -159,6 +163,9 @@ def candidate_paths(dataset: str, relpath: str) -> list[tuple[str, Path]]:
 
 
 def downloads_allowed() -> bool:
+    """``False`` when ``AGENTLAB_OFFLINE`` is set to 1/true/yes (CI and offline machines): a missing file
+    is then an error naming where to put it, not a download attempt.
+    """
     return os.environ.get("AGENTLAB_OFFLINE", "").strip().lower() not in {"1", "true", "yes"}
 
 
@@ -193,6 +200,7 @@ def _store_verification(key: tuple[str, int, int], digest: str) -> None:
 
 
 def sha256_of(path: Path) -> str:
+    """The sha256 (hex) of a file, read in 1 MiB chunks so a large file never sits in memory."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(_CHUNK), b""):
@@ -312,6 +320,7 @@ class ResolvedDataset:
     files: tuple[ResolvedFile, ...]
 
     def path(self, relpath: str) -> Path:
+        """The local path of one resolved file; ``KeyError`` when it was not among the files resolved."""
         for f in self.files:
             if f.spec.path == relpath:
                 return f.local_path
@@ -326,6 +335,9 @@ class ResolvedDataset:
 
 def resolve_files(dataset: str, relpaths: Iterable[str], *, manifest: str | os.PathLike[str] | None = None,
                   allow_download: bool | None = None) -> ResolvedDataset:
+    """Verified local copies of ``relpaths`` of one dataset (see :func:`resolve_file`), with one
+    fingerprint over them for the run record.
+    """
     spec = dataset_spec(dataset, manifest)
     resolved = tuple(
         resolve_file(dataset, rel, spec=spec, allow_download=allow_download) for rel in relpaths
@@ -337,6 +349,9 @@ def resolve_files(dataset: str, relpaths: Iterable[str], *, manifest: str | os.P
 
 
 def read_json(path: Path, label: str) -> Any:
+    """The parsed JSON of a data file; :class:`DatasetError` naming the file, ``label`` and the position on
+    bad JSON or non-UTF-8 bytes.
+    """
     try:
         with path.open("r", encoding="utf-8") as fh:
             return json.load(fh)

@@ -53,6 +53,10 @@ _SESSION_KEY = re.compile(r"^session_(\d+)$")
 
 @dataclass(frozen=True)
 class Turn:
+    """One utterance of a session: who said it, its ``dia_id`` (what evidence refers to), the text and any
+    shared image.
+    """
+
     speaker: str
     dia_id: str
     text: str
@@ -69,6 +73,10 @@ class Turn:
 
 @dataclass(frozen=True)
 class Session:
+    """One dated session of a conversation (``date_time`` as the file writes it, e.g. "1:56 pm on 8 May,
+    2023").
+    """
+
     number: int
     date_time: str
     turns: tuple[Turn, ...]
@@ -76,6 +84,10 @@ class Session:
 
 @dataclass(frozen=True)
 class QA:
+    """One question about a conversation, with its gold answer, raw category number and evidence
+    ``dia_id``s.
+    """
+
     qa_id: str  # "<sample_id>_qa_<NNNN>" (1-based position in the file's list)
     question: str
     #: The gold answer as text (ints such as 2022 become "2022"); for category 5 the
@@ -87,19 +99,24 @@ class QA:
 
     @property
     def category_official(self) -> str:
+        """The category name under the official scorer's mapping."""
         return CATEGORY_NAMES_OFFICIAL[self.category]
 
     @property
     def category_memory_report(self) -> str:
+        """The category name under the published memory report's mapping."""
         return CATEGORY_NAMES_MEMORY_REPORT[self.category]
 
     @property
     def category_mem0(self) -> str:
+        """The category name under mem0's mapping."""
         return CATEGORY_NAMES_MEM0[self.category]
 
 
 @dataclass(frozen=True)
 class Conversation:
+    """One two-speaker conversation: its sessions in order and the questions asked about it."""
+
     sample_id: str
     speaker_a: str
     speaker_b: str
@@ -108,18 +125,23 @@ class Conversation:
 
     @property
     def turn_count(self) -> int:
+        """Turns over all sessions."""
         return sum(len(s.turns) for s in self.sessions)
 
     def turn_by_dia_id(self) -> dict[str, Turn]:
+        """``dia_id`` -> turn, to show a question's evidence turns."""
         return {t.dia_id: t for s in self.sessions for t in s.turns}
 
 
 @dataclass(frozen=True)
 class LoCoMoData:
+    """The whole parsed file and its sha256 (stored with every run that reads it)."""
+
     conversations: tuple[Conversation, ...]
     sha256: str
 
     def all_qa(self) -> list[tuple[Conversation, QA]]:
+        """Every (conversation, question) pair in file order."""
         return [(c, q) for c in self.conversations for q in c.qa]
 
 
@@ -128,6 +150,9 @@ def _text(value: object) -> str:
 
 
 def parse_conversation(raw: object, where: str) -> Conversation:
+    """One conversation object of the file; :class:`DatasetError` naming ``where`` and the field when the
+    shape is wrong.
+    """
     sample_id = require(raw, "sample_id", str, where)
     where = f"{where} ({sample_id})"
     conv = require(raw, "conversation", dict, where)
@@ -187,6 +212,9 @@ def parse_conversation(raw: object, where: str) -> Conversation:
 
 def load_locomo(*, manifest: str | os.PathLike[str] | None = None,
                 allow_download: bool | None = None) -> LoCoMoData:
+    """The verified, parsed ``locomo10.json`` (looked up locally, else downloaded; see
+    :mod:`agentlab.bench.datasets.base`).
+    """
     resolved = resolve_file(NAME, FILE, manifest=manifest, allow_download=allow_download)
     raw = read_json(resolved.local_path, "LoCoMo")
     if not isinstance(raw, list):

@@ -43,6 +43,8 @@ PUBLISHED_CASES = 70
 
 @dataclass(frozen=True)
 class HaystackTurn:
+    """One message of a haystack session; ``has_answer`` marks the turn that holds the evidence."""
+
     role: str  # "user" | "assistant"
     content: str
     has_answer: bool = False
@@ -50,6 +52,8 @@ class HaystackTurn:
 
 @dataclass(frozen=True)
 class HaystackSession:
+    """One dated chat session of a question's haystack."""
+
     session_id: str
     date: str
     turns: tuple[HaystackTurn, ...]
@@ -57,6 +61,10 @@ class HaystackSession:
 
 @dataclass(frozen=True)
 class LongMemEvalQuestion:
+    """One question with its own haystack of sessions (each question brings its own history), its gold
+    answer and the ids of the sessions that hold the evidence.
+    """
+
     question_id: str
     question_type: str
     question: str
@@ -67,6 +75,9 @@ class LongMemEvalQuestion:
 
     @property
     def is_abstention(self) -> bool:
+        """Abstention items (id ending ``_abs``): the answer is not in the haystack, so the right reply is
+        to say so.
+        """
         return self.question_id.endswith("_abs")
 
     def evidence_turns(self) -> list[tuple[int, int]]:
@@ -76,6 +87,8 @@ class LongMemEvalQuestion:
 
 @dataclass(frozen=True)
 class LongMemEvalData:
+    """The parsed questions of one variant's file and that file's sha256 (stored with every run)."""
+
     questions: tuple[LongMemEvalQuestion, ...]
     variant: str
     sha256: str
@@ -91,6 +104,9 @@ class LongMemEvalData:
 
 
 def parse_question(raw: object, where: str) -> LongMemEvalQuestion:
+    """One question object of the file; :class:`DatasetError` naming ``where`` and the field when the shape
+    is wrong.
+    """
     qid = require(raw, "question_id", str, where)
     where = f"{where} ({qid})"
     qtype = require(raw, "question_type", str, where)
@@ -131,6 +147,7 @@ def parse_question(raw: object, where: str) -> LongMemEvalQuestion:
 
 
 def parse_file(path: Path, variant: str = DEFAULT_VARIANT, sha256: str = "") -> LongMemEvalData:
+    """Parse a LongMemEval file already on disk (a variant's file or a test fixture)."""
     raw = read_json(path, "LongMemEval")
     if not isinstance(raw, list):
         raise DatasetError(f"{path}: expected a JSON list of questions, got {type(raw).__name__}")

@@ -32,23 +32,32 @@ PUBLISHED_TASKS: tuple[str, ...] = ("CC", "CM", "GR", "IC", "PI", "SA", "SC", "S
 
 @dataclass(frozen=True)
 class DialogueTurn:
+    """One exchange of a dialogue: the user's message and the dataset's reference bot reply (the history
+    the model under test is given for earlier turns).
+    """
+
     user: str
     bot: str
 
 
 @dataclass(frozen=True)
 class Dialogue:
+    """One multi-turn dialogue of a task (``CC``, ``SI``, ...); ``dialogue_id`` is unique in the file."""
+
     task: str
     dialogue_id: int
     turns: tuple[DialogueTurn, ...]
 
     @property
     def case_id(self) -> str:
+        """The dialogue's id in runs and tables: task and zero-padded id, e.g. ``SI_0042``."""
         return f"{self.task}_{self.dialogue_id:04d}"
 
 
 @dataclass(frozen=True)
 class MTBench101Data:
+    """Every dialogue of the file and the file's sha256 (stored with every run)."""
+
     dialogues: tuple[Dialogue, ...]
     sha256: str
 
@@ -63,6 +72,9 @@ class MTBench101Data:
 
 def load_mtbench101(*, manifest: str | os.PathLike[str] | None = None,
                     allow_download: bool | None = None) -> MTBench101Data:
+    """The verified, parsed MT-Bench-101 file (looked up locally, else downloaded); ``DatasetError`` naming
+    the line for a malformed or duplicate row.
+    """
     resolved = resolve_file(NAME, FILE, manifest=manifest, allow_download=allow_download)
     path = resolved.local_path
     dialogues = []

@@ -39,6 +39,9 @@ _DOMAIN_PREFIXES = (("Bed", "Academic"), ("Bmr", "Academic"), ("Bro", "Academic"
 
 
 def meeting_domain(meeting_id: str) -> str:
+    """The QMSum domain (Academic, Product, Committee) a meeting id belongs to, by its prefix; ``Unknown``
+    for an id of none of them.
+    """
     for prefix, domain in _DOMAIN_PREFIXES:
         if meeting_id.startswith(prefix):
             return domain
@@ -47,6 +50,8 @@ def meeting_domain(meeting_id: str) -> str:
 
 @dataclass(frozen=True)
 class TranscriptTurn:
+    """One utterance of a meeting transcript."""
+
     speaker: str
     content: str
 
@@ -61,12 +66,18 @@ class TextSpan:
 
 @dataclass(frozen=True)
 class Topic:
+    """A topic of the meeting's topic list and the transcript spans it covers."""
+
     topic: str
     spans: tuple[TextSpan, ...]
 
 
 @dataclass(frozen=True)
 class Query:
+    """One query about a meeting with its gold answer and the transcript spans that support it (general
+    queries have none).
+    """
+
     kind: str  # "specific" | "general"
     #: 1-based position in the meeting's list of this kind (the NN of the case id).
     number: int
@@ -77,6 +88,8 @@ class Query:
 
 @dataclass(frozen=True)
 class Meeting:
+    """One meeting: its transcript, topic list and the general and specific queries about it."""
+
     meeting_id: str
     domain: str
     turns: tuple[TranscriptTurn, ...]
@@ -94,6 +107,7 @@ class Meeting:
         return [self.turn_text(i) for i in range(len(self.turns))]
 
     def transcript_text(self, separator: str = "\n") -> str:
+        """The whole transcript as seeded turns joined by ``separator``."""
         return separator.join(self.turn_texts())
 
 
@@ -110,6 +124,7 @@ class QMSumCase:
 
     @property
     def meeting_id(self) -> str:
+        """The meeting's id (every case of a meeting shares the same :class:`Meeting`)."""
         return self.meeting.meeting_id
 
     @cached_property
@@ -204,11 +219,14 @@ def parse_meeting(meeting_id: str, data: object, where: str) -> Meeting:
 
 @dataclass(frozen=True)
 class QMSumData:
+    """Every meeting of the files read and one fingerprint over those files (stored with every run)."""
+
     meetings: tuple[Meeting, ...]
     #: Fingerprint of the files read (stored with every run).
     sha256: str
 
     def meeting(self, meeting_id: str) -> Meeting:
+        """The meeting with this id; ``KeyError`` when it is not among the files read."""
         for m in self.meetings:
             if m.meeting_id == meeting_id:
                 return m
@@ -289,6 +307,7 @@ def round_robin_by_meeting(cases: Sequence[QMSumCase]) -> list[QMSumCase]:
 def select_cases(data: QMSumData, *, query_type: str = "specific",
                  min_distance_from_end: int = DEFAULT_MIN_DISTANCE_FROM_END, limit: int = 0) -> list[QMSumCase]:
     """The published selection: filter by support distance, round-robin by meeting, then ``limit``
-    (0 = all)."""
+    (0 = all).
+    """
     selected = round_robin_by_meeting(filter_by_support_distance(data.cases(query_type), min_distance_from_end))
     return selected[:limit] if limit > 0 else selected
