@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from agentlab.bench.config import MODE_ROLES, ModeRoles, Settings
-from agentlab.bench.judge import Judge
+from agentlab.bench.judge import Judge, JudgeTemplate
 from agentlab.bench.metrics import Score
 from agentlab.bench.store import CompactionRow, ResultStore
 from agentlab.events import OBJ_COMPACTION, Event, Message
@@ -248,6 +248,9 @@ class Task(ABC):
     mode_roles: ClassVar[ModeRoles | None] = None
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
+    #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
+    #: so a new prompt version starts a new run instead of mixing verdicts in a resumed one.
+    judge_templates: ClassVar[tuple[JudgeTemplate, ...]] = ()
 
     def default_settings(self) -> Mapping[str, type[Any]]:
         """The settings schema: section name → the frozen dataclass it is parsed into.

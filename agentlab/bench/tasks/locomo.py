@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from agentlab.bench.config import JudgeSettings, RetrievalSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.locomo import (
@@ -91,9 +91,10 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.locomo_judge import LOCOMO_JUDGE
 from agentlab.events import Event, Message, user_event
 from agentlab.memory.policies import MemoryPolicy
-from agentlab.model.base import GenerationConfig, ModelRequest
+from agentlab.model.base import GenerationConfig, Model, ModelRequest
 from agentlab.policy import PolicyJSON
 from agentlab.progress import report_progress
 from agentlab.recall import RecallPolicy
@@ -267,12 +268,14 @@ def render_transcript(conversation: Conversation, include_captions: bool = False
 
 
 def long_context_messages(conversation: Conversation, question: str, include_captions: bool = False) -> list[Message]:
+    """The ``long_context`` answer prompt: the whole conversation and the question in one system message."""
     prompt = LONG_CONTEXT_PROMPT.format(fallback=FALLBACK_ANSWER, question=question,
                                         transcript=render_transcript(conversation, include_captions))
     return [Message.system(prompt)]
 
 
 def session_id_for(conversation: Conversation, number: int) -> str:
+    """The id of a conversation's session ``number``, so a recall hit names the LoCoMo session it came from."""
     return f"{conversation.sample_id}-session_{number}"
 
 
@@ -427,10 +430,13 @@ def hit_dia_ids(hits: Sequence[Any]) -> list[str]:
 
 @register
 class LoCoMoTask(Task):
+    """LoCoMo-10 QA answered from the whole conversation, by session recall, or from extracted memories."""
+
     name = "locomo"
     version = "1"
     modes = ("long_context", "session_recall", "memory")
     default_mode = "session_recall"
+    judge_templates = (LOCOMO_JUDGE,)
     description = "LoCoMo-10: 1,986 QA over 10 long conversations (long context, session recall, auto memory)"
 
     def __init__(self) -> None:
@@ -459,6 +465,7 @@ class LoCoMoTask(Task):
         return self._data
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The questions of the chosen categories in dataset order; adversarial ones keep the refusal as gold."""
         data = self._load()
         wanted = set(settings.of("dataset", LoCoMoDataset).categories)
         cases = []
@@ -492,10 +499,12 @@ class LoCoMoTask(Task):
         return generation_config(settings.section("answer"))
 
     def case_group(self, case: Case) -> str | None:
+        """The conversation: its seeded sessions and extracted memories are built once per run."""
         # The seeded sessions and the extracted memories are built once per conversation and run.
         return str(case.data.conversation.sample_id)
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Answer one question in ``mode`` (see the module docstring for what each mode sends)."""
         item: LoCoMoItem = case.data
         if mode == "long_context":
             return await self._long_context(case, item, ctx)
@@ -571,7 +580,7 @@ class LoCoMoTask(Task):
     async def _extracted_memory(self, item: LoCoMoItem, ctx: RunContext) -> tuple[Any, dict[str, Any]]:
         """Seed the sessions and run one extraction pass per session, once per conversation."""
         from agentlab.memory.extractor import MemoryExtractor
-        from agentlab.memory.service import InMemoryMemoryService
+        from agentlab.memory.service import InMemoryMemoryService, MemoryService
 
         settings = ctx.settings
         captions = settings.of("dataset", LoCoMoDataset).include_image_captions
@@ -581,11 +590,15 @@ class LoCoMoTask(Task):
             policy = memory_policy(settings, for_questions=False)
             memory_service = InMemoryMemoryService()
             session_service = ctx.new_session_service()
-            extractor = MemoryExtractor(_CappedOutput(ctx.model, settings.of("memory", LoCoMoMemory).extract_max_tokens), policy)
+            # cast: the wrapper and the in-memory service expose read-only ``info`` / ``embedder``, which
+            # the protocols declare as plain attributes.
+            capped = cast(Model, _CappedOutput(ctx.model, settings.of("memory", LoCoMoMemory).extract_max_tokens))
+            extractor = MemoryExtractor(capped, policy)
             counts = {"extraction_passes": 0, "extraction_errors": 0}
             sessions = await seed_sessions(session_service, conversation, captions)
             for number, session in enumerate(sessions, start=1):
-                result = await extractor.extract(session, memory_service, session_service, force=True)
+                result = await extractor.extract(session, cast(MemoryService, memory_service), session_service,
+                                                 force=True)
                 counts["extraction_passes"] += 1
                 counts["extraction_errors"] += int(result.status == "error")
                 report_progress("memory extraction", number, len(sessions), unit="session")
@@ -598,6 +611,9 @@ class LoCoMoTask(Task):
     # ---------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """LoCoMo F1, set F1 and BLEU-1 against the gold text, the refusal check of adversarial questions,
+        and the judge's LLM score (an unparsable verdict counts 0).
+        """
         item: LoCoMoItem = case.data
         category = item.qa.category
         prediction = result.prediction
@@ -610,7 +626,7 @@ class LoCoMoTask(Task):
         scores.append(Score("bleu1", bleu1(prediction, reference), version_of("bleu1")))
         if ctx.judge is not None:
             # The published LLM score divides by all questions: an unparsable verdict counts 0.
-            judged = await ctx.judge.locomo(case.question, reference, prediction)
+            judged = await ctx.judge.grade(LOCOMO_JUDGE, query=case.question, reference=reference, prediction=prediction)
             scores += judged.to_scores("llm_score", unparsed_scores_zero=True)
         return scores
 
@@ -628,6 +644,7 @@ class LoCoMoTask(Task):
         return service
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
+        """The answer prompt of ``mode`` where it is known without a model (memory: without memories)."""
         item: LoCoMoItem = case.data
         captions = settings.of("dataset", LoCoMoDataset).include_image_captions
         if mode == "long_context":

@@ -73,6 +73,7 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.longmemeval_judge import LONGMEMEVAL_JUDGE
 from agentlab.events import Event, Message, user_event
 from agentlab.model.base import GenerationConfig, ModelError
 from agentlab.policy import PolicyJSON
@@ -164,6 +165,7 @@ def parse_haystack_date(text: str) -> float | None:
 
 
 def event_id_for(question_id: str, session_index: int, turn_index: int) -> str:
+    """The id of one haystack turn; evidence recall matches search hits against these ids."""
     return f"{question_id}/s{session_index}/t{turn_index}"
 
 
@@ -193,10 +195,12 @@ def haystack_events(question: LongMemEvalQuestion) -> list[Event]:
 
 
 def evidence_ids(question: LongMemEvalQuestion) -> list[str]:
+    """Ids of the turns that hold the answer (``has_answer``): the targets of evidence recall."""
     return [event_id_for(question.question_id, si, ti) for si, ti in question.evidence_turns()]
 
 
 async def seed_session(service: Any, question: LongMemEvalQuestion, session_id: str) -> Any:
+    """A session holding the question's whole haystack in order: what every mode answers from."""
     session = await service.create_session(APP_NAME, USER_ID, session_id)
     for event in haystack_events(question):
         await service.append_event(session, event)
@@ -204,6 +208,7 @@ async def seed_session(service: Any, question: LongMemEvalQuestion, session_id: 
 
 
 def instruction_for(question: LongMemEvalQuestion, mode: str) -> str:
+    """The answer instruction dated like the question (relative dates resolve); ``recall`` adds the search advice."""
     text = INSTRUCTION.format(question_date=question.question_date)
     return f"{text}\n\n{RECALL_ADDON}" if mode == "recall" else text
 
@@ -213,10 +218,13 @@ def instruction_for(question: LongMemEvalQuestion, mode: str) -> str:
 
 @register
 class LongMemEvalTask(Task):
+    """LongMemEval questions answered from the full haystack, a summary, or a summary plus session recall."""
+
     name = "longmemeval"
     version = "1"
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
+    judge_templates = (LONGMEMEVAL_JUDGE,)
     description = "LongMemEval single-session-user (70): long context vs summary vs summary + session recall"
 
     def default_settings(self) -> dict[str, type[Any]]:
@@ -228,6 +236,7 @@ class LongMemEvalTask(Task):
     # ---------------------------------------------------------------------------- cases
 
     def load_data(self, settings: Settings) -> LongMemEvalData:
+        """The dataset: the file at ``[dataset] path`` when given, else the named variant from the data dir."""
         dataset = settings.of("dataset", LongMemEvalDataset)
         path = dataset.path.strip()
         if path:
@@ -244,6 +253,7 @@ class LongMemEvalTask(Task):
             raise DatasetError(f"{exc} Or pass a file in the same schema with --set dataset.path=FILE.") from None
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The questions of the chosen types (first ``max_cases`` when set), fingerprinted for the run id."""
         data = self.load_data(settings)
         dataset = settings.of("dataset", LongMemEvalDataset)
         types = list(dataset.question_types)
@@ -282,6 +292,7 @@ class LongMemEvalTask(Task):
         return summary, (settings.of("recall", RecallPolicy) if mode == "recall" else None)
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Seed the haystack and answer the question in ``mode`` with the agent."""
         from agentlab.runtime import LLMAgent, Runner
 
         if mode not in self.modes:
@@ -352,13 +363,17 @@ class LongMemEvalTask(Task):
     # ---------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """F1 / ROUGE / exact match, recall mode's evidence recall, and the judge's LLMScore
+        (fixed denominator: an unparsable verdict counts 0).
+        """
         scores = summary_scores(result.prediction, case.reference, exact=True)
         for name, value in sorted(result.metadata.items()):
             if name.startswith(("evidence_recall@", "evidence_hit@")):
                 scores.append(Score(name, float(value), EVIDENCE_RECALL_VERSION))
         if ctx.judge is not None:
             # Fixed denominator, as published: an unparsable verdict counts 0 rather than leaving the mean.
-            judged = await ctx.judge.longmemeval(case.question, case.reference, result.prediction)
+            judged = await ctx.judge.grade(LONGMEMEVAL_JUDGE, query=case.question, reference=case.reference,
+                                           prediction=result.prediction)
             scores += judged.to_scores("llm_score", unparsed_scores_zero=True)
         return scores
 
@@ -366,7 +381,8 @@ class LongMemEvalTask(Task):
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
         """``long_context``: the answer prompt. ``summary`` / ``recall``: the summariser's prompt over the
-        whole seeded history (a model with a small window splits it into rolling steps)."""
+        whole seeded history (a model with a small window splits it into rolling steps).
+        """
         from agentlab.runtime.context import events_to_messages
 
         question: LongMemEvalQuestion = case.data
@@ -377,7 +393,7 @@ class LongMemEvalTask(Task):
         from agentlab.summary import Summarizer, render_event_line
 
         summary_policy, _ = self._policies(settings, mode)
-        summariser = Summarizer(None, summary_policy)  # type: ignore[arg-type] - rendering needs no model
+        summariser = Summarizer(None, summary_policy)  # type: ignore[arg-type]  # rendering needs no model
         return [summariser.render_prompt([render_event_line(e) for e in events], "")]
 
     # ---------------------------------------------------------------------------- report
@@ -442,7 +458,8 @@ class LongMemEvalTask(Task):
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
         """Evidence recall@k / hit@k of ``session_search`` (query = the question) against the
         ``has_answer`` turns, searching the whole flattened history as ``current_hidden`` sees it
-        once the summary covers everything. Questions without evidence (abstention) are left out."""
+        once the summary covers everything. Questions without evidence (abstention) are left out.
+        """
         ks = sorted(set(settings.of("retrieval", RetrievalSettings).ks))
         _, policy = self._policies(settings, "recall")
         assert policy is not None

@@ -61,6 +61,8 @@ from agentlab.bench.tasks import (
     collect_run,
     register,
 )
+from agentlab.bench.tasks.mtbench101_judge import CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE
+from agentlab.bench.tasks.mtbench101_judge import parse_retention_rate as parse_retention_rate  # re-export
 from agentlab.events import Message
 from agentlab.model.base import GenerationConfig, ModelRequest, ModelResponse
 from agentlab.policy import PolicyJSON
@@ -75,23 +77,6 @@ AGENT_NAME = "assistant"
 #: The published agent had no instruction; an empty instruction sends no system message.
 ANSWER_INSTRUCTION_VERSION = "mtbench-answer-v1"
 ANSWER_INSTRUCTION = ""
-
-RETENTION_LLM_PROMPT_VERSION = "mtbench-retention-llm-v1"
-RETENTION_LLM_PROMPT = """You compare two answers of an AI assistant to the same conversation turn.
-
-Answer A (assistant that saw the full conversation history):
-{baseline}
-
-Answer B (assistant that saw a summary of the earlier history):
-{test}
-
-Estimate what share of the KEY INFORMATION in answer A is also present in answer B. Key
-information means specific facts, numbers, dates and names; the main conclusions or
-recommendations; important context or constraints; action items or next steps.
-
-Reply in exactly this format:
-RETENTION_RATE: <a decimal between 0.0 and 1.0>
-MISSING: <comma-separated list of missing items, or none>"""
 
 #: Consistency value the reference counts as a pass (Pass^1).
 PASS_THRESHOLD = 0.7
@@ -121,19 +106,6 @@ def word_jaccard(a: str, b: str) -> float:
     common = sum(1 for w in words_b if w in set_a)
     union = len(words_a) + len(words_b) - common
     return common / union if union > 0 else 0.0
-
-
-def parse_retention_rate(reply: str) -> float | None:
-    """The ``RETENTION_RATE:`` value clamped to [0, 1]; None when absent (the reference assumed 0.8)."""
-    for line in reply.splitlines():
-        line = line.strip()
-        if line.upper().startswith("RETENTION_RATE:"):
-            value = line.split(":", 1)[1].strip().split()[0] if line.split(":", 1)[1].strip() else ""
-            try:
-                return min(1.0, max(0.0, float(value.rstrip(".,;"))))
-            except ValueError:
-                return None
-    return None
 
 
 # ----------------------------------------------------------------------------------- settings
@@ -244,10 +216,13 @@ def _turn_usage(outcome: Any) -> tuple[int, int]:
 
 @register
 class MTBench101Task(Task):
+    """MT-Bench-101 dialogues answered turn by turn with the full history or a rolling summary."""
+
     name = "mtbench101"
     version = "1"
     modes = ("baseline", "summary")
     default_mode = "baseline"
+    judge_templates = (CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE)
     description = "MT-Bench-101: 917 multi-turn dialogues, rolling summary vs full history (consistency, savings)"
 
     def default_settings(self) -> dict[str, type[Any]]:
@@ -263,6 +238,7 @@ class MTBench101Task(Task):
     # ---------------------------------------------------------------------------- cases
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The dialogues of the chosen tasks (``ALL``: every task); the last turn is the case's question."""
         data = load_mtbench101()
         tasks = [t.strip().upper() for t in settings.of("dataset", MTBenchDataset).tasks]
         if tasks == ["ALL"]:
@@ -317,6 +293,7 @@ class MTBench101Task(Task):
         return out
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Converse the whole dialogue; ``summary`` mode also fetches the baseline answers it is scored against."""
         dialogue: Dialogue = case.data
         if mode == "baseline":
             facts = await self.converse(dialogue, ctx.settings, ctx.model, ctx.new_session_service(),
@@ -373,10 +350,11 @@ class MTBench101Task(Task):
             Score("word_jaccard", length_factor * _mean(per_turn_jaccard), task_version, _turns(per_turn_jaccard)),
         ]
         if ctx.judge is not None:
-            judged = [await ctx.judge.consistency(dialogue.turns[i].user, baseline[i], answers[i]) for i in range(n)]
+            judged = [await ctx.judge.grade(CONSISTENCY_JUDGE, query=dialogue.turns[i].user, response_a=baseline[i],
+                                            response_b=answers[i]) for i in range(n)]
             raw = [j.score for j in judged]
             parsed = [v for v in raw if v is not None]
-            judge_version = f"{judged[0].prompt_version}@{judged[0].judge_model}" if judged else task_version
+            judge_version = judged[0].version if judged else task_version
             failures = len(raw) - len(parsed)
             note = f"; {failures} of {len(raw)} judge replies did not parse" if failures else ""
             if parsed:
@@ -398,19 +376,17 @@ class MTBench101Task(Task):
                 rates = [await self._llm_retention(ctx, baseline[i], answers[i]) for i in range(n)]
                 kept = [r for r in rates if r is not None]
                 scores.append(Score("retention_llm", _mean(kept) if kept else None,
-                                    f"{RETENTION_LLM_PROMPT_VERSION}@{ctx.judge.spec}", _turns(rates)))
+                                    f"{RETENTION_LLM_JUDGE.version}@{ctx.judge.spec}", _turns(rates)))
         return scores
 
     async def _llm_retention(self, ctx: RunContext, baseline: str, test: str) -> float | None:
+        """One turn's LLM retention rate; None when the judge's reply has no rate (left out of the mean)."""
         if not baseline:
             return 1.0
         if not test:
             return 0.0
         assert ctx.judge is not None
-        request = ModelRequest([Message.user(RETENTION_LLM_PROMPT.format(baseline=baseline, test=test))],
-                               config=GenerationConfig(temperature=0.0, max_tokens=256), purpose="judge")
-        response = await ctx.judge.model.generate(request)
-        return parse_retention_rate(response.message.content or "")
+        return (await ctx.judge.grade(RETENTION_LLM_JUDGE, baseline=baseline, test=test)).score
 
     # ------------------------------------------------------------------------ dry run
 
@@ -435,7 +411,7 @@ class MTBench101Task(Task):
         policy = settings.of("summary", MTBenchSummary)
         first = dialogue.turns[: max(1, ((policy.events_over or 0) + 2) // 2)]
         lines = [line for t in first for line in (f"user: {t.user}", f"{AGENT_NAME}: {t.bot}")]
-        summariser = Summarizer(None, policy)  # type: ignore[arg-type] - rendering needs no model
+        summariser = Summarizer(None, policy)  # type: ignore[arg-type]  # rendering needs no model
         return [*prompts[: len(first)], summariser.render_prompt(lines, "")]
 
     # ---------------------------------------------------------------------------- report
@@ -505,7 +481,8 @@ class MTBench101Task(Task):
 
 def suitability(avg_turns: float, avg_prompt: float, rule: SuitabilityRule) -> str:
     """The report's rule, applied literally: enable at ≥ 4 turns and > 2,000 prompt tokens per
-    case; disable at ≤ 2 turns or < 1,000 tokens; conditional in between."""
+    case; disable at ≤ 2 turns or < 1,000 tokens; conditional in between.
+    """
     if avg_turns >= rule.enable_min_turns and avg_prompt > rule.enable_min_prompt:
         return "enable"
     if avg_turns <= rule.disable_max_turns or avg_prompt < rule.disable_max_prompt:

@@ -54,6 +54,7 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
 from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message
 from agentlab.model.base import CallRecord, GenerationConfig, ModelError, ModelInfo, observe_calls
 from agentlab.policy import PolicyJSON
@@ -438,10 +439,13 @@ class _CallTally:
 
 @register
 class QMSumTask(Task):
+    """QMSum specific queries answered from the transcript, a forced summary, or the summary plus recall."""
+
     name = "qmsum"
     version = "1"
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
+    judge_templates = (QMSUM_JUDGE,)
     description = ("QMSum specific queries (189 cases): long context vs forced summary vs summary + "
                    "session recall (Zhong et al., NAACL 2021)")
 
@@ -496,6 +500,7 @@ class QMSumTask(Task):
     # -------------------------------------------------------------------------------- cases
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The published selection (test split, specific queries far from the end); other selections are refused."""
         dataset = settings.of("dataset", QMSumDataset)
         query_type, min_distance = dataset.query_type, dataset.min_distance_from_end
         data = load_qmsum()
@@ -508,6 +513,7 @@ class QMSumTask(Task):
 
     @staticmethod
     def case_from(item: QMSumCase) -> Case:
+        """A case of one query, with where its evidence lies (the tables break results down by distance)."""
         window = item.support_window
         return Case(
             id=item.case_id, question=item.query, reference=item.answer, data=item,
@@ -564,6 +570,7 @@ class QMSumTask(Task):
     # -------------------------------------------------------------------------------- a case
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Answer one query in ``mode``; the metadata records prompt versions and summary and recall facts."""
         item: QMSumCase = case.data
         settings = ctx.settings
         service = ctx.new_session_service()
@@ -644,13 +651,17 @@ class QMSumTask(Task):
     # ------------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """ROUGE / F1 / BLEU against the reference, evidence recall@k, and the judge's LLM score
+        (an unparsable verdict is NULL, left out of the mean).
+        """
         scores = summary_scores(result.prediction, result.reference or case.reference)
         for k in EVIDENCE_KS:
             key = f"evidence_recall@{k}"
             if key in result.metadata:
                 scores.append(Score(key, float(result.metadata[key]), EVIDENCE_RECALL_VERSION))
         if ctx.judge is not None:
-            judged = await ctx.judge.qmsum(case.question, result.reference or case.reference, result.prediction)
+            judged = await ctx.judge.grade(QMSUM_JUDGE, query=case.question, reference=result.reference or case.reference,
+                                           prediction=result.prediction)
             scores += judged.to_scores("llm_score")
         return scores
 
