@@ -12,6 +12,7 @@ when ``rebuild=True`` (the ``report`` command always rebuilds them).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,8 @@ def _where(pairs: tuple[tuple[str, Any], ...]) -> tuple[list[str], list[Any]]:
 def _select(store: ResultStore, table: str, filters: Mapping[str, Any], order: str) -> pd.DataFrame:
     if not store.has_table(table):
         return pd.DataFrame()
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     for column, value in filters.items():
         if value is None:
             continue
@@ -70,7 +72,15 @@ def rebuild(db: str | Path | None = None, *, store: ResultStore | None = None,
 
 def runs_df(benchmark: str | None = None, mode: str | None = None, *, db: str | Path | None = None,
             store: ResultStore | None = None) -> pd.DataFrame:
-    """Every run, with its ok / failed case counts and (after a rebuild) its role and comparison partners."""
+    """Every run, with its ok / failed case counts, (after a rebuild) its role and comparison partners,
+    and one column per resolved setting.
+
+    The setting columns are named ``section.field`` (``summary.events_over``, ``recall.search_top_k``)
+    and read from the run's stored config, which holds every field of every section, defaults
+    included; so two runs can be told apart by any knob, not only by the ones their variant names.
+    A list value is a tuple (hashable, so the columns group). A run stored before settings were
+    typed shows the fields it stored under their old names.
+    """
     with _open(db, store) as s:
         if not s.has_table("runs"):
             return pd.DataFrame()
@@ -83,7 +93,30 @@ def runs_df(benchmark: str | None = None, mode: str | None = None, *, db: str | 
                + ", (SELECT count(*) FROM cases c WHERE c.run_id = r.run_id AND c.status = 'failed') AS n_failed"
                + " FROM runs r" + (" LEFT JOIN report_runs p USING (run_id)" if paired else "")
                + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY r.started, r.run_id")
-        return s.df(sql, params)
+        return _with_setting_columns(s.df(sql, params))
+
+
+def _with_setting_columns(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` plus a ``section.field`` column for every setting stored in a run's config."""
+    if runs.empty or "config" not in runs.columns:
+        return runs
+    rows = []
+    for raw in runs["config"]:
+        try:
+            config = json.loads(raw) if isinstance(raw, str) else (raw or {})
+        except ValueError:
+            config = {}
+        flat: dict[str, Any] = {}
+        for section, values in sorted((config.get("settings") or {}).items()):
+            if isinstance(values, Mapping):
+                for field, value in sorted(values.items()):
+                    flat[f"{section}.{field}"] = tuple(value) if isinstance(value, list) else value
+        rows.append(flat)
+    columns = sorted({key for row in rows for key in row} - set(runs.columns))
+    if not columns:
+        return runs
+    extra = pd.DataFrame([[row.get(c) for c in columns] for row in rows], columns=columns, index=runs.index)
+    return pd.concat([runs, extra], axis=1)
 
 
 def cases_df(benchmark: str | None = None, mode: str | None = None, *, run_id: str | None = None,
@@ -109,6 +142,7 @@ def scores_df(benchmark: str | None = None, mode: str | None = None, *, metric: 
 
 def calls_df(benchmark: str | None = None, mode: str | None = None, *, db: str | Path | None = None,
              store: ResultStore | None = None) -> pd.DataFrame:
+    """Every recorded model call (purpose, tokens, latency, cache hit) with its run's benchmark and mode."""
     with _open(db, store) as s:
         where, params = _where((("r.benchmark", benchmark), ("r.mode", mode)))
         sql = ("SELECT r.benchmark, r.mode, k.* FROM calls k JOIN runs r USING (run_id)"
@@ -133,7 +167,8 @@ def token_savings_df(benchmark: str | None = None, mode: str | None = None, *, l
                      variant: str | None = None, db: str | Path | None = None, store: ResultStore | None = None,
                      rebuild: bool = False) -> pd.DataFrame:
     """Per-case (``level='case'``) and aggregate (``level='aggregate'``) token savings, one run per row
-    group; aggregate rows carry the interval and test of ``prompt_savings``."""
+    group; aggregate rows carry the interval and test of ``prompt_savings``.
+    """
     with _open(db, store, writable=rebuild) as s:
         if rebuild:
             s.rebuild_derived()

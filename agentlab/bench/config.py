@@ -1,10 +1,20 @@
-"""Benchmark settings: published values in ``benchmarks/<name>.toml``, overridden by flags.
+"""Benchmark settings: one typed object per section, published values in ``benchmarks/<name>.toml``.
 
-A settings file has named sections of scalar (or list) fields, e.g. ``[answer] max_tokens = 384``.
-The task's own defaults come first, the TOML file overrides them, and ``--set section.field=value``
-overrides both; ``--set`` may only name a section and field that already exist, and its value is
-parsed as int / float / bool / str (or a list: a TOML array ``[1,4]`` or ``1,4``) and checked
-against the existing type.
+A task declares its settings as a schema (:meth:`~agentlab.bench.tasks.Task.default_settings`):
+section name → frozen dataclass. A policy section *is* its policy (``[summary]`` parses into a
+``SummaryPolicy`` or a task's subclass of it, ``[answer]`` into a ``GenerationConfig``); task-only
+knobs (dataset filters, judge, retrieval depths …) are small dataclasses of their own. So a
+default is written once — the dataclass field, with its ``#:`` doc comment — and a value check
+lives with the field (``__post_init__``). Layers, each checked when applied: the field defaults <
+the TOML file < its ``[smoke]`` table (embedded model only) < ``--set section.field=value``. A
+``--set`` value is parsed by the field's declared type (int / float / bool / str / ``none`` for an
+optional field / a list as ``[1,4]`` or ``1,4``). Unknown sections or fields and wrong types are
+a :class:`SettingsError` naming the benchmark, section, field and the valid fields.
+
+The resolved ``to_dict()`` of every section except ``[run]`` (:meth:`Settings.identity`) is what
+the run id hashes and what ``runs.config`` stores, so a changed library default makes a new run
+rather than silently resuming an old one, and ``analysis.runs_df()`` can show every value.
+
 A ``[published]`` section, if present, holds the published numbers to compare with; it is kept
 apart from the settings (not settable, not part of the run identity).
 
@@ -30,15 +40,27 @@ its recovered mode (summary + recall). The derived report tables read these role
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, make_dataclass
+from dataclasses import field as dataclass_field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from agentlab.model.base import GenerationConfig
+from agentlab.policy import (
+    FieldError,
+    PolicyJSON,
+    field_names,
+    from_dict,
+    is_dataclass_type,
+    parse_value_text,
+    to_dict,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -100,126 +122,289 @@ PUBLISHED_TOKEN_RULES: dict[str, str] = {
 }
 
 
+# ------------------------------------------------------------------------- shared sections
+
+
+@dataclass(frozen=True)
+class AgentSettings(PolicyJSON):
+    """``[agent]``: the answering agent's loop."""
+
+    #: Model calls that may return tool calls before the agent must answer (recall modes).
+    max_tool_iterations: int = 6
+
+    def __post_init__(self) -> None:
+        if self.max_tool_iterations < 1:
+            raise ValueError(f"max_tool_iterations must be >= 1; got {self.max_tool_iterations}")
+
+
+@dataclass(frozen=True)
+class JudgeSettings(PolicyJSON):
+    """``[judge]``: whether and with which model answers are graded."""
+
+    #: Grade answers with an LLM judge; off leaves only the model-free metrics.
+    enabled: bool = True
+    #: Judge model spec; empty: the answer model judges (``--judge-model`` overrides it).
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class RunSettings(PolicyJSON):
+    """``[run]``: how a run executes, not what it computes (left out of the run id)."""
+
+    #: Cases in flight at once (``--concurrency`` overrides it).
+    concurrency: int = 4
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1; got {self.concurrency}")
+
+
+@dataclass(frozen=True)
+class RetrievalSettings(PolicyJSON):
+    """``[retrieval]``: the model-free evidence recall@k of ``--retrieval-only`` (and recall runs)."""
+
+    #: Depths k at which evidence recall is measured.
+    ks: tuple[int, ...] = (5, 10)
+
+    def __post_init__(self) -> None:
+        if not self.ks or min(self.ks) < 1:
+            raise ValueError(f"ks must be positive integers; got {list(self.ks)}")
+
+
+def generation_config(section: Any) -> GenerationConfig:
+    """The plain :class:`GenerationConfig` of an ``[answer]`` section (which may add task fields).
+
+    Built from GenerationConfig's own fields only, so a task's extra answer knob (e.g.
+    MT-Bench-101's ``instruction``) never reaches a request or its call-cache key.
+    """
+    return GenerationConfig(**{f.name: getattr(section, f.name) for f in dataclass_fields(GenerationConfig)})
+
+
 # --------------------------------------------------------------------------------- settings
+
+#: A settings schema: section name → the dataclass that section is parsed into.
+Schema = Mapping[str, type[Any]]
+T = TypeVar("T")
+
+
+def _section_type(name: str, spec: Any) -> type[Any]:
+    """The dataclass of a section: ``spec`` itself, or one made from a ``{field: default}`` dict.
+
+    The dict form keeps tasks written before typed settings (and quick test schemas) working:
+    each field gets the type of its default, so values are still type-checked.
+    """
+    if is_dataclass_type(spec):
+        return spec  # type: ignore[no-any-return,unused-ignore]
+    if isinstance(spec, Mapping):
+        made = []
+        for key, default in spec.items():
+            if isinstance(default, list):
+                item = type(default[0]) if default else Any
+                made.append((key, tuple[item, ...], dataclass_field(default=tuple(default))))  # type: ignore[valid-type]
+            else:
+                made.append((key, type(default), dataclass_field(default=default)))
+        return make_dataclass(f"{name.title()}Section", made, frozen=True)
+    raise SettingsError(f"settings section [{name}] must be a dataclass (or a dict of defaults), got {spec!r}")
 
 
 class Settings:
-    """Sections of fields; read with ``settings["answer"]["max_tokens"]`` or ``settings.get(...)``."""
+    """The typed sections of one run's settings, plus the file's ``[published]`` and ``[smoke]`` tables.
 
-    def __init__(self, sections: Mapping[str, Mapping[str, Any]] | None = None,
+    ``settings.of("recall", RecallPolicy)`` is the typed section (what tasks use);
+    ``settings["recall"]`` its JSON view (a dict) and ``settings.get("recall", "search_top_k")`` one
+    value, for code that only reads.
+    """
+
+    def __init__(self, sections: Mapping[str, Any] | None = None,
                  published: Mapping[str, Any] | None = None, source: str = "",
-                 smoke: Mapping[str, Any] | None = None) -> None:
-        self._sections: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (sections or {}).items()}
+                 smoke: Mapping[str, Any] | None = None, benchmark: str = "") -> None:
+        self._sections: dict[str, Any] = {}
+        for name, value in (sections or {}).items():
+            if isinstance(value, Mapping):  # a plain {field: value} section (tests, untyped tasks)
+                value = _section_type(name, value)()
+            self._sections[name] = value
         self.published: dict[str, Any] = dict(published or {})
         #: ``{"section.field": value}`` settings for smoke runs on the embedded model (not yet applied).
         self.smoke: dict[str, Any] = dict(smoke or {})
         #: Where the values came from (for messages).
         self.source = source
+        #: The benchmark the settings belong to (for messages).
+        self.benchmark = benchmark
 
     def __getitem__(self, section: str) -> dict[str, Any]:
-        if section not in self._sections:
-            raise KeyError(f"settings have no section [{section}] (known: {', '.join(sorted(self._sections))})")
-        return dict(self._sections[section])
+        return to_dict(self.section(section))
 
     def __contains__(self, section: object) -> bool:
         return section in self._sections
 
+    def section(self, name: str) -> Any:
+        """The typed object of section ``name``."""
+        if name not in self._sections:
+            raise KeyError(f"settings have no section [{name}] (known: {', '.join(sorted(self._sections))})")
+        return self._sections[name]
+
+    def of(self, name: str, cls: type[T]) -> T:
+        """Section ``name`` as a ``cls`` (a type error in the task's schema fails loudly here)."""
+        value = self.section(name)
+        if not isinstance(value, cls):
+            raise TypeError(f"settings section [{name}] is a {type(value).__name__}, not a {cls.__name__}")
+        return value
+
     def get(self, section: str, field: str, default: Any = None) -> Any:
-        return self._sections.get(section, {}).get(field, default)
+        """One value, or ``default`` when the section or field does not exist."""
+        obj = self._sections.get(section)
+        return to_dict(obj).get(field, default) if obj is not None else default
 
     def sections(self) -> list[str]:
+        """The section names, sorted."""
         return sorted(self._sections)
 
+    def schema(self) -> dict[str, type[Any]]:
+        """Section name → its dataclass."""
+        return {name: type(obj) for name, obj in self._sections.items()}
+
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return copy.deepcopy(self._sections)
+        """Every section's resolved fields (defaults included), JSON-shaped."""
+        return {name: to_dict(obj) for name, obj in sorted(self._sections.items())}
 
     def identity(self) -> dict[str, dict[str, Any]]:
-        """The sections that change results (everything but :data:`EXECUTION_SECTIONS`)."""
+        """The sections that change results (everything but :data:`EXECUTION_SECTIONS`).
+
+        Every field is included, defaults too: a changed library default changes the run id, so
+        a rerun after it starts a new run instead of resuming one made with the old value.
+        """
         return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_SECTIONS}
 
     def with_values(self, section: str, **fields: Any) -> Settings:
-        """A copy with fields set (used by code, not by users: no schema check)."""
-        data = self.to_dict()
-        data.setdefault(section, {}).update(fields)
-        return Settings(data, self.published, self.source, self.smoke)
+        """A copy with fields set, checked like any other value."""
+        return self._replaced({section: fields}, "code")
+
+    def _replaced(self, changes: Mapping[str, Mapping[str, Any]], origin: str) -> Settings:
+        sections = dict(self._sections)
+        for name, values in changes.items():
+            current = self.section(name)
+            sections[name] = _build(self.benchmark, name, type(current), {**to_dict(current), **values}, origin)
+        return Settings(sections, self.published, self.source, self.smoke, self.benchmark)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Settings) and self._sections == other._sections
+        return isinstance(other, Settings) and self.to_dict() == other.to_dict()
 
     def __repr__(self) -> str:
-        return f"Settings({self._sections!r})"
+        return f"Settings({self.to_dict()!r})"
+
+
+def _where(benchmark: str, section: str) -> str:
+    return f"{benchmark} [{section}]" if benchmark else f"[{section}]"
+
+
+def _build(benchmark: str, name: str, cls: type[Any], values: Mapping[str, Any], origin: str) -> Any:
+    """``cls`` from ``values``; any problem is a :class:`SettingsError` naming section, field and origin."""
+    declared = field_names(cls)
+    unknown = sorted(set(values) - set(declared))
+    if unknown:
+        hint = _did_you_mean(unknown[0], declared)
+        raise SettingsError(f"{_where(benchmark, name)} has no field {unknown[0]!r}{hint} ({origin}); "
+                            f"valid fields: {', '.join(sorted(declared))}")
+    try:
+        return from_dict(cls, dict(values))
+    except FieldError as exc:
+        raise SettingsError(f"{_where(benchmark, name)} {exc} ({origin})") from None
+    except (ValueError, TypeError) as exc:
+        raise SettingsError(f"{_where(benchmark, name)} {exc} ({origin})") from None
+
+
+def _did_you_mean(name: str, declared: Sequence[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, declared, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def settings_path(benchmark: str, directory: str | Path | None = None) -> Path:
+    """Where the benchmark's settings file lives (``benchmarks/<benchmark>.toml``)."""
     return Path(directory or BENCHMARKS_DIR) / f"{benchmark}.toml"
 
 
-def _merge(base: dict[str, dict[str, Any]], top: Mapping[str, Any], origin: str) -> None:
-    for section, fields in top.items():
-        if not isinstance(fields, Mapping):
-            raise SettingsError(f"{origin}: top-level key {section!r} must be a [section] table")
-        target = base.setdefault(section, {})
-        for name, value in fields.items():
-            if isinstance(value, Mapping):
-                raise SettingsError(f"{origin}: [{section}] {name} is a nested table; only scalars and lists")
-            target[name] = value
+def _task_schema(benchmark: str) -> Schema:
+    from agentlab.bench.tasks import get_task
+
+    return get_task(benchmark).default_settings()
 
 
-def load_settings(benchmark: str, defaults: Mapping[str, Mapping[str, Any]] | None = None, *,
+def load_settings(benchmark: str, defaults: Schema | Mapping[str, Mapping[str, Any]] | None = None, *,
                   directory: str | Path | None = None) -> Settings:
-    """Task defaults overridden by ``benchmarks/<benchmark>.toml`` (if it exists)."""
-    merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (defaults or {}).items()}
+    """The schema's defaults overridden by ``benchmarks/<benchmark>.toml`` (if it exists), typed and checked.
+
+    ``defaults``: section name → dataclass (a task's :meth:`~agentlab.bench.tasks.Task.default_settings`);
+    ``None`` looks the registered task up. Every section of the file must be in the schema and
+    every ``[smoke]`` key must name a field of it (checked now, applied by :func:`apply_smoke`).
+    """
+    schema = {name: _section_type(name, spec)
+              for name, spec in (_task_schema(benchmark) if defaults is None else defaults).items()}
     path = settings_path(benchmark, directory)
-    published: dict[str, Any] = {}
+    raw: dict[str, Any] = {}
     if path.is_file():
         try:
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
-        published = dict(raw.pop(PUBLISHED_SECTION, {}) or {})
-        smoke = dict(raw.pop(SMOKE_SECTION, {}) or {})
-        _merge(merged, raw, str(path))
-    return Settings(merged, published, str(path) if path.is_file() else "task defaults",
-                    smoke if path.is_file() else None)
+    published = dict(raw.pop(PUBLISHED_SECTION, {}) or {})
+    smoke = dict(raw.pop(SMOKE_SECTION, {}) or {})
+    origin = _display(path)
+    for section, fields in raw.items():
+        if not isinstance(fields, Mapping):
+            raise SettingsError(f"{origin}: top-level key {section!r} must be a [section] table")
+        if section not in schema:
+            raise SettingsError(f"{origin}: {benchmark} has no settings section [{section}]; "
+                                f"sections: {', '.join(sorted(schema))}")
+    sections = {name: _build(benchmark, name, cls, raw.get(name, {}), origin) for name, cls in schema.items()}
+    settings = Settings(sections, published, origin if path.is_file() else "task defaults", smoke, benchmark)
+    if smoke:
+        _smoke_changes(settings)  # a bad key or value in [smoke] fails now, on every model
+    return settings
 
 
-def _check_smoke(smoke: Mapping[str, Any], sections: Mapping[str, Mapping[str, Any]], origin: str) -> None:
-    """Every ``[smoke]`` key names an existing ``section.field`` and keeps its type.
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
 
-    Checked when the values are applied: only then are the task's defaults merged in (a test
-    applies every benchmark's section, so a bad key in a shipped file fails the suite).
-    """
-    for key, value in smoke.items():
+
+def _smoke_changes(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The ``[smoke]`` values grouped by section, each key checked against the schema."""
+    origin = f"{settings.source} [smoke]"
+    changes: dict[str, dict[str, Any]] = {}
+    for key, value in settings.smoke.items():
         section, _, field = key.partition(".")
         if not field or "." in field or section in {PUBLISHED_SECTION, SMOKE_SECTION}:
-            raise SettingsError(f"{origin}: [smoke] key {key!r} must be \"section.field\"")
-        if field not in sections.get(section, {}):
-            raise SettingsError(f"{origin}: [smoke] {key}: no such setting")
-        current = sections[section][field]
-        if isinstance(current, bool) != isinstance(value, bool) or (
-                isinstance(current, int | float) and not isinstance(value, int | float)) or (
-                isinstance(current, str) and not isinstance(value, str)):
-            raise SettingsError(f"{origin}: [smoke] {key} = {value!r} does not match the type of {current!r}")
+            raise SettingsError(f"{origin}: key {key!r} must be \"section.field\"")
+        if section not in settings:
+            raise SettingsError(f"{origin}: {key}: no section [{section}]; sections: {', '.join(settings.sections())}")
+        changes.setdefault(section, {})[field] = value
+    settings._replaced(changes, origin)  # checks names, types and the sections' own checks
+    return changes
 
 
 def apply_smoke(settings: Settings) -> tuple[Settings, dict[str, tuple[Any, Any]]]:
     """The settings with the ``[smoke]`` values applied, and ``{key: (published, smoke)}`` that changed."""
-    data = settings.to_dict()
-    _check_smoke(settings.smoke, data, settings.source)
+    changes = _smoke_changes(settings)
+    smoked = settings._replaced(changes, f"{settings.source} [smoke]")
     changed: dict[str, tuple[Any, Any]] = {}
-    for key, value in settings.smoke.items():
-        section, field = key.split(".")
-        old = data[section][field]
-        if isinstance(old, float) and not isinstance(value, bool):
-            value = float(value)
-        if old != value:
-            changed[key] = (old, value)
-            data[section][field] = value
-    return Settings(data, settings.published, settings.source, settings.smoke), changed
+    for section, values in changes.items():
+        for field in values:
+            old, new = settings.get(section, field), smoked.get(section, field)
+            if old != new:
+                changed[f"{section}.{field}"] = (old, new)
+    return smoked, changed
 
 
 def parse_value(raw: str) -> int | float | bool | str:
-    """``"3"`` → 3, ``"0.5"`` → 0.5, ``"true"``/``"false"`` → bool, anything else → the string."""
+    """``"3"`` → 3, ``"0.5"`` → 0.5, ``"true"``/``"false"`` → bool, anything else → the string.
+
+    For text whose field is unknown (e.g. a CLI flag); a ``--set`` value is parsed by its field's
+    declared type instead (:func:`agentlab.policy.parse_value_text`).
+    """
     text = raw.strip()
     low = text.lower()
     if low in {"true", "false"}:
@@ -234,56 +419,12 @@ def parse_value(raw: str) -> int | float | bool | str:
         return raw
 
 
-def _list_items(raw: str, where: str) -> list[str]:
-    """The items of a list value as text: a TOML array (``[1, 4]``, ``["a", "b"]``) or ``1,4``.
-
-    A bracketed value is read as TOML; one that is not valid TOML (``[CM, SI]``, bare words) is
-    split on commas inside the brackets, so either spelling works.
-    """
-    text = raw.strip()
-    if text.startswith("["):
-        if not text.endswith("]"):
-            raise SettingsError(f"--set {where}: a list must end with ']', got {raw!r} (e.g. {where}=[1,4])")
-        try:
-            parsed = tomllib.loads(f"v = {text}")["v"]
-        except tomllib.TOMLDecodeError:
-            text = text[1:-1]
-        else:
-            if any(isinstance(item, list | dict) for item in parsed):
-                raise SettingsError(f"--set {where}: nested lists or tables are not settings, got {raw!r}")
-            return [str(item).lower() if isinstance(item, bool) else str(item) for item in parsed]
-    return [p.strip() for p in text.split(",") if p.strip()]
-
-
-def _coerce(raw: str, current: Any, where: str) -> Any:
-    if isinstance(current, bool):
-        value = parse_value(raw)
-        if not isinstance(value, bool):
-            raise SettingsError(f"--set {where}: expected true or false, got {raw!r}")
-        return value
-    if isinstance(current, int):
-        value = parse_value(raw)
-        if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float) and not value.is_integer()):
-            raise SettingsError(f"--set {where}: expected an integer, got {raw!r}")
-        return int(value)
-    if isinstance(current, float):
-        value = parse_value(raw)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SettingsError(f"--set {where}: expected a number, got {raw!r}")
-        return float(value)
-    if isinstance(current, list):
-        items = _list_items(raw, where)
-        if current:
-            return [_coerce(p, current[0], where) for p in items]
-        return [parse_value(p) for p in items]
-    if isinstance(current, str):
-        return raw
-    return parse_value(raw)
-
-
 def apply_overrides(settings: Settings, assignments: Iterable[str]) -> Settings:
-    """Apply ``section.field=value`` strings; unknown sections or fields are a :class:`SettingsError`."""
-    data = settings.to_dict()
+    """Apply ``section.field=value`` strings, each parsed by its field's declared type and checked.
+
+    Unknown sections or fields, values of the wrong type and values a section's checks reject
+    are a :class:`SettingsError` naming the section, the field and the valid ones.
+    """
     for assignment in assignments:
         if "=" not in assignment:
             raise SettingsError(f"--set {assignment!r}: expected section.field=value")
@@ -297,13 +438,22 @@ def apply_overrides(settings: Settings, assignments: Iterable[str]) -> Settings:
         if section == SMOKE_SECTION:
             raise SettingsError(f"--set {key}: [smoke] settings live in the settings file; use --set on the "
                                 f"setting itself (e.g. answer.max_tokens=64)")
-        if section not in data:
-            raise SettingsError(f"--set {key}: unknown section [{section}]; known sections: {', '.join(sorted(data))}")
-        if field not in data[section]:
-            known = ", ".join(sorted(data[section]))
-            raise SettingsError(f"--set {key}: [{section}] has no field {field!r}; known fields: {known}")
-        data[section][field] = _coerce(raw, data[section][field], key)
-    return Settings(data, settings.published, settings.source, settings.smoke)
+        if section not in settings:
+            raise SettingsError(f"--set {key}: unknown section [{section}]; known sections: "
+                                f"{', '.join(settings.sections())}")
+        cls = type(settings.section(section))
+        declared = field_names(cls)
+        origin = f"--set {key}={raw}"
+        if field not in declared:
+            raise SettingsError(f"{_where(settings.benchmark, section)} has no field {field!r}"
+                                f"{_did_you_mean(field, declared)} ({origin}); valid fields: "
+                                f"{', '.join(sorted(declared))}")
+        try:
+            value = parse_value_text(cls, field, raw)
+        except FieldError as exc:
+            raise SettingsError(f"{_where(settings.benchmark, section)} {exc} ({origin})") from None
+        settings = settings._replaced({section: {field: value}}, origin)
+    return settings
 
 
 # --------------------------------------------------------------------------------- variants
@@ -324,6 +474,9 @@ _MISSING = object()
 
 
 def _format_value(value: Any) -> str:
+    """A value as ``--set`` would take it back (``true``, ``none``, ``1,4``)."""
+    if value is None:
+        return "none"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple):
@@ -342,6 +495,7 @@ def variant_name(settings: Mapping[str, Any]) -> str:
 
 
 def canonical_json(value: Any) -> str:
+    """Sorted-key, whitespace-free JSON: equal configs hash equally whatever order built them."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 

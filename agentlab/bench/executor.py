@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 from agentlab.bench.config import Settings, config_hash, variant_name
-from agentlab.bench.judge import Judge
+from agentlab.bench.judge import Judge, judge_versions
 from agentlab.bench.metrics import Score, version_of
 from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
@@ -169,6 +169,8 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: Model
         "dataset_sha256": dataset_sha256,
         "task_version": task.version,
     }
+    if request.judge_spec is not None and task.judge_templates:
+        config["judge_prompts"] = judge_versions(task.judge_templates)
     if info is not None:
         config["context_window"] = info.context_window
         config["context_window_source"] = info.context_window_source

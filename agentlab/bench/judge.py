@@ -1,137 +1,277 @@
-"""LLM judges: prompts as visible, versioned constants; structured replies; honest parse failures.
+"""LLM judges: one generic call; each benchmark's prompt, reply schema and version live beside its task.
 
-* QMSum / LongMemEval (reference §5.2): is the prediction faithful to and semantically equivalent
-  with the reference answer for this query? JSON ``{"correct", "confidence", "reason"}``;
-  score = confidence if correct else 0. LongMemEval: 1.0 without a judge call when the exact-match
-  rule already holds.
-* LoCoMo: a CORRECT / WRONG label with a confidence (mem0-style J = the label; the published memory
-  report's "LLM score" = confidence if CORRECT else 0). Known pitfall (peers §1.6): lenient judges
-  accept vague but on-topic answers, so this prompt asks for the same fact, not the same topic.
-* MT-Bench-101 consistency: compares response A (baseline) with B (summary mode) on factual
-  accuracy, semantic equivalence and completeness; anchors 1.0/0.8/0.6/0.4/0.2/0.0; the reply ends
-  with ``Score: <decimal>``.
+A benchmark declares a :class:`JudgeTemplate` (``agentlab/bench/tasks/<bench>_judge.py``): its name,
+version, prompt text, the fields of the JSON reply (:class:`Flag`, :class:`Number`,
+:class:`Choice`, :class:`Text`) and the rule that turns a parsed reply into a :class:`Verdict`.
+:meth:`Judge.grade` renders it, asks the judge model (temperature 0, the schema sent so backends that
+enforce schemas compile it into a grammar), checks the reply against the fields (types, allowed
+values, ranges) and returns a :class:`JudgeResult`. Adding a benchmark adds a template; this module
+does not change.
 
 A reply that does not parse is a :class:`JudgeResult` with ``parse_error`` set and ``score`` None:
 it is never silently scored (the reference defaulted such replies to 0.5 / "correct if the word
 true appears"). It is stored as NULL (left out of a mean, and counted), except where the published
 score divides by all questions (LoCoMo, LongMemEval): there it is stored as 0, with the parse error
-in the detail. A failing judge *call* (``ModelError``) propagates, so the case
-is recorded as failed and retried on the next run. Every result carries the judge model name and
-the prompt version, and both are stored with the scores.
+in the detail. A failing judge *call* (``ModelError``) propagates, so the case is recorded as
+failed and retried on the next run. Every result carries the judge model name and the template's
+version, and both are stored with the scores (``scores.version`` = ``<version>@<judge spec>``); the
+versions of a task's templates are also part of a judged run's config (:func:`judge_versions`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import string
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentlab.bench.metrics import Score, exact_match
+from agentlab.bench.metrics import Score
 from agentlab.events import Message
 from agentlab.model.base import GenerationConfig, Model, ModelRequest
-
-# ------------------------------------------------------------------------------------ prompts
-
-QMSUM_JUDGE_VERSION = "qmsum-judge-v1"
-QMSUM_JUDGE_PROMPT = """You grade answers to query-based meeting summarization questions.
-
-Query: {query}
-Reference answer: {reference}
-Candidate answer: {prediction}
-
-Decide whether the candidate answer is faithful to the meeting as the reference describes it and
-conveys the same content as the reference for this query. Wording may differ; missing key points,
-invented facts or contradictions make it incorrect.
-Reply with a JSON object only:
-{{"correct": true or false, "confidence": a number from 0.0 to 1.0, "reason": "one short sentence"}}"""
-
-LONGMEMEVAL_JUDGE_VERSION = "longmemeval-judge-v1"
-LONGMEMEVAL_JUDGE_PROMPT = """You grade an assistant's answer to a question about the user's past conversations.
-
-Question: {query}
-Reference answer: {reference}
-Candidate answer: {prediction}
-
-Decide whether the candidate answer is faithful and semantically equivalent to the reference
-answer for this question. Extra harmless detail is fine; a different or missing fact is not.
-Reply with a JSON object only:
-{{"correct": true or false, "confidence": a number from 0.0 to 1.0, "reason": "one short sentence"}}"""
-
-LOCOMO_JUDGE_VERSION = "locomo-judge-v1"
-LOCOMO_JUDGE_PROMPT = """You label answers to questions about a long conversation between two people.
-
-Question: {query}
-Gold answer: {reference}
-Generated answer: {prediction}
-
-Label the generated answer CORRECT if it states the same fact as the gold answer (it may be longer
-or phrased differently; a date in another format that names the same day, month or year counts),
-and WRONG if it states a different fact, only touches the topic, or does not answer.
-Reply with a JSON object only:
-{{"label": "CORRECT" or "WRONG", "confidence": a number from 0.0 to 1.0, "reason": "one short sentence"}}"""
-
-#: Reply schemas of the JSON judges. Backends that enforce schemas (the embedded llama.cpp model)
-#: compile them into grammars, so a small judge's reply parses and ends; others get plain JSON mode.
-#: Grammars cannot bound a free number, so an enforced confidence is one of 0.0, 0.1, ..., 1.0.
-CONFIDENCE_LEVELS = tuple(round(i / 10, 1) for i in range(11))
-CORRECT_CONFIDENCE_SCHEMA = GenerationConfig.schema_text({
-    "type": "object",
-    "properties": {"correct": {"type": "boolean"}, "confidence": {"enum": list(CONFIDENCE_LEVELS)},
-                   "reason": {"type": "string", "maxLength": 160}},
-    "required": ["correct", "confidence", "reason"], "additionalProperties": False,
-})
-LABEL_SCHEMA = GenerationConfig.schema_text({
-    "type": "object",
-    "properties": {"label": {"enum": ["CORRECT", "WRONG"]}, "confidence": {"enum": list(CONFIDENCE_LEVELS)},
-                   "reason": {"type": "string", "maxLength": 160}},
-    "required": ["label", "confidence", "reason"], "additionalProperties": False,
-})
-
-CONSISTENCY_JUDGE_VERSION = "mtbench-consistency-v2"
-#: The reference rubric's six levels (v1 asked for a free-text "Score:" line; v2 for JSON, so the
-#: reply is structured and a schema-enforcing backend can hold even a small judge to it).
-CONSISTENCY_LEVELS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)
-CONSISTENCY_JUDGE_PROMPT = """You compare two responses to the same turn of a conversation.
-
-User turn: {query}
-
-Response A (assistant that saw the full conversation history):
-{response_a}
-
-Response B (assistant that saw a summary of the earlier history):
-{response_b}
-
-Rate how consistent Response B is with Response A in factual accuracy, semantic equivalence and
-completeness:
-1.0 - the same content (wording may differ)
-0.8 - mostly the same, small differences in detail
-0.6 - partly the same, some key points missing or different
-0.4 - weakly related, most key points differ
-0.2 - barely related
-0.0 - contradictory or unrelated
-Reply with a single JSON object and nothing else, reasoning first:
-{{"reason": "one or two sentences", "score": 1.0, 0.8, 0.6, 0.4, 0.2 or 0.0}}"""
-CONSISTENCY_SCHEMA = GenerationConfig.schema_text({
-    "type": "object",
-    "properties": {"reason": {"type": "string", "maxLength": 240}, "score": {"enum": list(CONSISTENCY_LEVELS)}},
-    "required": ["reason", "score"], "additionalProperties": False,
-})
-
-PROMPT_VERSIONS: dict[str, str] = {
-    "qmsum": QMSUM_JUDGE_VERSION,
-    "longmemeval": LONGMEMEVAL_JUDGE_VERSION,
-    "locomo": LOCOMO_JUDGE_VERSION,
-    "consistency": CONSISTENCY_JUDGE_VERSION,
-}
 
 #: Judge replies are short; this cap keeps a rambling model from spending tokens.
 JUDGE_MAX_TOKENS = 256
 #: How the ``detail`` of a score from an unparsable judge reply starts (the tables count these).
 PARSE_ERROR_PREFIX = "parse_error:"
+#: Grammars cannot bound a free number, so an enforced confidence is one of 0.0, 0.1, ..., 1.0.
+CONFIDENCE_LEVELS = tuple(round(i / 10, 1) for i in range(11))
 
 
-# ------------------------------------------------------------------------------------- result
+# -------------------------------------------------------------------------------- reply fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplyField:
+    """One key of a judge's JSON reply: its JSON-schema fragment and how a value is read and checked.
+
+    The schema sent asks for every field; ``needed`` says whether the *parser* insists on it, so a
+    backend that ignores the schema may still leave out a field the verdict can do without (a
+    reason, LoCoMo's confidence).
+    """
+
+    name: str
+    needed: bool = True
+
+    def json_schema(self) -> dict[str, Any]:
+        """The field's JSON-schema fragment (what a grammar-enforcing backend is held to)."""
+        raise NotImplementedError
+
+    def read(self, value: Any) -> Any:
+        """The checked value; raises ``ValueError`` naming the field and the problem."""
+        raise NotImplementedError
+
+    def when_absent(self) -> Any:
+        """The value of a field that is not ``needed`` and was left out."""
+        return None
+
+    def missing(self) -> str:
+        """The parse error of a ``needed`` field that is absent."""
+        return f"missing {self.name!r}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flag(ReplyField):
+    """A true/false field; the strings ``"true"`` / ``"false"`` are accepted too (any case)."""
+
+    def json_schema(self) -> dict[str, Any]:
+        """``{"type": "boolean"}``."""
+        return {"type": "boolean"}
+
+    def read(self, value: Any) -> bool:
+        """The boolean (numbers such as 1 are refused: they are not a yes or no)."""
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in {"true", "false"}:
+            return value.strip().lower() == "true"
+        raise ValueError(f"{self.name!r} should be true or false, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Number(ReplyField):
+    """A number within ``low``..``high`` (numeric strings accepted).
+
+    ``levels``, when given, is what the schema offers (a grammar cannot bound a free number); the
+    parser still takes any number in range, since a backend that does not enforce the schema may
+    answer 0.75.
+    """
+
+    low: float = 0.0
+    high: float = 1.0
+    levels: tuple[float, ...] = ()
+
+    def json_schema(self) -> dict[str, Any]:
+        """The allowed levels as an enum, else a bounded number."""
+        if self.levels:
+            return {"enum": list(self.levels)}
+        return {"type": "number", "minimum": self.low, "maximum": self.high}
+
+    def read(self, value: Any) -> float:
+        """The number, checked against the range."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            try:
+                value = float(str(value).strip())
+            except ValueError:
+                raise ValueError(f"{self.name!r} should be a number, got {value!r}") from None
+        number = float(value)
+        if not self.low <= number <= self.high:
+            raise ValueError(f"{self.name!r} {number} is outside {self.low:g}..{self.high:g}")
+        return number
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice(ReplyField):
+    """One of ``options`` (compared after trimming, ignoring case); the option's own spelling is kept."""
+
+    options: tuple[str, ...]
+
+    def json_schema(self) -> dict[str, Any]:
+        """The options as an enum."""
+        return {"enum": list(self.options)}
+
+    def read(self, value: Any) -> str:
+        """The matching option."""
+        wanted = str(value).strip().upper()
+        for option in self.options:
+            if option.upper() == wanted:
+                return option
+        raise ValueError(f"{self.name!r} should be {' or '.join(self.options)}, got {value!r}")
+
+    def missing(self) -> str:
+        """An absent choice is reported as the wrong value None (it names the options)."""
+        return f"{self.name!r} should be {' or '.join(self.options)}, got None"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Text(ReplyField):
+    """Free text such as the judge's reason; ``max_length`` bounds what a grammar lets it write."""
+
+    max_length: int | None = None
+    needed: bool = False
+
+    def json_schema(self) -> dict[str, Any]:
+        """A string, bounded when ``max_length`` is set."""
+        schema: dict[str, Any] = {"type": "string"}
+        if self.max_length is not None:
+            schema["maxLength"] = self.max_length
+        return schema
+
+    def read(self, value: Any) -> str:
+        """The value as text (never fails: a reason is informative, not scored)."""
+        return str(value)
+
+    def when_absent(self) -> str:
+        """An absent text is empty."""
+        return ""
+
+
+# ------------------------------------------------------------------------------------ template
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a parsed reply means: the score, and the label, confidence and reason when the reply has them."""
+
+    score: float
+    correct: bool | None = None
+    confidence: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class JudgeTemplate:
+    """A benchmark's judge prompt: name, version, text, reply fields and the rule for its score.
+
+    One object rather than separate arguments, so a prompt always travels with its own version and
+    schema (a bumped prompt with a stale version, or another prompt's schema, cannot be passed).
+
+    ``text`` is a :meth:`str.format` template whose placeholders are the fields :meth:`Judge.grade`
+    takes. ``reply`` lists the JSON reply's fields in the order a grammar emits them; empty means a
+    free-text reply, read by ``read_text``. With ``reply`` set, ``read_text`` is the fallback for a
+    reply that holds no JSON object (e.g. an older rubric's ``Score: x`` line). ``precheck`` may
+    settle a case without a call (LongMemEval: an exact match is correct); it returns None to ask.
+    """
+
+    name: str
+    version: str
+    text: str
+    reply: tuple[ReplyField, ...]
+    verdict: Callable[[Mapping[str, Any]], Verdict]
+    read_text: Callable[[str], dict[str, Any]] | None = None
+    precheck: Callable[..., Verdict | None] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.reply and self.read_text is None:
+            raise ValueError(f"judge template {self.name!r}: a free-text reply needs read_text")
+        names = [f.name for f in self.reply]
+        if len(set(names)) != len(names):
+            raise ValueError(f"judge template {self.name!r}: reply fields repeat a name: {names}")
+
+    @property
+    def placeholders(self) -> frozenset[str]:
+        """The field names the text needs."""
+        return frozenset(name for _, name, _, _ in string.Formatter().parse(self.text) if name)
+
+    @property
+    def schema(self) -> str | None:
+        """The JSON schema sent with the request (None for a free-text reply)."""
+        if not self.reply:
+            return None
+        return GenerationConfig.schema_text({
+            "type": "object",
+            "properties": {f.name: f.json_schema() for f in self.reply},
+            "required": [f.name for f in self.reply],
+            "additionalProperties": False,
+        })
+
+    def render(self, **fields: str) -> str:
+        """The prompt; a missing or unexpected field is an error, never an empty or dropped value."""
+        missing = sorted(self.placeholders - fields.keys())
+        extra = sorted(fields.keys() - self.placeholders)
+        if missing or extra:
+            raise TypeError(f"judge template {self.name!r} takes {sorted(self.placeholders)}; "
+                            f"missing {missing}, unexpected {extra}")
+        return self.text.format(**fields)
+
+    def parse(self, raw: str) -> dict[str, Any]:
+        """The reply's checked fields; raises ``ValueError`` naming the problem."""
+        if not self.reply:
+            assert self.read_text is not None  # checked in __post_init__
+            return self.read_text(raw)
+        try:
+            obj = extract_json_object(raw)
+        except ValueError:  # json.JSONDecodeError is a ValueError too
+            if self.read_text is None:
+                raise
+            return self.read_text(raw)
+        for f in self.reply:
+            if f.needed and f.name not in obj:
+                raise ValueError(f.missing())
+        return {f.name: f.read(obj[f.name]) if f.name in obj else f.when_absent() for f in self.reply}
+
+
+def judge_versions(templates: Iterable[JudgeTemplate]) -> dict[str, str]:
+    """``{name: version}`` of a task's judge templates, for the run config."""
+    return {t.name: t.version for t in templates}
+
+
+# -------------------------------------------------------------------------------- common rules
+
+
+#: The reply of a correct/confidence judge (QMSum, LongMemEval): the grammar emits ``correct`` first
+#: and ends with the ``reason``.
+CORRECT_CONFIDENCE_REPLY: tuple[ReplyField, ...] = (
+    Flag(name="correct"), Number(name="confidence", levels=CONFIDENCE_LEVELS), Text(name="reason", max_length=160))
+
+
+def confidence_if_correct(fields: Mapping[str, Any]) -> Verdict:
+    """Score = confidence when judged correct, else 0 (reference §5.2; QMSum and LongMemEval)."""
+    correct, confidence = fields["correct"], fields["confidence"]
+    return Verdict(confidence if correct else 0.0, correct, confidence, fields.get("reason", ""))
+
+
+# -------------------------------------------------------------------------------------- result
 
 
 @dataclass(frozen=True)
@@ -150,6 +290,11 @@ class JudgeResult:
     skipped_call: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def version(self) -> str:
+        """``<prompt version>@<judge spec>``: what ``scores.version`` holds for this judgement."""
+        return f"{self.prompt_version}@{self.judge_model}"
+
     def to_scores(self, metric: str = "llm_score", *, unparsed_scores_zero: bool = False) -> list[Score]:
         """Rows for the store: ``<metric>`` (and ``<metric>_correct`` when a label exists).
 
@@ -159,22 +304,21 @@ class JudgeResult:
         (LoCoMo's LLM score, LongMemEval's fixed denominator) store 0 instead. Either way the
         detail starts with :data:`PARSE_ERROR_PREFIX`, so the tables can count such replies.
         """
-        version = f"{self.prompt_version}@{self.judge_model}"
         detail = f"{PARSE_ERROR_PREFIX} {self.parse_error}" if self.parse_error else (self.reason or None)
         zeroed = bool(self.parse_error) and unparsed_scores_zero
         if zeroed:
             detail = f"{detail}; scored 0 (the published score divides by all questions)"
-        rows = [Score(metric, 0.0 if zeroed else self.score, version, detail)]
+        rows = [Score(metric, 0.0 if zeroed else self.score, self.version, detail)]
         if self.correct is not None or self.parse_error:
             label = None if self.correct is None else float(self.correct)
-            rows.append(Score(f"{metric}_correct", 0.0 if zeroed else label, version, detail))
+            rows.append(Score(f"{metric}_correct", 0.0 if zeroed else label, self.version, detail))
         return rows
 
 
-# ------------------------------------------------------------------------------------ parsing
+# ------------------------------------------------------------------------------------- parsing
 
 
-def _extract_json_object(text: str) -> dict[str, Any]:
+def extract_json_object(text: str) -> dict[str, Any]:
     """The JSON object in a reply (code fences and surrounding prose tolerated)."""
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end <= start:
@@ -185,58 +329,7 @@ def _extract_json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def _as_bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in {"true", "false"}:
-        return value.strip().lower() == "true"
-    raise ValueError(f"{name!r} should be true or false, got {value!r}")
-
-
-def _as_confidence(value: Any, field: str = "confidence") -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        try:
-            value = float(str(value).strip())
-        except ValueError:
-            raise ValueError(f"'{field}' should be a number, got {value!r}") from None
-    number = float(value)
-    if not 0.0 <= number <= 1.0:
-        raise ValueError(f"'{field}' {number} is outside 0..1")
-    return number
-
-
-def parse_correct_confidence(raw: str) -> tuple[bool, float, str]:
-    """Parse ``{"correct", "confidence", "reason"}``; raises ``ValueError`` naming the problem."""
-    obj = _extract_json_object(raw)
-    if "correct" not in obj:
-        raise ValueError("missing 'correct'")
-    if "confidence" not in obj:
-        raise ValueError("missing 'confidence'")
-    return _as_bool(obj["correct"], "correct"), _as_confidence(obj["confidence"]), str(obj.get("reason", ""))
-
-
-def parse_label(raw: str) -> tuple[bool, float | None, str]:
-    """Parse ``{"label": "CORRECT"|"WRONG", "confidence"?, "reason"?}``."""
-    obj = _extract_json_object(raw)
-    label = str(obj.get("label", "")).strip().upper()
-    if label not in {"CORRECT", "WRONG"}:
-        raise ValueError(f"'label' should be CORRECT or WRONG, got {obj.get('label')!r}")
-    confidence = _as_confidence(obj["confidence"]) if "confidence" in obj else None
-    return label == "CORRECT", confidence, str(obj.get("reason", ""))
-
-
 _SCORE_LINE = re.compile(r"score\s*[:：]\s*\**\s*([01](?:\.\d+)?|\.\d+)", re.IGNORECASE)
-
-
-def parse_consistency(raw: str) -> float:
-    """``{"reason", "score"}`` (v2), or else a ``Score: x`` line (v1 replies, models that ignore JSON)."""
-    try:
-        obj = _extract_json_object(raw)
-    except ValueError:
-        return parse_score_line(raw)
-    if "score" not in obj:
-        raise ValueError("missing 'score'")
-    return _as_confidence(obj["score"], "score")
 
 
 def parse_score_line(raw: str) -> float:
@@ -250,7 +343,7 @@ def parse_score_line(raw: str) -> float:
     return value
 
 
-# -------------------------------------------------------------------------------------- judge
+# --------------------------------------------------------------------------------------- judge
 
 
 class Judge:
@@ -261,60 +354,33 @@ class Judge:
         self.spec = spec or model.info.name
         self.max_tokens = max_tokens
 
-    async def _ask(self, prompt: str, *, json_mode: bool, schema: str | None = None) -> str:
-        request = ModelRequest(
-            messages=[Message.user(prompt)],
+    def request(self, template: JudgeTemplate, **fields: str) -> ModelRequest:
+        """The request :meth:`grade` sends (temperature 0; JSON mode and the schema for a JSON reply)."""
+        schema = template.schema
+        return ModelRequest(
+            messages=[Message.user(template.render(**fields))],
             config=GenerationConfig(
-                temperature=0.0, max_tokens=self.max_tokens, response_format="json" if json_mode else None,
-                json_schema=schema if json_mode else None,
+                temperature=0.0, max_tokens=self.max_tokens, response_format="json" if schema else None,
+                json_schema=schema,
             ),
             purpose="judge",
         )
+
+    async def grade(self, template: JudgeTemplate, **fields: str) -> JudgeResult:
+        """Judge one case with ``template``; a reply that does not parse is recorded, not scored."""
+        if template.precheck is not None:
+            settled = template.precheck(**fields)
+            if settled is not None:
+                return self._result(template, settled, skipped_call=True)
+        request = self.request(template, **fields)
         response = await self.model.generate(request)
-        return response.message.content or ""
-
-    def _result(self, version: str, **kwargs: Any) -> JudgeResult:
-        return JudgeResult(judge_model=self.spec, prompt_version=version, **kwargs)
-
-    async def _correct_confidence(self, template: str, version: str, query: str, reference: str,
-                                  prediction: str) -> JudgeResult:
-        raw = await self._ask(template.format(query=query, reference=reference, prediction=prediction), json_mode=True,
-                              schema=CORRECT_CONFIDENCE_SCHEMA)
+        raw = response.message.content or ""
         try:
-            correct, confidence, reason = parse_correct_confidence(raw)
-        except ValueError as exc:  # json.JSONDecodeError is a ValueError too
-            return self._result(version, score=None, raw=raw, parse_error=str(exc))
-        return self._result(version, score=confidence if correct else 0.0, correct=correct,
-                            confidence=confidence, reason=reason, raw=raw)
-
-    async def qmsum(self, query: str, reference: str, prediction: str) -> JudgeResult:
-        return await self._correct_confidence(QMSUM_JUDGE_PROMPT, QMSUM_JUDGE_VERSION, query, reference, prediction)
-
-    async def longmemeval(self, question: str, reference: str, prediction: str) -> JudgeResult:
-        """LLMScore as published: 1.0 when the exact-match rule holds (no call), else the judge."""
-        if exact_match(prediction, reference) == 1.0:
-            return self._result(LONGMEMEVAL_JUDGE_VERSION, score=1.0, correct=True, confidence=1.0,
-                                reason="exact match", skipped_call=True)
-        return await self._correct_confidence(LONGMEMEVAL_JUDGE_PROMPT, LONGMEMEVAL_JUDGE_VERSION, question,
-                                              reference, prediction)
-
-    async def locomo(self, question: str, gold: str, prediction: str) -> JudgeResult:
-        prompt = LOCOMO_JUDGE_PROMPT.format(query=question, reference=gold, prediction=prediction)
-        raw = await self._ask(prompt, json_mode=True, schema=LABEL_SCHEMA)
-        try:
-            correct, confidence, reason = parse_label(raw)
+            verdict = template.verdict(template.parse(raw))
         except ValueError as exc:
-            return self._result(LOCOMO_JUDGE_VERSION, score=None, raw=raw, parse_error=str(exc))
-        # Without a confidence the label is the score (mem0's binary J).
-        score = (confidence if confidence is not None else 1.0) if correct else 0.0
-        return self._result(LOCOMO_JUDGE_VERSION, score=score, correct=correct, confidence=confidence,
-                            reason=reason, raw=raw)
+            return JudgeResult(None, self.spec, template.version, raw=raw, parse_error=str(exc))
+        return self._result(template, verdict, raw=raw)
 
-    async def consistency(self, query: str, response_a: str, response_b: str) -> JudgeResult:
-        prompt = CONSISTENCY_JUDGE_PROMPT.format(query=query, response_a=response_a, response_b=response_b)
-        raw = await self._ask(prompt, json_mode=True, schema=CONSISTENCY_SCHEMA)
-        try:
-            value = parse_consistency(raw)
-        except ValueError as exc:
-            return self._result(CONSISTENCY_JUDGE_VERSION, score=None, raw=raw, parse_error=str(exc))
-        return self._result(CONSISTENCY_JUDGE_VERSION, score=value, raw=raw)
+    def _result(self, template: JudgeTemplate, verdict: Verdict, **kwargs: Any) -> JudgeResult:
+        return JudgeResult(verdict.score, self.spec, template.version, correct=verdict.correct,
+                           confidence=verdict.confidence, reason=verdict.reason, **kwargs)

@@ -20,6 +20,7 @@ from agentlab.bench.config import ModeRoles, Settings
 from agentlab.bench.metrics import Score, summary_scores
 from agentlab.bench.store import CompactionRow
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
+from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
 from agentlab.events import Message
 from agentlab.model.base import ContextLengthError, GenerationConfig, ModelRequest
 from agentlab.model.scripted import ScriptedModel
@@ -73,6 +74,7 @@ class DemoTask(Task):
     modes = ("long_context", "summary", "recall")
     default_mode = "long_context"
     mode_roles = ModeRoles(baseline="long_context", lossy="summary", recovered="recall")
+    judge_templates = (QMSUM_JUDGE,)
     description = "test-only demo task (scripted model, no runtime)"
 
     def default_settings(self) -> dict[str, dict[str, Any]]:
@@ -133,7 +135,9 @@ class DemoTask(Task):
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
         scores = summary_scores(result.prediction, case.reference, exact=True)
         if ctx.judge is not None:
-            scores += (await ctx.judge.qmsum(case.question, case.reference, result.prediction)).to_scores()
+            judged = await ctx.judge.grade(QMSUM_JUDGE, query=case.question, reference=case.reference,
+                                           prediction=result.prediction)
+            scores += judged.to_scores()
         return scores
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:

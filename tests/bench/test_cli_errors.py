@@ -201,14 +201,19 @@ def test_retrieval_only_without_retrieval(stored_db: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "needles"),
     [
-        (["qmsum", "--mode", "recall", "--set", "recall.top_k=0"], ["RecallPolicy", "search_top_k", "--set"]),
+        (["qmsum", "--mode", "recall", "--set", "recall.search_top_k=0"],
+         ["qmsum [recall]", "RecallPolicy", "search_top_k must be >= 1", "--set"]),
+        (["qmsum", "--mode", "recall", "--set", "recall.qa=x"],
+         ["qmsum [recall] qa must be one of tool, preload; got 'x'", "--set recall.qa=x"]),
+        (["qmsum", "--mode", "recall", "--set", "recall.top_k=3"],
+         ["qmsum [recall] has no field 'top_k'", "did you mean 'search_top_k'", "valid fields:", "window_before"]),
         (["qmsum", "--mode", "summary", "--set", "summary.prompt=nine_sections"],
          ["unknown built-in prompt 'nine_sections'", "compact, nine_section", "--set"]),
         (["longmemeval", "--mode", "recall", "--set", "recall.search_mode=fuzzy"], ["RecallPolicy", "fuzzy"]),
         (["mtbench101", "--mode", "summary", "--set", "summary.checks_mode=some"], ["checks_mode", "'some'"]),
         (["locomo", "--mode", "memory", "--set", "memory.update_policy=forget"], ["forget"]),
     ],
-    ids=["recall-top-k", "prompt-name", "search-mode", "checks-mode", "memory-update-policy"],
+    ids=["recall-top-k", "recall-qa", "renamed-field", "prompt-name", "search-mode", "checks-mode", "memory-update-policy"],
 )
 def test_a_value_a_policy_rejects_stops_before_any_case(argv: list[str], needles: list[str], stored_db: Path) -> None:
     before = digest(stored_db)
@@ -226,7 +231,7 @@ def test_toml_list_in_set(tmp_path: Path) -> None:
     assert apply_overrides(base, ["dataset.categories=1,4"])["dataset"]["categories"] == [1, 4]
     assert apply_overrides(base, ['dataset.tasks=["AR", "TS"]'])["dataset"]["tasks"] == ["AR", "TS"]
     assert apply_overrides(base, ["dataset.tasks=[AR,TS]"])["dataset"]["tasks"] == ["AR", "TS"]
-    with pytest.raises(SettingsError, match="expected an integer"):
+    with pytest.raises(SettingsError, match="categories must be a list of integers; got"):
         apply_overrides(base, ["dataset.categories=[1,x]"])
     with pytest.raises(SettingsError, match="must end with"):
         apply_overrides(base, ["dataset.categories=[1,4"])
@@ -246,4 +251,4 @@ def test_toml_list_through_the_cli_selects_categories() -> None:
                              "--set", "dataset.categories=[1]")[1])
     assert 0 < one["cases"] < json.loads(out)["cases"]
     code, _, err = run_cli("locomo", "--dry-run", "--set", "dataset.categories=[1,9]")
-    assert_one_line_error(code, err, "[9]", "LoCoMo categories")
+    assert_one_line_error(code, err, "locomo [dataset] categories must be some of 1, 2, 3, 4, 5", "[1, 9]")

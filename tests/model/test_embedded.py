@@ -37,16 +37,16 @@ async def test_embedded_model_answers_through_the_openai_path() -> None:
 @pytest.mark.slow
 async def test_embedded_model_follows_a_json_schema() -> None:
     """llama.cpp compiles the schema into a grammar: the 135M model's replies parse and end."""
-    from agentlab.bench.judge import CORRECT_CONFIDENCE_SCHEMA, parse_correct_confidence
+    from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
     from agentlab.memory.extractor import OPERATIONS_SCHEMA, parse_operations
 
     model = EmbeddedModel()
     judged = await model.generate(ModelRequest(
         [Message.user("Reference: Paris. Answer: Paris is the capital. Is the answer correct? Reply in JSON.")],
         config=GenerationConfig(temperature=0.0, max_tokens=128, response_format="json",
-                                json_schema=CORRECT_CONFIDENCE_SCHEMA)))
-    correct, confidence, _ = parse_correct_confidence(judged.message.content)
-    assert isinstance(correct, bool) and 0.0 <= confidence <= 1.0
+                                json_schema=QMSUM_JUDGE.schema)))
+    reply = QMSUM_JUDGE.parse(judged.message.content)
+    assert isinstance(reply["correct"], bool) and 0.0 <= reply["confidence"] <= 1.0
     extracted = await model.generate(ModelRequest(
         [Message.user("Remember: my sister Ana moved to Lisbon in May 2023. Reply with memory operations in JSON.")],
         config=GenerationConfig(temperature=0.0, max_tokens=512, response_format="json",

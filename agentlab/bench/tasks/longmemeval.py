@@ -41,12 +41,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agentlab.bench.config import Settings
+from agentlab.bench.config import (
+    AgentSettings,
+    JudgeSettings,
+    RetrievalSettings,
+    RunSettings,
+    Settings,
+    generation_config,
+)
 from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.datasets.longmemeval import (
     FILES,
     PUBLISHED_CASES,
     PUBLISHED_QUESTION_TYPE,
+    QUESTION_TYPES,
     LongMemEvalData,
     LongMemEvalQuestion,
     load_longmemeval,
@@ -65,16 +73,55 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.longmemeval_judge import LONGMEMEVAL_JUDGE
 from agentlab.events import Event, Message, user_event
 from agentlab.model.base import GenerationConfig, ModelError
+from agentlab.policy import PolicyJSON
+from agentlab.recall import RecallPolicy
+from agentlab.summary import SummaryPolicy
 
 APP_NAME = "longmemeval"
 USER_ID = "lme-user"
 AGENT_NAME = "assistant"
-#: The published "summary at 40" trigger: moot for the answer (the summary is force-built), but it
-#: keeps the runner from summarising again after the one answer.
-EVENTS_OVER = 40
 EVIDENCE_RECALL_VERSION = "lme-evidence-recall-v1/has_answer"
+
+# -------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class LongMemEvalDataset(PolicyJSON):
+    """``[dataset]``: which file and which questions run (the published 70 by default)."""
+
+    #: Data file variant: ``s_cleaned`` is ``longmemeval_s_cleaned.json`` (~103K tokens per question).
+    variant: str = "s_cleaned"
+    #: An explicit file in the same schema (overrides ``variant``); empty: none.
+    path: str = ""
+    #: Question types to keep.
+    question_types: tuple[str, ...] = (PUBLISHED_QUESTION_TYPE,)
+    #: The first N questions after the type filter; 0 = all.
+    max_cases: int = PUBLISHED_CASES
+
+    def __post_init__(self) -> None:
+        if self.max_cases < 0:
+            raise ValueError(f"max_cases must be >= 0 (0 = all); got {self.max_cases}")
+        unknown = sorted(set(self.question_types) - set(QUESTION_TYPES))
+        if not self.question_types or unknown:
+            raise ValueError(f"question_types must be some of {', '.join(QUESTION_TYPES)}; got "
+                             f"{list(self.question_types)}")
+
+
+@dataclass(frozen=True)
+class LongMemEvalSummary(SummaryPolicy):
+    """``[summary]``: the summary policy, plus how many forced rolling steps the build may take."""
+
+    #: Forced rolling summary updates at most (a small window needs several to cover the history).
+    max_steps: int = 64
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1; got {self.max_steps}")
+
 
 # --------------------------------------------------------------------------------- prompts
 
@@ -118,6 +165,7 @@ def parse_haystack_date(text: str) -> float | None:
 
 
 def event_id_for(question_id: str, session_index: int, turn_index: int) -> str:
+    """The id of one haystack turn; evidence recall matches search hits against these ids."""
     return f"{question_id}/s{session_index}/t{turn_index}"
 
 
@@ -147,10 +195,12 @@ def haystack_events(question: LongMemEvalQuestion) -> list[Event]:
 
 
 def evidence_ids(question: LongMemEvalQuestion) -> list[str]:
+    """Ids of the turns that hold the answer (``has_answer``): the targets of evidence recall."""
     return [event_id_for(question.question_id, si, ti) for si, ti in question.evidence_turns()]
 
 
 async def seed_session(service: Any, question: LongMemEvalQuestion, session_id: str) -> Any:
+    """A session holding the question's whole haystack in order: what every mode answers from."""
     session = await service.create_session(APP_NAME, USER_ID, session_id)
     for event in haystack_events(question):
         await service.append_event(session, event)
@@ -158,6 +208,7 @@ async def seed_session(service: Any, question: LongMemEvalQuestion, session_id: 
 
 
 def instruction_for(question: LongMemEvalQuestion, mode: str) -> str:
+    """The answer instruction dated like the question (relative dates resolve); ``recall`` adds the search advice."""
     text = INSTRUCTION.format(question_date=question.question_date)
     return f"{text}\n\n{RECALL_ADDON}" if mode == "recall" else text
 
@@ -167,37 +218,33 @@ def instruction_for(question: LongMemEvalQuestion, mode: str) -> str:
 
 @register
 class LongMemEvalTask(Task):
+    """LongMemEval questions answered from the full haystack, a summary, or a summary plus session recall."""
+
     name = "longmemeval"
     version = "1"
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
+    judge_templates = (LONGMEMEVAL_JUDGE,)
     description = "LongMemEval single-session-user (70): long context vs summary vs summary + session recall"
 
-    def default_settings(self) -> dict[str, dict[str, Any]]:
-        return {
-            "dataset": {"variant": "s_cleaned", "path": "", "question_types": [PUBLISHED_QUESTION_TYPE],
-                        "max_cases": PUBLISHED_CASES},
-            "answer": {"temperature": 0.0, "max_tokens": 384},
-            "agent": {"max_tool_iterations": 6},
-            "summary": {"prompt": "compact", "max_steps": 64, "max_output_tokens": 0},
-            "recall": {"scope": "current_hidden", "top_k": 5, "max_top_k": 10, "search_mode": "lexical",
-                       "embedder": "", "load_before": 1, "load_after": 1},
-            "retrieval": {"ks": [1, 5, 10]},
-            "judge": {"enabled": True, "model": ""},
-            "run": {"concurrency": 4},
-        }
+    def default_settings(self) -> dict[str, type[Any]]:
+        """The sections; ``benchmarks/longmemeval.toml`` holds the published values."""
+        return {"dataset": LongMemEvalDataset, "answer": GenerationConfig, "agent": AgentSettings,
+                "summary": LongMemEvalSummary, "recall": RecallPolicy, "retrieval": RetrievalSettings,
+                "judge": JudgeSettings, "run": RunSettings}
 
     # ---------------------------------------------------------------------------- cases
 
     def load_data(self, settings: Settings) -> LongMemEvalData:
-        dataset = settings["dataset"]
-        path = str(dataset["path"]).strip()
+        """The dataset: the file at ``[dataset] path`` when given, else the named variant from the data dir."""
+        dataset = settings.of("dataset", LongMemEvalDataset)
+        path = dataset.path.strip()
         if path:
             file = Path(path).expanduser()
             if not file.is_file():
                 raise DatasetError(f"longmemeval: [dataset] path {file} is not a file")
-            return parse_file(file, variant=str(dataset["variant"]))
-        variant = str(dataset["variant"])
+            return parse_file(file, variant=dataset.variant)
+        variant = dataset.variant
         if variant not in FILES:
             raise DatasetError(f"longmemeval: unknown [dataset] variant {variant!r}; known: {', '.join(FILES)}")
         try:
@@ -206,10 +253,12 @@ class LongMemEvalTask(Task):
             raise DatasetError(f"{exc} Or pass a file in the same schema with --set dataset.path=FILE.") from None
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The questions of the chosen types (first ``max_cases`` when set), fingerprinted for the run id."""
         data = self.load_data(settings)
-        types = [str(t) for t in settings["dataset"]["question_types"]]
+        dataset = settings.of("dataset", LongMemEvalDataset)
+        types = list(dataset.question_types)
         try:
-            picked = data.select(types, limit=int(settings["dataset"]["max_cases"]))
+            picked = data.select(types, limit=dataset.max_cases)
         except ValueError as exc:
             raise DatasetError(f"longmemeval: [dataset] question_types: {exc}") from None
         cases = [Case(
@@ -223,8 +272,8 @@ class LongMemEvalTask(Task):
         if not sha:  # a file given by path is not hashed by the loader: fingerprint it here
             import hashlib
 
-            sha = hashlib.sha256(Path(str(settings["dataset"]["path"])).expanduser().read_bytes()).hexdigest()
-        limit = int(settings["dataset"]["max_cases"])
+            sha = hashlib.sha256(Path(dataset.path).expanduser().read_bytes()).hexdigest()
+        limit = dataset.max_cases
         note = (f"{len(cases)} of {len(data.questions)} questions ({data.variant}; types {', '.join(types)}"
                 + (f"; first {limit}" if limit else "") + ")")
         return CaseSelection(cases, dataset_sha256=sha, loaded=len(data.questions), note=note)
@@ -232,27 +281,18 @@ class LongMemEvalTask(Task):
     # ----------------------------------------------------------------------------- modes
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
+        """Summary mode: the summary policy; recall mode: summary and recall policies."""
         return [p for p in self._policies(settings, mode) if p is not None]
 
-    def _policies(self, settings: Settings, mode: str) -> tuple[Any, Any]:
-        from agentlab.recall import RecallPolicy
-        from agentlab.summary import SummaryPolicy
-
+    def _policies(self, settings: Settings, mode: str) -> tuple[LongMemEvalSummary | None, RecallPolicy | None]:
+        """(summary policy, recall policy) of ``mode``: the ``[summary]`` / ``[recall]`` sections or None."""
         if mode == "long_context":
             return None, None
-        summary = SummaryPolicy(prompt=str(settings["summary"]["prompt"]), events_over=EVENTS_OVER,
-                                max_output_tokens=int(settings["summary"]["max_output_tokens"]) or None)
-        if mode != "recall":
-            return summary, None
-        recall = settings["recall"]
-        policy = RecallPolicy(tools_enabled=True, search_top_k=int(recall["top_k"]),
-                              max_search_top_k=int(recall["max_top_k"]),
-                              search_mode=str(recall["search_mode"]) or None,
-                              embedder=str(recall["embedder"]).strip() or None,
-                              window_before=int(recall["load_before"]), window_after=int(recall["load_after"]))
-        return summary, policy
+        summary = settings.of("summary", LongMemEvalSummary)
+        return summary, (settings.of("recall", RecallPolicy) if mode == "recall" else None)
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Seed the haystack and answer the question in ``mode`` with the agent."""
         from agentlab.runtime import LLMAgent, Runner
 
         if mode not in self.modes:
@@ -260,12 +300,9 @@ class LongMemEvalTask(Task):
         question: LongMemEvalQuestion = case.data
         settings = ctx.settings
         summary_policy, recall_policy = self._policies(settings, mode)
-        answer = settings["answer"]
         agent = LLMAgent(AGENT_NAME, ctx.model, instruction=instruction_for(question, mode), summary=summary_policy,
-                         recall=recall_policy,
-                         generation=GenerationConfig(temperature=float(answer["temperature"]),
-                                                     max_tokens=int(answer["max_tokens"])),
-                         max_tool_iterations=int(settings["agent"]["max_tool_iterations"]))
+                         recall=recall_policy, generation=generation_config(settings.section("answer")),
+                         max_tool_iterations=settings.of("agent", AgentSettings).max_tool_iterations)
         service = ctx.new_session_service()
         runner = Runner(APP_NAME, agent, service)
         session_id = f"{case.id}-{mode}"
@@ -275,10 +312,10 @@ class LongMemEvalTask(Task):
             session = await seed_session(service, question, session_id)
             if recall_policy is not None:
                 # Before the run: afterwards the session also holds the question and tool results.
-                ks = [int(k) for k in settings["retrieval"]["ks"] if int(k) <= recall_policy.max_search_top_k]
+                ks = [k for k in settings.of("retrieval", RetrievalSettings).ks if k <= recall_policy.max_search_top_k]
                 metadata.update(await evidence_recall(service, session, question, recall_policy, ks))
             if summary_policy is not None:
-                metadata.update(await self._force_summary(runner, service, session, int(settings["summary"]["max_steps"])))
+                metadata.update(await self._force_summary(runner, service, session, summary_policy.max_steps))
             with context_length_need(need):
                 outcome = await collect_run(runner.run(USER_ID, session_id, case.question))
         finally:
@@ -326,13 +363,17 @@ class LongMemEvalTask(Task):
     # ---------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """F1 / ROUGE / exact match, recall mode's evidence recall, and the judge's LLMScore
+        (fixed denominator: an unparsable verdict counts 0).
+        """
         scores = summary_scores(result.prediction, case.reference, exact=True)
         for name, value in sorted(result.metadata.items()):
             if name.startswith(("evidence_recall@", "evidence_hit@")):
                 scores.append(Score(name, float(value), EVIDENCE_RECALL_VERSION))
         if ctx.judge is not None:
             # Fixed denominator, as published: an unparsable verdict counts 0 rather than leaving the mean.
-            judged = await ctx.judge.longmemeval(case.question, case.reference, result.prediction)
+            judged = await ctx.judge.grade(LONGMEMEVAL_JUDGE, query=case.question, reference=case.reference,
+                                           prediction=result.prediction)
             scores += judged.to_scores("llm_score", unparsed_scores_zero=True)
         return scores
 
@@ -340,7 +381,8 @@ class LongMemEvalTask(Task):
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
         """``long_context``: the answer prompt. ``summary`` / ``recall``: the summariser's prompt over the
-        whole seeded history (a model with a small window splits it into rolling steps)."""
+        whole seeded history (a model with a small window splits it into rolling steps).
+        """
         from agentlab.runtime.context import events_to_messages
 
         question: LongMemEvalQuestion = case.data
@@ -351,7 +393,7 @@ class LongMemEvalTask(Task):
         from agentlab.summary import Summarizer, render_event_line
 
         summary_policy, _ = self._policies(settings, mode)
-        summariser = Summarizer(None, summary_policy)  # type: ignore[arg-type] - rendering needs no model
+        summariser = Summarizer(None, summary_policy)  # type: ignore[arg-type]  # rendering needs no model
         return [summariser.render_prompt([render_event_line(e) for e in events], "")]
 
     # ---------------------------------------------------------------------------- report
@@ -416,11 +458,11 @@ class LongMemEvalTask(Task):
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
         """Evidence recall@k / hit@k of ``session_search`` (query = the question) against the
         ``has_answer`` turns, searching the whole flattened history as ``current_hidden`` sees it
-        once the summary covers everything. Questions without evidence (abstention) are left out."""
-        ks = sorted({int(k) for k in settings["retrieval"]["ks"]})
-        if not ks or ks[0] < 1:
-            raise ValueError(f"[retrieval] ks must be positive integers, got {settings['retrieval']['ks']!r}")
+        once the summary covers everything. Questions without evidence (abstention) are left out.
+        """
+        ks = sorted(set(settings.of("retrieval", RetrievalSettings).ks))
         _, policy = self._policies(settings, "recall")
+        assert policy is not None
         if ks[-1] > policy.max_search_top_k:
             raise ValueError(f"[retrieval] ks go up to {ks[-1]} but session_search returns at most "
                              f"{policy.max_search_top_k} hits ([recall] max_top_k)")

@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from agentlab.bench.config import Settings
+from agentlab.bench.config import JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.mtbench101 import ALL_TASKS, PUBLISHED_TASKS, Dialogue, load_mtbench101
 from agentlab.bench.metrics import Score, percentile, retention, version_of
 from agentlab.bench.tasks import (
@@ -60,8 +61,12 @@ from agentlab.bench.tasks import (
     collect_run,
     register,
 )
+from agentlab.bench.tasks.mtbench101_judge import CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE
+from agentlab.bench.tasks.mtbench101_judge import parse_retention_rate as parse_retention_rate  # re-export
 from agentlab.events import Message
 from agentlab.model.base import GenerationConfig, ModelRequest, ModelResponse
+from agentlab.policy import PolicyJSON
+from agentlab.summary import SummaryPolicy
 
 APP_NAME = "mtbench101"
 USER_ID = "mtbench-user"
@@ -72,23 +77,6 @@ AGENT_NAME = "assistant"
 #: The published agent had no instruction; an empty instruction sends no system message.
 ANSWER_INSTRUCTION_VERSION = "mtbench-answer-v1"
 ANSWER_INSTRUCTION = ""
-
-RETENTION_LLM_PROMPT_VERSION = "mtbench-retention-llm-v1"
-RETENTION_LLM_PROMPT = """You compare two answers of an AI assistant to the same conversation turn.
-
-Answer A (assistant that saw the full conversation history):
-{baseline}
-
-Answer B (assistant that saw a summary of the earlier history):
-{test}
-
-Estimate what share of the KEY INFORMATION in answer A is also present in answer B. Key
-information means specific facts, numbers, dates and names; the main conclusions or
-recommendations; important context or constraints; action items or next steps.
-
-Reply in exactly this format:
-RETENTION_RATE: <a decimal between 0.0 and 1.0>
-MISSING: <comma-separated list of missing items, or none>"""
 
 #: Consistency value the reference counts as a pass (Pass^1).
 PASS_THRESHOLD = 0.7
@@ -120,27 +108,72 @@ def word_jaccard(a: str, b: str) -> float:
     return common / union if union > 0 else 0.0
 
 
-def parse_retention_rate(reply: str) -> float | None:
-    """The ``RETENTION_RATE:`` value clamped to [0, 1]; None when absent (the reference assumed 0.8)."""
-    for line in reply.splitlines():
-        line = line.strip()
-        if line.upper().startswith("RETENTION_RATE:"):
-            value = line.split(":", 1)[1].strip().split()[0] if line.split(":", 1)[1].strip() else ""
-            try:
-                return min(1.0, max(0.0, float(value.rstrip(".,;"))))
-            except ValueError:
-                return None
-    return None
+# ----------------------------------------------------------------------------------- settings
 
 
-def summary_policy(settings: Settings) -> Any:
-    from agentlab.summary import SummaryPolicy
+@dataclass(frozen=True)
+class MTBenchDataset(PolicyJSON):
+    """``[dataset]``: which MT-Bench-101 tasks run."""
 
-    summary = settings["summary"]
-    return SummaryPolicy(events_over=int(summary["events_over"]), checks_mode=summary["checks_mode"],
-                         prompt=summary["prompt"], workers=int(summary["workers"]),
-                         queue_size=int(summary["queue_size"]), job_timeout=float(summary["job_timeout"]),
-                         max_output_tokens=int(summary["max_output_tokens"]) or None)
+    #: Task codes (the published 9 = 917 dialogues); ``["ALL"]`` = all 13 tasks.
+    tasks: tuple[str, ...] = PUBLISHED_TASKS
+
+    def __post_init__(self) -> None:
+        tasks = [t.strip().upper() for t in self.tasks]
+        unknown = sorted(set(tasks) - set(ALL_TASKS))
+        if not tasks or (tasks != ["ALL"] and unknown):
+            raise ValueError(f"tasks must be some of {', '.join(sorted(ALL_TASKS))} or ALL; got {list(self.tasks)}")
+
+
+@dataclass(frozen=True)
+class MTBenchAnswer(GenerationConfig):
+    """``[answer]``: the answer calls' generation config, plus the agent's instruction."""
+
+    #: System instruction of the answering agent (the published agent had none).
+    instruction: str = ANSWER_INSTRUCTION
+
+
+@dataclass(frozen=True)
+class MTBenchSummary(SummaryPolicy):
+    """``[summary]``: the rolling summary policy, plus whether a turn waits for a queued summary."""
+
+    #: The next turn waits for a queued summary (ours: deterministic replay; the published
+    #: service summarised asynchronously).
+    wait_between_turns: bool = True
+
+
+@dataclass(frozen=True)
+class ConsistencySettings(PolicyJSON):
+    """``[consistency]``: the Pass^1 rule."""
+
+    #: A case passes when its consistency (0.4 + 0.6 x judge) is at least this.
+    pass_threshold: float = PASS_THRESHOLD
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.pass_threshold <= 1.0:
+            raise ValueError(f"pass_threshold must be in [0, 1]; got {self.pass_threshold}")
+
+
+@dataclass(frozen=True)
+class RetentionSettings(PolicyJSON):
+    """``[retention]``: whether the LLM retention score is added to the rule-based one."""
+
+    #: Add ``retention_llm`` (one judge call per turn); the rule-based retention is always computed.
+    llm: bool = False
+
+
+@dataclass(frozen=True)
+class SuitabilityRule(PolicyJSON):
+    """``[suitability]``: the report's rule for when to enable summaries, applied literally."""
+
+    #: Enable at >= this many average turns ...
+    enable_min_turns: float = 4.0
+    #: ... and more than this many average baseline prompt tokens.
+    enable_min_prompt: float = 2000.0
+    #: Disable at <= this many average turns ...
+    disable_max_turns: float = 2.0
+    #: ... or fewer than this many average baseline prompt tokens.
+    disable_max_prompt: float = 1000.0
 
 
 class BaselineMissing(Exception):
@@ -183,34 +216,31 @@ def _turn_usage(outcome: Any) -> tuple[int, int]:
 
 @register
 class MTBench101Task(Task):
+    """MT-Bench-101 dialogues answered turn by turn with the full history or a rolling summary."""
+
     name = "mtbench101"
     version = "1"
     modes = ("baseline", "summary")
     default_mode = "baseline"
+    judge_templates = (CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE)
     description = "MT-Bench-101: 917 multi-turn dialogues, rolling summary vs full history (consistency, savings)"
 
-    def default_settings(self) -> dict[str, dict[str, Any]]:
-        return {
-            "dataset": {"tasks": list(PUBLISHED_TASKS)},
-            "answer": {"temperature": 0.0, "max_tokens": 2000, "instruction": ANSWER_INSTRUCTION},
-            "summary": {"events_over": 2, "checks_mode": "any", "prompt": "compact", "workers": 1,
-                        "queue_size": 10, "job_timeout": 30.0, "wait_between_turns": True, "max_output_tokens": 0},
-            "consistency": {"pass_threshold": PASS_THRESHOLD},
-            "retention": {"llm": False},
-            "suitability": {"enable_min_turns": 4.0, "enable_min_prompt": 2000.0,
-                            "disable_max_turns": 2.0, "disable_max_prompt": 1000.0},
-            "judge": {"enabled": True, "model": ""},
-            "run": {"concurrency": 4},
-        }
+    def default_settings(self) -> dict[str, type[Any]]:
+        """The sections; ``benchmarks/mtbench101.toml`` holds the published values."""
+        return {"dataset": MTBenchDataset, "answer": MTBenchAnswer, "summary": MTBenchSummary,
+                "consistency": ConsistencySettings, "retention": RetentionSettings, "suitability": SuitabilityRule,
+                "judge": JudgeSettings, "run": RunSettings}
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
-        return [summary_policy(settings)] if mode == "summary" else []
+        """Summary mode runs the ``[summary]`` policy; the baseline none."""
+        return [settings.of("summary", MTBenchSummary)] if mode == "summary" else []
 
     # ---------------------------------------------------------------------------- cases
 
     def load_cases(self, settings: Settings) -> CaseSelection:
+        """The dialogues of the chosen tasks (``ALL``: every task); the last turn is the case's question."""
         data = load_mtbench101()
-        tasks = [str(t).strip().upper() for t in settings["dataset"]["tasks"]]
+        tasks = [t.strip().upper() for t in settings.of("dataset", MTBenchDataset).tasks]
         if tasks == ["ALL"]:
             tasks = sorted(ALL_TASKS)
         dialogues = data.select(tasks)
@@ -225,12 +255,10 @@ class MTBench101Task(Task):
     def _agent(self, settings: Settings, model: Any, *, with_summary: bool) -> Any:
         from agentlab.runtime import LLMAgent
 
-        answer = settings["answer"]
-        return LLMAgent(AGENT_NAME, model, instruction=str(answer["instruction"]),
-                        summary=summary_policy(settings) if with_summary else None,
-                        generation=GenerationConfig(temperature=float(answer["temperature"]),
-                                                    max_tokens=int(answer["max_tokens"])),
-                        max_tool_iterations=1)
+        answer = settings.of("answer", MTBenchAnswer)
+        return LLMAgent(AGENT_NAME, model, instruction=answer.instruction,
+                        summary=settings.of("summary", MTBenchSummary) if with_summary else None,
+                        generation=generation_config(answer), max_tool_iterations=1)
 
     async def converse(self, dialogue: Dialogue, settings: Settings, model: Any, session_service: Any, *,
                        with_summary: bool, session_id: str) -> dict[str, Any]:
@@ -238,7 +266,7 @@ class MTBench101Task(Task):
         from agentlab.runtime import Runner
 
         runner = Runner(APP_NAME, self._agent(settings, model, with_summary=with_summary), session_service)
-        wait = bool(settings["summary"]["wait_between_turns"])
+        wait = settings.of("summary", MTBenchSummary).wait_between_turns
         answers: list[str] = []
         prompt_tokens: list[int] = []
         completion_tokens: list[int] = []
@@ -265,6 +293,7 @@ class MTBench101Task(Task):
         return out
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Converse the whole dialogue; ``summary`` mode also fetches the baseline answers it is scored against."""
         dialogue: Dialogue = case.data
         if mode == "baseline":
             facts = await self.converse(dialogue, ctx.settings, ctx.model, ctx.new_session_service(),
@@ -321,16 +350,17 @@ class MTBench101Task(Task):
             Score("word_jaccard", length_factor * _mean(per_turn_jaccard), task_version, _turns(per_turn_jaccard)),
         ]
         if ctx.judge is not None:
-            judged = [await ctx.judge.consistency(dialogue.turns[i].user, baseline[i], answers[i]) for i in range(n)]
+            judged = [await ctx.judge.grade(CONSISTENCY_JUDGE, query=dialogue.turns[i].user, response_a=baseline[i],
+                                            response_b=answers[i]) for i in range(n)]
             raw = [j.score for j in judged]
             parsed = [v for v in raw if v is not None]
-            judge_version = f"{judged[0].prompt_version}@{judged[0].judge_model}" if judged else task_version
+            judge_version = judged[0].version if judged else task_version
             failures = len(raw) - len(parsed)
             note = f"; {failures} of {len(raw)} judge replies did not parse" if failures else ""
             if parsed:
                 judge_mean = sum(parsed) / len(parsed)
                 consistency = length_factor * reference_consistency(judge_mean)
-                threshold = float(ctx.settings["consistency"]["pass_threshold"])
+                threshold = ctx.settings.of("consistency", ConsistencySettings).pass_threshold
                 per_turn = [None if v is None else reference_consistency(v) for v in raw]
                 scores += [
                     Score("consistency_judge", length_factor * judge_mean, judge_version, _turns(raw) + note),
@@ -342,23 +372,21 @@ class MTBench101Task(Task):
             else:
                 scores += [Score(m, None, judge_version, f"no judge reply parsed{note}")
                            for m in ("consistency_judge", "consistency", "pass1")]
-            if bool(ctx.settings["retention"]["llm"]):
+            if ctx.settings.of("retention", RetentionSettings).llm:
                 rates = [await self._llm_retention(ctx, baseline[i], answers[i]) for i in range(n)]
                 kept = [r for r in rates if r is not None]
                 scores.append(Score("retention_llm", _mean(kept) if kept else None,
-                                    f"{RETENTION_LLM_PROMPT_VERSION}@{ctx.judge.spec}", _turns(rates)))
+                                    f"{RETENTION_LLM_JUDGE.version}@{ctx.judge.spec}", _turns(rates)))
         return scores
 
     async def _llm_retention(self, ctx: RunContext, baseline: str, test: str) -> float | None:
+        """One turn's LLM retention rate; None when the judge's reply has no rate (left out of the mean)."""
         if not baseline:
             return 1.0
         if not test:
             return 0.0
         assert ctx.judge is not None
-        request = ModelRequest([Message.user(RETENTION_LLM_PROMPT.format(baseline=baseline, test=test))],
-                               config=GenerationConfig(temperature=0.0, max_tokens=256), purpose="judge")
-        response = await ctx.judge.model.generate(request)
-        return parse_retention_rate(response.message.content or "")
+        return (await ctx.judge.grade(RETENTION_LLM_JUDGE, baseline=baseline, test=test)).score
 
     # ------------------------------------------------------------------------ dry run
 
@@ -369,7 +397,7 @@ class MTBench101Task(Task):
         summariser prompt (later turns depend on summary text that only a model can write).
         """
         dialogue: Dialogue = case.data
-        instruction = str(settings["answer"]["instruction"])
+        instruction = settings.of("answer", MTBenchAnswer).instruction
         head = [Message.system(instruction)] if instruction else []
         prompts = []
         history: list[Message] = []
@@ -380,10 +408,10 @@ class MTBench101Task(Task):
             return prompts
         from agentlab.summary import Summarizer
 
-        events_over = int(settings["summary"]["events_over"])
-        first = dialogue.turns[: max(1, (events_over + 2) // 2)]
+        policy = settings.of("summary", MTBenchSummary)
+        first = dialogue.turns[: max(1, ((policy.events_over or 0) + 2) // 2)]
         lines = [line for t in first for line in (f"user: {t.user}", f"{AGENT_NAME}: {t.bot}")]
-        summariser = Summarizer(None, summary_policy(settings))  # type: ignore[arg-type] - rendering needs no model
+        summariser = Summarizer(None, policy)  # type: ignore[arg-type]  # rendering needs no model
         return [*prompts[: len(first)], summariser.render_prompt(lines, "")]
 
     # ---------------------------------------------------------------------------- report
@@ -395,7 +423,9 @@ class MTBench101Task(Task):
         cases = _current_cases(store, self.name)
         if cases.empty:
             return {}
-        settings = self.default_settings()["suitability"]
+        from agentlab.bench.config import load_settings
+
+        rule = load_settings(self.name, self.default_settings()).of("suitability", SuitabilityRule)
         tables: dict[str, list[dict[str, Any]]] = {"token_efficiency": [], "quality": [], "turns": [],
                                                    "suitability": []}
         for model, per_model in cases.groupby("model"):
@@ -445,16 +475,17 @@ class MTBench101Task(Task):
                 avg_prompt = ok["answer_prompt"].mean() if not ok.empty else float("nan")
                 tables["suitability"].append({"model": model, "task": task, "avg_turns": turns.mean(),
                                               "avg_baseline_prompt": avg_prompt,
-                                              "verdict": suitability(turns.mean(), avg_prompt, settings)})
+                                              "verdict": suitability(turns.mean(), avg_prompt, rule)})
         return {name: pd.DataFrame(rows) for name, rows in tables.items()}
 
 
-def suitability(avg_turns: float, avg_prompt: float, rule: dict[str, float]) -> str:
+def suitability(avg_turns: float, avg_prompt: float, rule: SuitabilityRule) -> str:
     """The report's rule, applied literally: enable at ≥ 4 turns and > 2,000 prompt tokens per
-    case; disable at ≤ 2 turns or < 1,000 tokens; conditional in between."""
-    if avg_turns >= rule["enable_min_turns"] and avg_prompt > rule["enable_min_prompt"]:
+    case; disable at ≤ 2 turns or < 1,000 tokens; conditional in between.
+    """
+    if avg_turns >= rule.enable_min_turns and avg_prompt > rule.enable_min_prompt:
         return "enable"
-    if avg_turns <= rule["disable_max_turns"] or avg_prompt < rule["disable_max_prompt"]:
+    if avg_turns <= rule.disable_max_turns or avg_prompt < rule.disable_max_prompt:
         return "disable"
     return "conditional"
 

@@ -37,9 +37,9 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from agentlab.bench.config import Settings, SettingsError
+from agentlab.bench.config import AgentSettings, JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, load_qmsum, select_cases
 from agentlab.bench.metrics import Score, summary_scores
 from agentlab.bench.tasks import (
@@ -54,9 +54,11 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
 from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message
 from agentlab.model.base import CallRecord, GenerationConfig, ModelError, ModelInfo, observe_calls
-from agentlab.recall import RecallPolicy
+from agentlab.policy import PolicyJSON
+from agentlab.recall import SCOPES, RecallPolicy
 from agentlab.recall.search import session_search
 from agentlab.recall.tools import recall_overview
 from agentlab.runtime import LLMAgent, Runner, RunOptions
@@ -132,6 +134,70 @@ PRELOAD_TURN_CHARS = 600
 #: Window of the published model (gpt-4o-mini, 128k): dry runs plan the summariser's input with
 #: it, so the whole transcript goes into one summary call as in the published run.
 PUBLISHED_CONTEXT_WINDOW = 128_000
+
+
+# ----------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class QMSumDataset(PolicyJSON):
+    """``[dataset]``: which QMSum cases run (the published selection by default)."""
+
+    #: Split of the data; only the test split is shipped.
+    split: str = "test"
+    #: Meeting domain; only ``ALL`` (every domain) is shipped.
+    domain: str = "ALL"
+    #: Query type of the cases (244 ``specific`` queries in the test split).
+    query_type: str = "specific"
+    #: Keep cases whose evidence ends at least this many turns before the end (80 -> 189 cases).
+    min_distance_from_end: int = 80
+
+    def __post_init__(self) -> None:
+        if self.split != "test" or self.domain != "ALL":
+            raise ValueError(f"only split 'test' and domain 'ALL' are available; got split {self.split!r}, "
+                             f"domain {self.domain!r}")
+        if self.min_distance_from_end < 0:
+            raise ValueError(f"min_distance_from_end must be >= 0; got {self.min_distance_from_end}")
+
+
+@dataclass(frozen=True)
+class QMSumSummary(SummaryPolicy):
+    """``[summary]``: the summary policy, plus how QMSum builds the summary.
+
+    The published run's session service kept 20 events visible ("keep 20", ``SessionEventLimit``
+    of its pgvector session service, reference §5.1). There is no such knob here, on purpose: the
+    forced summary's boundary is the last seeded turn, so after it a request holds only the
+    question and at most 6 tool rounds (13 events), and a 20-event limit never removes one. The
+    old ``visible_events`` setting changed the run id without being read, so it was removed.
+    """
+
+    #: Force the summary over the whole seeded transcript right after seeding (published); the
+    #: trigger-driven alternative is not implemented.
+    force_build: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.force_build:
+            raise ValueError("force_build = false is not implemented; the published setup force-builds the "
+                             "summary after seeding")
+
+
+@dataclass(frozen=True)
+class QMSumRecall(RecallPolicy):
+    """``[recall]``: the recall policy, plus which recall path recall mode takes."""
+
+    #: ``tool``: on-demand ``session_search`` / ``session_load`` (published); ``preload``: the
+    #: retrieved turns are injected, for a model that cannot call tools.
+    qa: Literal["tool", "preload"] = "tool"
+    #: Scope the on-demand instruction tells the model to search first.
+    scope: str = "current_hidden"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.qa not in RECALL_PATHS:
+            raise ValueError(f"qa must be one of {', '.join(RECALL_PATHS)}; got {self.qa!r}")
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope must be one of {', '.join(SCOPES)}; got {self.scope!r}")
 
 
 # ------------------------------------------------------------------------------------ seeding
@@ -373,56 +439,35 @@ class _CallTally:
 
 @register
 class QMSumTask(Task):
+    """QMSum specific queries answered from the transcript, a forced summary, or the summary plus recall."""
+
     name = "qmsum"
     version = "1"
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
+    judge_templates = (QMSUM_JUDGE,)
     description = ("QMSum specific queries (189 cases): long context vs forced summary vs summary + "
                    "session recall (Zhong et al., NAACL 2021)")
 
     # ------------------------------------------------------------------------------ settings
 
-    def default_settings(self) -> dict[str, dict[str, Any]]:
-        """Defaults; ``benchmarks/qmsum.toml`` holds the published values and overrides these."""
-        return {
-            "dataset": {"split": "test", "domain": "ALL", "query_type": "specific", "min_distance_from_end": 80},
-            "answer": {"temperature": 0.0, "max_tokens": 384},
-            "agent": {"max_tool_iterations": 6},
-            "summary": {
-                "prompt": "compact", "force_build": True, "event_threshold": 40, "visible_events": 20,
-                # Ours: the published run left summary length to gpt-4o-mini's default; 1,024
-                # tokens is > 2x its average summary (1,776 chars) and only stops a small model
-                # that loops. 0 = the model's default.
-                "max_output_tokens": 1024,
-            },
-            "recall": {"qa": "tool", "scope": "current_hidden", "top_k": 5, "max_top_k": 10,
-                       "search_mode": "lexical", "load_before": 1, "load_after": 1},
-            "judge": {"enabled": True, "model": ""},
-            "run": {"concurrency": 4},
-        }
+    def default_settings(self) -> dict[str, type[Any]]:
+        """The sections; ``benchmarks/qmsum.toml`` holds the published values."""
+        return {"dataset": QMSumDataset, "answer": GenerationConfig, "agent": AgentSettings,
+                "summary": QMSumSummary, "recall": QMSumRecall, "judge": JudgeSettings, "run": RunSettings}
 
     @staticmethod
-    def summary_policy(settings: Settings) -> SummaryPolicy:
-        max_output = int(settings.get("summary", "max_output_tokens", 0) or 0)
-        return SummaryPolicy(
-            prompt=str(settings.get("summary", "prompt", "compact")),
-            # The published "summary at 40" trigger; moot for the forced build, and it keeps the
-            # runner's background worker from re-summarising after the answer.
-            events_over=int(settings.get("summary", "event_threshold", 40)),
-            max_output_tokens=max_output or None,
-        )
+    def summary_policy(settings: Settings) -> QMSumSummary:
+        """The ``[summary]`` section: the summary policy of summary and recall modes."""
+        return settings.of("summary", QMSumSummary)
 
     @staticmethod
-    def recall_policy(settings: Settings) -> RecallPolicy:
-        return RecallPolicy(
-            search_top_k=int(settings.get("recall", "top_k", 5)),
-            max_search_top_k=int(settings.get("recall", "max_top_k", 10)),
-            search_mode=str(settings.get("recall", "search_mode", "lexical")),
-            window_before=int(settings.get("recall", "load_before", 1)),
-            window_after=int(settings.get("recall", "load_after", 1)),
-        )
+    def recall_policy(settings: Settings) -> QMSumRecall:
+        """The ``[recall]`` section: the recall policy of recall mode (search depth, load window)."""
+        return settings.of("recall", QMSumRecall)
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
+        """Summary mode: the summary policy; recall mode: summary and recall policies."""
         if mode == "summary":
             return [self.summary_policy(settings)]
         if mode == "recall":
@@ -431,16 +476,13 @@ class QMSumTask(Task):
 
     @staticmethod
     def generation(settings: Settings) -> GenerationConfig:
-        return GenerationConfig(temperature=float(settings.get("answer", "temperature", 0.0)),
-                                max_tokens=int(settings.get("answer", "max_tokens", 384)))
+        """The answer calls' generation config (the ``[answer]`` section)."""
+        return generation_config(settings.section("answer"))
 
     @staticmethod
     def recall_path(settings: Settings) -> str:
         """``tool`` (on-demand session_search / session_load, published) or ``preload``."""
-        path = str(settings.get("recall", "qa", "tool"))
-        if path not in RECALL_PATHS:
-            raise SettingsError(f"qmsum: [recall] qa must be one of {', '.join(RECALL_PATHS)}, got {path!r}")
-        return path
+        return QMSumTask.recall_policy(settings).qa
 
     @classmethod
     def instruction(cls, mode: str, settings: Settings) -> str:
@@ -449,8 +491,7 @@ class QMSumTask(Task):
             return ANSWER_INSTRUCTION
         if cls.recall_path(settings) == "preload":
             return ANSWER_INSTRUCTION + "\n\n" + PRELOAD_INSTRUCTION
-        scope = str(settings.get("recall", "scope", "current_hidden"))
-        return ANSWER_INSTRUCTION + "\n\n" + ON_DEMAND_INSTRUCTION.format(scope=scope)
+        return ANSWER_INSTRUCTION + "\n\n" + ON_DEMAND_INSTRUCTION.format(scope=cls.recall_policy(settings).scope)
 
     def case_group(self, case: Case) -> str | None:
         """A meeting's questions run back to back: one summary, one cached transcript prefix."""
@@ -459,15 +500,9 @@ class QMSumTask(Task):
     # -------------------------------------------------------------------------------- cases
 
     def load_cases(self, settings: Settings) -> CaseSelection:
-        dataset = settings["dataset"]
-        if dataset.get("split", "test") != "test" or dataset.get("domain", "ALL") != "ALL":
-            raise SettingsError(f"qmsum: only split 'test' and domain 'ALL' are available, got "
-                                f"split {dataset.get('split')!r}, domain {dataset.get('domain')!r}")
-        if not settings.get("summary", "force_build", True):
-            raise SettingsError("qmsum: [summary] force_build = false is not implemented; the published "
-                                "setup force-builds the summary after seeding")
-        query_type = str(dataset.get("query_type", "specific"))
-        min_distance = int(dataset.get("min_distance_from_end", 80))
+        """The published selection (test split, specific queries far from the end); other selections are refused."""
+        dataset = settings.of("dataset", QMSumDataset)
+        query_type, min_distance = dataset.query_type, dataset.min_distance_from_end
         data = load_qmsum()
         loaded = len(data.cases(query_type))
         selected = select_cases(data, query_type=query_type, min_distance_from_end=min_distance)
@@ -478,6 +513,7 @@ class QMSumTask(Task):
 
     @staticmethod
     def case_from(item: QMSumCase) -> Case:
+        """A case of one query, with where its evidence lies (the tables break results down by distance)."""
         window = item.support_window
         return Case(
             id=item.case_id, question=item.query, reference=item.answer, data=item,
@@ -534,6 +570,7 @@ class QMSumTask(Task):
     # -------------------------------------------------------------------------------- a case
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Answer one query in ``mode``; the metadata records prompt versions and summary and recall facts."""
         item: QMSumCase = case.data
         settings = ctx.settings
         service = ctx.new_session_service()
@@ -558,7 +595,7 @@ class QMSumTask(Task):
                             summary_steps=built.steps, summary_model_calls=built.model_calls,
                             summary_built_by_this_case=built.built_by == case.id,
                             summary_prompt_version=policy.prompt_version)
-            recall = None
+            recall: RecallPolicy | None = None
             preloaded = ""
             if mode == "recall":
                 recall = self.recall_policy(settings)
@@ -569,8 +606,7 @@ class QMSumTask(Task):
                 if path == "preload":
                     metadata["prompt_version"] += "+" + PRELOAD_INSTRUCTION_VERSION
                     anchors, turns = await preload_hidden_turns(
-                        service, session, item.query, recall, int(settings.get("recall", "load_before", 1)),
-                        int(settings.get("recall", "load_after", 1)))
+                        service, session, item.query, recall, recall.window_before, recall.window_after)
                     preloaded = render_preloaded_turns(session, turns)
                     metadata.update(recall_hits=len(anchors), recall_turns=len(turns))
                     recall = None  # no tools and no tool overview: the evidence is already in the request
@@ -578,7 +614,7 @@ class QMSumTask(Task):
                     metadata["prompt_version"] += "+" + ON_DEMAND_INSTRUCTION_VERSION
             agent = LLMAgent(AGENT_NAME, ctx.model, instruction=self.instruction(mode, settings),
                              summary=policy, recall=recall, generation=self.generation(settings),
-                             max_tool_iterations=int(settings.get("agent", "max_tool_iterations", 6)))
+                             max_tool_iterations=settings.of("agent", AgentSettings).max_tool_iterations)
             if preloaded:
                 # After the summary, before the question: the system message is instruction,
                 # summary, preloaded turns (so the preload block sits where the reference's does).
@@ -615,13 +651,17 @@ class QMSumTask(Task):
     # ------------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """ROUGE / F1 / BLEU against the reference, evidence recall@k, and the judge's LLM score
+        (an unparsable verdict is NULL, left out of the mean).
+        """
         scores = summary_scores(result.prediction, result.reference or case.reference)
         for k in EVIDENCE_KS:
             key = f"evidence_recall@{k}"
             if key in result.metadata:
                 scores.append(Score(key, float(result.metadata[key]), EVIDENCE_RECALL_VERSION))
         if ctx.judge is not None:
-            judged = await ctx.judge.qmsum(case.question, result.reference or case.reference, result.prediction)
+            judged = await ctx.judge.grade(QMSUM_JUDGE, query=case.question, reference=result.reference or case.reference,
+                                           prediction=result.prediction)
             scores += judged.to_scores("llm_score")
         return scores
 
