@@ -33,8 +33,9 @@ doclint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-# Unit and contract tests (scripted models, local servers), then every notebook top to bottom.
-test: install lint
+# Lint, docstrings and the type checker, then unit and contract tests (scripted models, local
+# servers), then every notebook top to bottom.
+test: install lint doclint typecheck
 	$(PY) -m pytest -q --durations=10 -m "not slow" tests
 	$(PY) -m pytest -q --durations=10 --nbmake notebooks
 
