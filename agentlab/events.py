@@ -6,9 +6,14 @@ events can be persisted by any session backend and replayed exactly.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -25,9 +30,42 @@ OBJ_ERROR = "error"
 OBJ_RUN_DONE = "runner.completion"
 
 
+class _IdSequence:
+    """Ids derived from a seed and a counter: the n-th id asked for under a seed is always the same."""
+
+    def __init__(self, seed: str) -> None:
+        self.seed = seed
+        self._count = itertools.count()
+
+    def next(self) -> str:
+        return hashlib.sha256(f"{self.seed}\x00{next(self._count)}".encode()).hexdigest()[:32]
+
+
+_ID_SEQUENCE: ContextVar[_IdSequence | None] = ContextVar("agentlab_id_sequence", default=None)
+
+
+@contextmanager
+def reproducible_ids(seed: str) -> Iterator[None]:
+    """Within the block, :func:`new_id` derives ids from ``seed`` and the order they are asked for.
+
+    Event, session and memory ids reach prompts (``session_search`` hits name the ``event_id`` to
+    load; the memory extractor lists memory ids), so random ids would make every rerun of a case
+    send different prompts: the call cache could not replay it and two runs of one case could not
+    be compared call by call. The executor runs each case under a seed naming the benchmark, mode
+    and case, so a case creates the same ids wherever and however often it runs, as long as its
+    steps run in the same order. Asyncio tasks started inside the block share the sequence.
+    """
+    token = _ID_SEQUENCE.set(_IdSequence(seed))
+    try:
+        yield
+    finally:
+        _ID_SEQUENCE.reset(token)
+
+
 def new_id(prefix: str = "") -> str:
-    """A fresh unique id (random hex), ``prefix`` first: ids never depend on clocks or order."""
-    return f"{prefix}{uuid.uuid4().hex}"
+    """A unique id, ``prefix`` first: random hex, or the next id of :func:`reproducible_ids`' seed."""
+    sequence = _ID_SEQUENCE.get()
+    return f"{prefix}{sequence.next() if sequence is not None else uuid.uuid4().hex}"
 
 
 @dataclass(frozen=True)

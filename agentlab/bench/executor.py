@@ -46,6 +46,7 @@ from agentlab.bench.judge import Judge, judge_versions
 from agentlab.bench.metrics import Score, version_of
 from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
+from agentlab.events import reproducible_ids
 from agentlab.model import tokens
 from agentlab.model.base import CallRecord, Model, ModelInfo, observe_calls
 from agentlab.model.cache import CacheEntry, CallCache
@@ -248,7 +249,8 @@ async def attempt_case(task: Task, mode: str, ctx: RunContext, ordinal: int, cas
     started = time.perf_counter()
     record = CaseRecord(run_id=ctx.run_id, case_id=case.id, status="ok", ordinal=ordinal,
                         reference=case.reference, metadata=dict(case.metadata))
-    with observe_calls(calls.append), (steps if steps is not None else contextlib.nullcontext()):
+    with observe_calls(calls.append), (steps if steps is not None else contextlib.nullcontext()), \
+            reproducible_ids(f"{task.name}/{mode}/{case.id}"):
         try:
             result: CaseResult = await task.run_case(case, mode, ctx)
             record.prediction = result.prediction

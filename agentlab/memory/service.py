@@ -20,13 +20,13 @@ import asyncio
 import builtins
 import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from agentlab.events import new_id
 from agentlab.memory.policies import MEMORY_KINDS, SEARCH_MODES
 
 if TYPE_CHECKING:
@@ -34,8 +34,11 @@ if TYPE_CHECKING:
     from agentlab.recall.index import SearchIndex
 
 def new_memory_id() -> str:
-    """A fresh, globally unique memory id (``mem-`` and 16 hex digits)."""
-    return f"mem-{uuid.uuid4().hex[:16]}"
+    """A unique memory id (``mem-`` and 16 hex digits), reproducible under :func:`~agentlab.events.reproducible_ids`.
+
+    The extractor shows the model the ids of the memories it may update, so they are part of its prompts.
+    """
+    return new_id("mem-")[:20]
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentlab.events import Event
+from agentlab.events import Event, new_id
 from agentlab.session.base import (
     FULL_SESSION_KEY,
     EventTokenCounter,
@@ -61,8 +60,8 @@ def default_token_counter(event: Event) -> int:
 
 
 def new_session_id() -> str:
-    """A fresh, globally unique session id (``s-`` and 32 hex digits)."""
-    return f"s-{uuid.uuid4().hex}"
+    """A unique session id (``s-`` and 32 hex digits), reproducible under :func:`agentlab.events.reproducible_ids`."""
+    return new_id("s-")
 
 
 def merge_state(state: dict[str, Any], delta: dict[str, Any]) -> None:
