@@ -49,6 +49,16 @@ class GenerationConfig:
     #: fall back to a plain JSON object and rely on the prompt.
     json_schema: str | None = None
 
+    def __post_init__(self) -> None:
+        # A value a server would take literally (max_tokens=0 asks for nothing) or refuse is stopped
+        # here, where the setting that produced it can still be named.
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, or none for the model's default; got {self.max_tokens}")
+        if self.temperature is not None and self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0; got {self.temperature}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p}")
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, as hashed into the cache key and stored with a call."""
         d = asdict(self)

@@ -96,6 +96,11 @@ class SummaryPolicy(PolicyJSON, ContextMechanism):
         for name in ("max_summary_words", "skip_recent", "context_floor_tokens", "input_tool_result_max_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SummaryPolicy.{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_output_tokens is not None and self.max_output_tokens < 1:
+            # 0 once meant "the model's default" in the benchmark files; sent as max_tokens=0 it asks
+            # for an empty summary, so it is refused rather than passed on.
+            raise ValueError(f"SummaryPolicy.max_output_tokens must be >= 1, or none for the model's default; "
+                             f"got {self.max_output_tokens}")
         if self.context_fallback_window <= 0:
             raise ValueError("SummaryPolicy.context_fallback_window must be > 0")
         if self.workers < 1 or self.queue_size < 1 or self.job_timeout <= 0:

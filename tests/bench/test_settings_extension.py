@@ -217,3 +217,15 @@ def test_a_variant_name_types_back_into_set(knob_task: Path) -> None:
     assert name == "summary.max_output_tokens=none"
     # The name's assignment, given back to --set, rebuilds the same settings.
     assert apply_overrides(capped, name.split(";")) == cleared
+
+
+@pytest.mark.parametrize(("flag", "needle"), [
+    ("answer.max_tokens=0", "[answer] max_tokens must be >= 1"),
+    ("answer.temperature=-1", "[answer] temperature must be >= 0"),
+    ("summary.max_output_tokens=0", "max_output_tokens must be >= 1"),
+])
+def test_a_zero_token_budget_is_refused_not_sent(knob_task: Path, flag: str, needle: str) -> None:
+    # max_tokens=0 once meant "the model's default" in the settings files; a server takes it literally.
+    code, _, err = run_cli("knobtest", "--mode", "summary", "--dry-run", "--set", flag)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert needle in err and f"--set {flag}" in err
