@@ -166,3 +166,23 @@ def test_the_cycle_finder_sees_a_cycle() -> None:
                      "if TYPE_CHECKING:\n    import hidden\ndef f():\n    import late\n")
     assert _import_time_imports(tree, "pkg.mod", False) == {"__future__", "__future__.annotations", "x.y",
                                                             "pkg.z", "pkg.z.w"}
+
+
+#: Model backends the components never use: loading them cost ``import agentlab.recall`` ~0.35 s.
+BACKENDS = ("agentlab.model.openai_compat", "agentlab.model.embedded", "agentlab.model.cache", "openai")
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_a_component_loads_no_model_backend(component: str) -> None:
+    code = (f"import sys, {component}; "
+            f"print(','.join(sorted(m for m in {BACKENDS!r} if m in sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+
+
+def test_the_lazy_model_package_still_exports_its_names() -> None:
+    import agentlab.model as model
+
+    assert sorted(model.__all__) == sorted([*model._EXPORTS, "tokens"])
+    assert all(getattr(model, name) is not None for name in model.__all__)
