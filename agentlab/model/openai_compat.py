@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import threading
 import time
 import weakref
@@ -31,10 +30,9 @@ import openai
 from pydantic import BaseModel
 
 from agentlab.events import Message, ToolCall, Usage, new_id
-from agentlab.model import tokens, window
+from agentlab.model import window
 from agentlab.model.base import (
     CallRecord,
-    ContextLengthError,
     ContextWindowUnknown,
     MalformedResponse,
     ModelChunk,
@@ -42,12 +40,16 @@ from agentlab.model.base import (
     ModelInfo,
     ModelRequest,
     ModelResponse,
-    ModelTimeout,
     ModelUnavailable,
-    RateLimitError,
-    ServerError,
     report_call,
 )
+from agentlab.model.openai_wire import Attempt as _Attempt
+from agentlab.model.openai_wire import classify as _classify
+from agentlab.model.openai_wire import estimated_usage as _estimated_usage
+from agentlab.model.openai_wire import parse_completion
+from agentlab.model.openai_wire import parse_usage as _parse_usage
+from agentlab.model.openai_wire import short as _short
+from agentlab.model.openai_wire import times as _times
 
 if TYPE_CHECKING:
     from openai import AsyncStream
@@ -78,19 +80,6 @@ EXPLICIT_SOURCE = "--context-window"
 #: Source label of a window taken from :data:`KNOWN_CONTEXT_WINDOWS`.
 TABLE_SOURCE = "known-model table"
 
-# Wording servers use when a prompt does not fit: OpenAI/vLLM ("maximum context length",
-# code context_length_exceeded), llama.cpp ("exceeds the available context size",
-# exceed_context_size_error, n_ctx), Ollama ("input length exceeds the context length"), proxies.
-_CONTEXT_LENGTH_PATTERN = re.compile(
-    r"context[ _]length|maximum context|too many tokens|exceeds? (?:the )?(?:available |maximum )?context"
-    r"|exceed_context_size|n_ctx|context size|context window",
-    re.IGNORECASE,
-)
-
-_NUMBER_WORDS = {1: "once", 2: "twice", 3: "three times", 4: "four times", 5: "five times",
-                 6: "six times", 7: "seven times", 8: "eight times", 9: "nine times", 10: "ten times"}
-
-
 def known_context_window(model: str) -> int | None:
     """The window of ``model`` from :data:`KNOWN_CONTEXT_WINDOWS` (longest prefix), else ``None``."""
     name = model.rsplit("/", 1)[-1].lower()
@@ -99,176 +88,6 @@ def known_context_window(model: str) -> int | None:
         if name.startswith(prefix) and len(prefix) > len(best):
             best = prefix
     return KNOWN_CONTEXT_WINDOWS[best] if best else None
-
-
-def _short(text: Any, limit: int = 200) -> str:
-    """One readable line of at most ``limit`` characters from a body or error payload."""
-    if not isinstance(text, str):
-        try:
-            text = json.dumps(text, ensure_ascii=False)
-        except (TypeError, ValueError):
-            text = str(text)
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def _times(n: int) -> str:
-    return _NUMBER_WORDS.get(n, f"{n} times")
-
-
-class _Attempt(Exception):
-    """One failed attempt, classified; turned into a ModelError once retries are over."""
-
-    def __init__(self, error_class: type[ModelError], detail: str, status: int | None,
-                 retryable: bool, retry_after: float | None = None) -> None:
-        super().__init__(detail)
-        self.error_class = error_class
-        self.detail = detail
-        self.status = status
-        self.retryable = retryable
-        self.retry_after = retry_after
-
-
-def _error_text(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        # The library strips the outer {"error": ...}; some servers send a bare {"message": ...}.
-        inner = body.get("error", body)
-        if isinstance(inner, dict):
-            # A numeric code only repeats the HTTP status; a textual one (context_length_exceeded) helps.
-            parts = [str(inner[k]) for k in ("message", "type") if inner.get(k)]
-            if isinstance(inner.get("code"), str):
-                parts.append(inner["code"])
-            extra = {k: v for k, v in inner.items() if k in ("n_ctx", "n_prompt_tokens")}
-            if extra:
-                parts.append(json.dumps(extra))
-            if parts:
-                return " | ".join(parts)
-        return _short(body)
-    try:
-        text = exc.response.text
-    except Exception:  # the body may be unreadable (already closed stream)
-        text = exc.message
-    return _short(text) or "(empty body)"
-
-
-def _retry_after_seconds(exc: openai.APIStatusError) -> float | None:
-    try:
-        value = exc.response.headers.get("retry-after")
-        return float(value) if value is not None else None
-    except (TypeError, ValueError, AttributeError):
-        return None
-
-
-def _classify(exc: BaseException) -> _Attempt:
-    """Map a library exception onto our error family and say whether it is worth retrying."""
-    if isinstance(exc, openai.APITimeoutError):
-        return _Attempt(ModelTimeout, "timed out", None, retryable=True)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return _Attempt(ModelUnavailable, f"could not be reached ({_short(str(cause) or type(cause).__name__)})",
-                        None, retryable=True)
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        detail = _error_text(exc)
-        if status == 429:
-            return _Attempt(RateLimitError, detail, status, retryable=True,
-                            retry_after=_retry_after_seconds(exc))
-        if status >= 500:
-            return _Attempt(ServerError, detail, status, retryable=True)
-        if status == 408:
-            return _Attempt(ModelTimeout, detail, status, retryable=True)
-        if status in (400, 413, 422) and _CONTEXT_LENGTH_PATTERN.search(detail):
-            return _Attempt(ContextLengthError, detail, status, retryable=False)
-        if status in (401, 403, 404):
-            return _Attempt(ModelUnavailable, detail, status, retryable=False)
-        return _Attempt(ModelError, detail, status, retryable=False)
-    if isinstance(exc, openai.APIError):
-        # An error object inside a 200 stream (the library raises a bare APIError for it).
-        detail = _short(getattr(exc, "message", str(exc)))
-        if _CONTEXT_LENGTH_PATTERN.search(detail):
-            return _Attempt(ContextLengthError, detail, None, retryable=False)
-        return _Attempt(ModelError, detail, None, retryable=False)
-    if isinstance(exc, asyncio.TimeoutError):
-        return _Attempt(ModelTimeout, "timed out", None, retryable=True)
-    raise exc
-
-
-# ---------------------------------------------------------------------------------- parsing
-
-
-def _parse_tool_calls(raw: Any) -> tuple[ToolCall, ...]:
-    if not raw:
-        return ()
-    if not isinstance(raw, list):
-        raise MalformedResponse(f"tool_calls is a {type(raw).__name__}, expected a list")
-    calls = []
-    for item in raw:
-        function = item.get("function") if isinstance(item, dict) else None
-        if not isinstance(function, dict) or not function.get("name"):
-            raise MalformedResponse(f"tool call without a function name: {_short(item, 120)}")
-        arguments = function.get("arguments")
-        if arguments is None:
-            arguments = "{}"
-        elif not isinstance(arguments, str):
-            # Some servers (Ollama) send the arguments as an object instead of a JSON string.
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        calls.append(ToolCall(id=str(item.get("id") or new_id("call_")), name=str(function["name"]),
-                              arguments=arguments))
-    return tuple(calls)
-
-
-def _parse_usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    details = raw.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    try:
-        return Usage(
-            prompt_tokens=int(raw.get("prompt_tokens") or 0),
-            completion_tokens=int(raw.get("completion_tokens") or 0),
-            cached_tokens=int(cached or 0),
-        )
-    except (TypeError, ValueError):
-        return None
-
-
-def _estimated_usage(request: ModelRequest, message: Message) -> Usage:
-    completion = tokens.count_text(message.content) + sum(
-        tokens.count_text(c.name) + tokens.count_text(c.arguments) for c in message.tool_calls
-    )
-    return Usage(tokens.count_messages(request.messages, request.tools or None), completion)
-
-
-def parse_completion(body: str, where: str = "model server") -> tuple[Message, Usage | None, str | None]:
-    """Message, usage and finish reason of a chat-completions JSON body; MalformedResponse if not one.
-
-    ``where`` names the server in error messages.
-    """
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, TypeError):
-        raise MalformedResponse(f"{where} sent a body that is not JSON: {_short(body, 120)!r}") from None
-    if not isinstance(data, dict):
-        raise MalformedResponse(f"{where} sent a JSON {type(data).__name__}, expected an object")
-    if "error" in data and not data.get("choices"):
-        detail = _short(data["error"])
-        if _CONTEXT_LENGTH_PATTERN.search(detail):
-            raise ContextLengthError(detail)
-        raise ModelError(f"{where} returned an error: {detail}")
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise MalformedResponse(f"{where} sent a response with no choices: {_short(body, 120)!r}")
-    choice = choices[0]
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
-        raise MalformedResponse(f"{where} sent a choice without a message: {_short(choice, 120)!r}")
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        raise MalformedResponse(f"{where} sent message content as {type(content).__name__}, expected text")
-    parsed = Message.assistant(content or "", _parse_tool_calls(message.get("tool_calls")))
-    finish = choice.get("finish_reason")
-    return parsed, _parse_usage(data.get("usage")), str(finish) if finish is not None else None
 
 
 # ------------------------------------------------------------------------------------ model
