@@ -7,6 +7,7 @@ The run command ends with the comparison sections of the same report (:func:`_re
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -14,7 +15,7 @@ from typing import Any, TextIO
 from agentlab.bench.cli_common import SMOKE_LABEL, CliError, _banner, _print_json, _records
 from agentlab.bench.config import MODE_ROLES
 from agentlab.bench.store import ResultStore
-from agentlab.bench.tasks import UnknownBenchmark, discover, get_task
+from agentlab.bench.tasks import UnknownBenchmark, get_task, mode_roles
 
 #: The report sections a run with baselines ends with (``report`` prints every section).
 COMPARISON_SECTIONS = ("token_savings", "quality_loss", "recovery", "own")
@@ -70,16 +71,13 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _all_roles() -> dict[str, Any]:
-
-    roles: dict[str, Any] = dict(MODE_ROLES)
+    """Every benchmark's mode roles; with a task module that fails to load, the built-in ones (said on stderr)."""
     try:
-        for name, cls in discover().items():
-            task_roles = cls().roles()
-            if task_roles is not None:
-                roles[name] = task_roles
-    except Exception:  # a broken task module must not prevent reporting stored results
-        pass
-    return roles
+        return mode_roles()
+    except Exception as exc:  # a broken task module must not prevent reporting stored results
+        print(f"warning: a task module failed to load ({type(exc).__name__}: {exc}); derived tables use the "
+              "built-in mode roles", file=sys.stderr)
+        return dict(MODE_ROLES)
 
 
 def _narrow(df: Any, run_ids: set[str] | None, variants: set[str] | None,

@@ -141,15 +141,9 @@ def these_runs(frame: pd.DataFrame, log: pd.DataFrame) -> pd.DataFrame:
 
 def mode_roles() -> dict[str, Any]:
     """Baseline / lossy / recovered modes of every registered benchmark (as ``report`` uses them)."""
-    from agentlab.bench.config import MODE_ROLES
-    from agentlab.bench.tasks import discover
+    from agentlab.bench.tasks import mode_roles as task_mode_roles
 
-    roles: dict[str, Any] = dict(MODE_ROLES)
-    for name, cls in discover().items():
-        task_roles = cls().roles()
-        if task_roles is not None:
-            roles[name] = task_roles
-    return roles
+    return task_mode_roles()
 
 
 def partition_settings(benchmark: str, assignments: Iterable[str]) -> tuple[list[str], list[str]]:

@@ -346,6 +346,18 @@ def discover() -> dict[str, type[Task]]:
     return TASKS
 
 
+def mode_roles() -> dict[str, Any]:
+    """Baseline / lossy / recovered modes of every benchmark: the built-in table, then each task's own."""
+    from agentlab.bench.config import MODE_ROLES
+
+    roles: dict[str, Any] = dict(MODE_ROLES)
+    for name, cls in discover().items():
+        task_roles = cls().roles()
+        if task_roles is not None:
+            roles[name] = task_roles
+    return roles
+
+
 def get_task(name: str) -> Task:
     """A fresh instance of the task registered as ``name`` (:class:`UnknownBenchmark` if none)."""
     tasks = discover()
