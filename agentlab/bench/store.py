@@ -446,10 +446,11 @@ class ResultStore:
         rows = self.conn.execute(
             "SELECT r.run_id, r.benchmark, r.mode, r.model, r.judge_model, r.dataset_sha256, r.task_version, "
             "r.status, r.started, r.variant, r.variant_settings, "
-            "(SELECT count(*) FROM cases c WHERE c.run_id = r.run_id AND c.status = 'ok') AS n_ok "
+            "(SELECT count(*) FROM cases c WHERE c.run_id = r.run_id AND c.status = 'ok') AS n_ok, "
+            "json_extract_string(r.config, '$.context_window') AS context_window "
             "FROM runs r").fetchall()
         names = ["run_id", "benchmark", "mode", "model", "judge_model", "dataset_sha256", "task_version", "status",
-                 "started", "variant", "variant_settings", "n_ok"]
+                 "started", "variant", "variant_settings", "n_ok", "context_window"]
         runs = []
         for row in rows:
             run = dict(zip(names, row, strict=True))
@@ -529,8 +530,10 @@ def _role(mode: str, roles: ModeRoles | None) -> str:
 
 
 def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The ``mode`` run ``run`` is compared with: same benchmark, model, judge (or either unjudged: the
-    judge's metrics then simply do not pair), data and task version, whose variant settings are a subset of ``run``'s; the most specific such run wins (its own
+    """The ``mode`` run ``run`` is compared with: same benchmark, model, context window (which prompts
+    fit depends on it; ``--context-window`` is not a setting, so the variant does not show it), judge
+    (or either unjudged: the judge's metrics then simply do not pair), data and task version, whose
+    variant settings are a subset of ``run``'s; the most specific such run wins (its own
     variant name first, then the most shared settings, then ``default``), and among equals the one
     with the most ok cases, then a finished one, then the newest — so a newer partial run never
     displaces a fuller one.
@@ -541,6 +544,7 @@ def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mappi
     candidates = [
         r for r in runs
         if r["mode"] == mode and r["benchmark"] == run["benchmark"] and r["model"] == run["model"]
+        and r.get("context_window") == run.get("context_window")
         and (r["judge_model"] == run["judge_model"] or r["judge_model"] is None or run["judge_model"] is None)
         and r["dataset_sha256"] == run["dataset_sha256"]
         and r["task_version"] == run["task_version"]
@@ -578,8 +582,8 @@ def pair_runs(runs: Sequence[Mapping[str, Any]], roles: Mapping[str, ModeRoles])
         elif role != ROLE_BASELINE:
             base = _best_partner(run, mode_roles.baseline, runs)
             if base is None:
-                row["pairing"] = (f"no {mode_roles.baseline} run of this model and judge on the same data and task "
-                                  f"version whose settings are a subset of this variant's")
+                row["pairing"] = (f"no {mode_roles.baseline} run of this model, context window and judge on the "
+                                  f"same data and task version whose settings are a subset of this variant's")
             else:
                 row.update(baseline_run_id=base["run_id"], baseline_variant=base["variant"],
                            pairing="same variant" if base["variant"] == run["variant"] else

@@ -316,6 +316,24 @@ def test_pairing_prefers_the_most_specific_baseline_then_the_fullest() -> None:
     assert pairs["base"]["role"] == "baseline" and pairs["base"]["baseline_run_id"] is None
 
 
+def test_pairing_keeps_the_context_window_and_then_takes_the_fullest_default_run() -> None:
+    from agentlab.bench.config import MODE_ROLES
+    from agentlab.bench.store import pair_runs
+
+    def run(run_id: str, mode: str, window: str, n_ok: int, started: int = 0) -> dict:
+        return {"run_id": run_id, "benchmark": "qmsum", "mode": mode, "model": "m", "judge_model": "j",
+                "dataset_sha256": "sha", "task_version": "1", "status": "finished", "started": started,
+                "variant": "default", "variant_settings": {}, "n_ok": n_ok, "context_window": window}
+
+    # --context-window is not a setting: both baselines are variant "default"; only the window differs.
+    runs = [run("base-8k", "long_context", "8192", n_ok=9), run("base-128k-full", "long_context", "131072", n_ok=4),
+            run("base-128k-partial", "long_context", "131072", n_ok=2, started=9),
+            run("sum-128k", "summary", "131072", n_ok=4), run("sum-32k", "summary", "32768", n_ok=4)]
+    pairs = {p["run_id"]: p for p in pair_runs(runs, MODE_ROLES)}
+    assert pairs["sum-128k"]["baseline_run_id"] == "base-128k-full"  # same window; fuller, though older
+    assert pairs["sum-32k"]["baseline_run_id"] is None and "context window" in pairs["sum-32k"]["pairing"]
+
+
 # ----------------------------------------------- a partly failed baseline and the two recoveries
 #
 # rougeL    long_context   summary   recall
