@@ -162,6 +162,17 @@ def render_history_message(m: Message, called: Container[str], answered: Contain
     return m
 
 
+def round_start(events: Sequence[Event], index: int) -> int:
+    """Index of the user turn that opens the round holding ``events[index]`` (0 when there is none).
+
+    Where a request's history starts after a summary boundary: the history processor and the
+    projection cache both cut here, so a tool round is never shown without the turn that asked.
+    """
+    while index > 0 and events[index].role != "user":
+        index -= 1
+    return index
+
+
 def in_filter(event_key: str, filter_key: str) -> bool:
     """Hierarchical filter keys ('/'-separated): the full-session key '' sees everything."""
     if not filter_key:
@@ -354,6 +365,7 @@ __all__ = [
     "is_history_event",
     "order_by_stage",
     "render_history_message",
+    "round_start",
     "run_processors",
     "summary_step",
 ]

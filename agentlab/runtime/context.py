@@ -27,6 +27,7 @@ from agentlab.projection import (
     in_filter,
     is_history_event,
     render_history_message,
+    round_start,
     run_processors,
     summary_step,
 )
@@ -81,9 +82,7 @@ def projection_start(inv: Invocation) -> int:
     index = session.event_index(summary.boundary.last_event_id)
     if index < 0:
         return 0
-    while index > 0 and session.events[index].role != "user":
-        index -= 1
-    return index
+    return round_start(session.events, index)
 
 
 class CurrentInputProcessor:

@@ -53,6 +53,7 @@ from agentlab.projection import (
     in_filter,
     is_history_event,
     render_history_message,
+    round_start,
     run_processors,
 )
 
@@ -322,10 +323,7 @@ class ProjectionCache:
     def _rebuild_kept(self, state: _Projection, ledger: list[Event], filter_key: str) -> None:
         boundary = state.boundary
         if boundary >= 0:
-            # Same start as the history processor: the last user turn at or before the boundary.
-            start = boundary
-            while start > 0 and ledger[start].role != "user":
-                start -= 1
+            start = round_start(ledger, boundary)  # where the history processor starts too
             state.covered = [e for e in ledger[start:boundary + 1]
                              if is_history_event(e) and in_filter(e.filter_key, filter_key)]
         state.kept_until = boundary + 1

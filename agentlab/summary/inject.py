@@ -58,7 +58,6 @@ class SummaryInjectionProcessor:
         summary = self.pick(inv.session, inv.filter_key)
         if summary is None:
             return
-        draft.summary = summary
         after = inv.session.events_after_boundary(summary.boundary)
         after_ids = {e.id for e in after}
         # draft.events follows ledger order, so the kept events are a suffix: walk back from the end.
