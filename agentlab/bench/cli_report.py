@@ -7,15 +7,13 @@ The run command ends with the comparison sections of the same report (:func:`_re
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from agentlab.bench.cli_common import SMOKE_LABEL, CliError, _banner, _print_json, _records
-from agentlab.bench.config import MODE_ROLES
 from agentlab.bench.store import ResultStore
-from agentlab.bench.tasks import UnknownBenchmark, get_task, mode_roles
+from agentlab.bench.tasks import UnknownBenchmark, get_task
 
 #: The report sections a run with baselines ends with (``report`` prints every section).
 COMPARISON_SECTIONS = ("token_savings", "quality_loss", "recovery", "own")
@@ -70,16 +68,6 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _all_roles() -> dict[str, Any]:
-    """Every benchmark's mode roles; with a task module that fails to load, the built-in ones (said on stderr)."""
-    try:
-        return mode_roles()
-    except Exception as exc:  # a broken task module must not prevent reporting stored results
-        print(f"warning: a task module failed to load ({type(exc).__name__}: {exc}); derived tables use the "
-              "built-in mode roles", file=sys.stderr)
-        return dict(MODE_ROLES)
-
-
 def _narrow(df: Any, run_ids: set[str] | None, variants: set[str] | None,
             id_columns: Sequence[str] = ("run_id", "baseline_run_id", "lossy_run_id")) -> Any:
     """Rows that involve one of ``run_ids`` (as the run or a partner) and are of one of ``variants``."""
@@ -107,7 +95,7 @@ def _report_payload(benchmark: str, db: Path, frames: bool = False, between: Seq
     from agentlab.bench import analysis
 
     with ResultStore(db) as store:
-        store.rebuild_derived(_all_roles())
+        store.rebuild_derived()
         runs = analysis.runs_df(benchmark, store=store)
         if len(runs) == 0:
             raise CliError(f"no runs of {benchmark!r} in {db}")

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from agentlab.bench.cli_common import CliError, _print_json, _run_parser
-from agentlab.bench.cli_report import _all_roles
 from agentlab.bench.cli_run import cmd_run
 from agentlab.bench.config import apply_overrides, load_settings
 from agentlab.bench.tasks import get_task
@@ -60,7 +59,7 @@ def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -
     points = _grid_points(args.grid, shared.overrides)
     for point in points:  # every point's settings are checked before the first model call
         apply_overrides(load_settings(task.name, task.default_settings()), [*shared.overrides, *point])
-    roles = _all_roles().get(task.name)
+    roles = task.roles()
     plan: list[tuple[str, list[str]]] = []
     if roles is not None and mode != roles.baseline and not args.no_baseline:
         plan.append((roles.baseline, []))

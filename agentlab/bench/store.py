@@ -52,6 +52,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -417,11 +418,14 @@ class ResultStore:
     def rebuild_derived(self, roles: Mapping[str, ModeRoles] | None = None) -> None:
         """Recreate ``mode_roles``, ``report_runs``, ``token_savings``, ``quality_loss`` and ``recovery``.
 
+        ``roles``: benchmark → its mode roles; by default every registered task's
+        (:func:`registered_mode_roles`), so a plugin benchmark's runs pair wherever the tables are built.
+
         ``report_runs`` pairs every run with the run it is compared with (:func:`pair_runs`); the
         SQL of the other tables reads only that pairing, so which runs meet is decided in one place.
         Then each savings, loss and recovery row gets its paired interval and p-value (:mod:`stats`).
         """
-        roles = dict(MODE_ROLES if roles is None else roles)
+        roles = dict(registered_mode_roles() if roles is None else roles)
         with self._lock:
             self.conn.execute("BEGIN TRANSACTION")
             try:
@@ -527,6 +531,21 @@ def _role(mode: str, roles: ModeRoles | None) -> str:
     if roles is None:
         return ROLE_OTHER
     return {roles.baseline: ROLE_BASELINE, roles.lossy: ROLE_LOSSY, roles.recovered: ROLE_RECOVERED}.get(mode, ROLE_OTHER)
+
+
+def registered_mode_roles() -> dict[str, ModeRoles]:
+    """Every registered benchmark's mode roles; the built-in table when a task module fails to load.
+
+    The fallback keeps stored results reportable when one task module is broken, and says so.
+    """
+    from agentlab.bench.tasks import mode_roles
+
+    try:
+        return mode_roles()
+    except Exception as exc:  # a broken task module must not prevent reporting stored results
+        warnings.warn(f"a task module failed to load ({type(exc).__name__}: {exc}); the derived tables use "
+                      "the built-in mode roles", RuntimeWarning, stacklevel=2)
+        return dict(MODE_ROLES)
 
 
 def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

@@ -13,7 +13,6 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -86,7 +85,7 @@ def ensure_results(benchmark: str, modes: Sequence[str], *, model: str, limit: i
                      "failures": ", ".join(f"{k} {v}" for k, v in sorted(run["errors"].items())),
                      "prompt_tokens": run["prompt_tokens"], "completion_tokens": run["completion_tokens"]})
     if Path(db).exists():
-        analysis.rebuild(Path(db), roles=mode_roles())
+        analysis.rebuild(Path(db))
     return pd.DataFrame(rows)
 
 
@@ -116,7 +115,7 @@ def ensure_sweep(benchmark: str, mode: str, grid: Sequence[str], *, model: str, 
         message = _failure_line(status, out, err)
         raise RuntimeError(f"sweep failed: {message}")
     runs = json.loads(out)["runs"]
-    analysis.rebuild(Path(db), roles=mode_roles())
+    analysis.rebuild(Path(db))
     frame = pd.DataFrame([{k: r[k] for k in ("mode", "variant", "run_id", "selected", "already_done", "ok", "failed")}
                           for r in runs])
     if echo:
@@ -137,13 +136,6 @@ def these_runs(frame: pd.DataFrame, log: pd.DataFrame) -> pd.DataFrame:
         return frame[frame["model"].isin(set(log["model"]))] if "model" in frame.columns else frame
     ids = set(log["run_id"].dropna()) if "run_id" in log.columns else set()
     return frame[frame["run_id"].isin(ids)]
-
-
-def mode_roles() -> dict[str, Any]:
-    """Baseline / lossy / recovered modes of every registered benchmark (as ``report`` uses them)."""
-    from agentlab.bench.tasks import mode_roles as task_mode_roles
-
-    return task_mode_roles()
 
 
 def partition_settings(benchmark: str, assignments: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -191,11 +183,15 @@ def mode_quality_and_savings(benchmark: str, metric: str, *, db: str | os.PathLi
     baseline run itself), by the published token rule (``prompt_savings_rule`` names the column).
     """
     from agentlab.bench import analysis
+    from agentlab.bench.tasks import get_task
 
+    roles = get_task(benchmark).roles()
+    if roles is None:
+        raise ValueError(f"{benchmark} declares no mode roles: no baseline to measure savings against")
     means = analysis.mode_means_df(benchmark, db=Path(db))
     means = means[(means["model"] == model) & (means["metric"] == metric)]
     savings = analysis.token_savings_df(benchmark, level="aggregate", db=Path(db))
-    baseline = mode_roles()[benchmark].baseline
+    baseline = roles.baseline
     column = published_savings_column(savings)
     by_run = dict(zip(savings["run_id"], savings[column], strict=True)) if len(savings) else {}
     rows = []

@@ -394,3 +394,14 @@ def test_token_savings_keep_the_sum_and_the_last_answer_call(tmp_path: Path) -> 
         assert row["prompt_savings_last_ratio"] == pytest.approx(2800 / 4000)
         # QMSum's published table counts the last answer call of a run (reference §5.2).
         assert row["published_token_rule"] == "last_answer_call"
+
+
+def test_derived_tables_built_anywhere_use_every_registered_tasks_roles(tmp_path: Path) -> None:
+    import bench_demo_task  # noqa: F401 - registers "demo", a task with its own mode roles
+
+    with ResultStore(tmp_path / "r.duckdb") as s:
+        s.rebuild_derived()  # as analysis.token_savings_df(rebuild=True) does, with no roles passed
+        rows = dict((b, (base, lossy, rec)) for b, base, lossy, rec in
+                    s.query("SELECT benchmark, baseline, lossy, recovered FROM mode_roles"))
+    assert rows["demo"] == ("long_context", "summary", "recall")
+    assert rows["qmsum"] == ("long_context", "summary", "recall")
