@@ -259,7 +259,11 @@ async def attempt_case(task: Task, mode: str, ctx: RunContext, ordinal: int, cas
             record.compactions = list(result.compactions)
             record.scores = _normalise_scores(await task.score(case, result, ctx), task)
         except Exception as exc:  # the case fails, the run goes on; BaseException (Ctrl-C) escapes
-            record = failed_record(ctx.run_id, ordinal, case, exc)
+            failed = failed_record(ctx.run_id, ordinal, case, exc)
+            # What the case produced before it failed (e.g. an answer whose judge call failed) is kept.
+            failed.prediction = record.prediction
+            failed.metadata = {**record.metadata, **failed.metadata}
+            record = failed
     record.latency_ms = (time.perf_counter() - started) * 1000
     record.calls = calls
     return record

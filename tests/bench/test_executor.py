@@ -297,3 +297,23 @@ def test_model_prompt_counter_prefers_the_models_own_tokenizer_through_the_call_
     assert counter([Message.user("hi")]) == 42 and how == "the model's tokenizer"
     counter, how = model_prompt_counter(ScriptedModel())
     assert counter([Message.user("hello there")]) > 0 and "estimate" in how
+
+
+async def test_a_case_failing_in_scoring_keeps_its_answer_and_metadata(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentlab.model import ModelUnavailable
+
+    original = demo.DemoTask.score
+
+    async def score(self, case, result, ctx):  # type: ignore[no-untyped-def]
+        if case.id == "d03":
+            raise ModelUnavailable("judge server down")
+        return await original(self, case, result, ctx)
+
+    monkeypatch.setattr(demo.DemoTask, "score", score)
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        summary = await run(store)
+        [(status, prediction, metadata)] = store.query(
+            "SELECT status, prediction, metadata FROM cases WHERE run_id = ? AND case_id = 'd03'", [summary.run_id])
+    assert status == "failed" and prediction  # the answer that was given is stored with the failure
+    assert "summary_chars" in json.loads(metadata)  # run_case's metadata too
