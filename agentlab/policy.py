@@ -112,11 +112,6 @@ def parse_value_text(cls: type[Any], name: str, raw: str) -> Any:
     return _parse(_hints(cls).get(name, Any), raw, name)
 
 
-def describe_type(cls: type[Any], name: str) -> str:
-    """The declared type of a field in words, for messages (``integer or none``)."""
-    return _describe(_hints(cls).get(name, Any))
-
-
 # ---------------------------------------------------------------------------------- private
 
 
@@ -220,10 +215,14 @@ def _parse(tp: Any, raw: str, name: str) -> Any:
         return text.lower() == "true"
     if inner is int:
         try:
-            number = float(text)
+            return int(text)  # exact, however large (a seed); float() would round past 2**53
+        except ValueError:
+            pass
+        try:
+            number = float(text)  # "1e3" or "4.0" name an integer too
         except ValueError:
             number = float("nan")
-        if not number.is_integer():
+        if not number.is_integer() or abs(number) >= 2**53:
             raise FieldError(f"{name} must be {_describe(tp)}; got {raw!r}")
         return int(number)
     if inner is float:
@@ -234,11 +233,10 @@ def _parse(tp: Any, raw: str, name: str) -> Any:
     if origin in (tuple, list):
         args = [a for a in typing.get_args(inner) if a is not Ellipsis]
         item_type = args[0] if args else Any
+        parts = _list_items(text, name)  # a malformed list is its own error
         try:
-            items = [_parse(item_type, item, name) for item in _list_items(text, name)]
-        except FieldError as exc:
-            if "must end with" in str(exc) or "nested" in str(exc):
-                raise
+            items = [_parse(item_type, item, name) for item in parts]
+        except FieldError:
             raise FieldError(f"{name} must be {_describe(tp)}; got {raw!r}") from None
         return tuple(items) if origin is tuple else items
     if origin is Literal or inner is str or tp is Any:
@@ -286,7 +284,6 @@ __all__ = [
     "FieldError",
     "PolicyJSON",
     "check_value",
-    "describe_type",
     "field_names",
     "from_dict",
     "is_dataclass_type",
