@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import threading
 import time
 import weakref
@@ -57,23 +58,38 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-#: Context windows of well-known hosted models, matched by longest name prefix. Used only when
-#: neither the caller nor the server states the window (see :meth:`OpenAICompatModel.resolve_info`).
+#: Context windows of well-known hosted models. A name matches itself, or itself plus a dated
+#: snapshot suffix (``gpt-4o-mini-2024-07-18``); nothing else, because a prefix is a guess
+#: (``o1-mini`` is not ``o1``, ``gpt-3.5-turbo-0613`` had 4,096 tokens). Used only when neither the
+#: caller nor the server states the window (see :meth:`OpenAICompatModel.resolve_info`).
 KNOWN_CONTEXT_WINDOWS: dict[str, int] = {
     "gpt-4o-mini": 128_000,
     "gpt-4o": 128_000,
     "gpt-4-turbo": 128_000,
+    "gpt-4-turbo-preview": 128_000,
+    "gpt-4-1106-preview": 128_000,
+    "gpt-4-0125-preview": 128_000,
     "gpt-4.1": 1_047_576,
     "gpt-4.1-mini": 1_047_576,
     "gpt-4.1-nano": 1_047_576,
     "gpt-4-32k": 32_768,
     "gpt-4": 8_192,
+    "gpt-4-0613": 8_192,
     "gpt-3.5-turbo": 16_385,
+    "gpt-3.5-turbo-0125": 16_385,
+    "gpt-3.5-turbo-1106": 16_385,
     "gpt-5": 400_000,
+    "gpt-5-mini": 400_000,
+    "gpt-5-nano": 400_000,
     "o1": 200_000,
+    "o1-mini": 128_000,
+    "o1-preview": 128_000,
     "o3": 200_000,
+    "o3-mini": 200_000,
     "o4-mini": 200_000,
 }
+
+_DATED_SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
 #: Source label of a window given by the caller (``--context-window`` / ``context_window=``).
 EXPLICIT_SOURCE = "--context-window"
@@ -81,13 +97,9 @@ EXPLICIT_SOURCE = "--context-window"
 TABLE_SOURCE = "known-model table"
 
 def known_context_window(model: str) -> int | None:
-    """The window of ``model`` from :data:`KNOWN_CONTEXT_WINDOWS` (longest prefix), else ``None``."""
+    """The window of ``model`` from :data:`KNOWN_CONTEXT_WINDOWS` (exact name or dated snapshot), else ``None``."""
     name = model.rsplit("/", 1)[-1].lower()
-    best = ""
-    for prefix in KNOWN_CONTEXT_WINDOWS:
-        if name.startswith(prefix) and len(prefix) > len(best):
-            best = prefix
-    return KNOWN_CONTEXT_WINDOWS[best] if best else None
+    return KNOWN_CONTEXT_WINDOWS.get(name) or KNOWN_CONTEXT_WINDOWS.get(_DATED_SNAPSHOT.sub("", name))
 
 
 # ------------------------------------------------------------------------------------ model

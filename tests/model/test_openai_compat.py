@@ -196,6 +196,11 @@ def test_known_model_table() -> None:
     assert known_context_window("openai/gpt-4.1-mini") == 1_047_576
     assert known_context_window("gpt-4") == 8_192
     assert known_context_window("some-local-model") is None  # never a guessed window
+    # A prefix is no match: each of these had another window than the name it starts with.
+    assert known_context_window("o1-mini") == 128_000
+    assert known_context_window("gpt-3.5-turbo-0613") is None  # 4,096, not gpt-3.5-turbo's 16,385
+    assert known_context_window("gpt-4o-mini-audio-preview") is None
+    assert known_context_window("gpt-4-0125-preview") == 128_000  # not gpt-4's 8,192
 
 
 def test_missing_api_key_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
