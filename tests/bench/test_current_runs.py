@@ -21,7 +21,7 @@ import pytest
 from agentlab.bench.cli import main
 from agentlab.bench.metrics import Score
 from agentlab.bench.queries import CURRENT_RUNS_CTE, RunSelection, current_runs_cte, with_current_runs
-from agentlab.bench.store import PRIMARY_RUNS_CTE, CaseRecord, ResultStore, RunInfo
+from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import get_task
 from agentlab.events import Usage
 from agentlab.model.base import CallRecord
@@ -140,8 +140,7 @@ def test_the_default_variant_stands_for_the_mode_before_a_fuller_variant(tmp_pat
         assert shown(store, "qmsum") == {"summary": "default"}
 
 
-def test_the_old_store_name_is_the_shared_query() -> None:
-    assert PRIMARY_RUNS_CTE == CURRENT_RUNS_CTE == current_runs_cte("qmsum")[0]
+def test_a_query_over_the_current_runs_is_prefixed_with_the_shared_cte() -> None:
     sql, params = with_current_runs("SELECT * FROM current_runs", "qmsum")
     assert sql.startswith("WITH " + CURRENT_RUNS_CTE) and params == ["qmsum"]
 
