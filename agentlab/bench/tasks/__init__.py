@@ -64,7 +64,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from agentlab.bench.config import MODE_ROLES, ModeRoles, Settings
+from agentlab.bench import facts
+from agentlab.bench.config import Settings
+from agentlab.bench.facts import ModeRoles
 from agentlab.bench.judge import Judge, JudgeTemplate
 from agentlab.bench.metrics import Score
 from agentlab.bench.store import CompactionRow, ResultStore
@@ -244,8 +246,12 @@ class Task(ABC):
     version: ClassVar[str] = "1"
     modes: ClassVar[tuple[str, ...]]
     default_mode: ClassVar[str]
-    #: Baseline / lossy / recovered modes for the report; defaults to ``config.MODE_ROLES[name]``.
+    #: Baseline / lossy / recovered modes of the comparison tables; ``None``: no comparisons.
     mode_roles: ClassVar[ModeRoles | None] = None
+    #: Which answer calls the published report counts as one case's tokens
+    #: (:data:`~agentlab.bench.facts.LAST_ANSWER_CALL` or :data:`~agentlab.bench.facts.SUM_ANSWER_CALLS`),
+    #: so the token columns compared with it use the same rule; ``None``: no published tokens.
+    published_token_rule: ClassVar[str | None] = None
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
     #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
@@ -292,8 +298,8 @@ class Task(ABC):
         raise NotImplementedError(f"{self.name} does not support --retrieval-only")
 
     def roles(self) -> ModeRoles | None:
-        """Baseline / lossy / recovered modes of the report (the class's, else ``MODE_ROLES``)."""
-        return self.mode_roles or MODE_ROLES.get(self.name)
+        """Baseline / lossy / recovered modes of the report (``None``: the benchmark has no comparisons)."""
+        return self.mode_roles
 
     def case_group(self, case: Case) -> str | None:
         """Cases that share per-run work or a long prompt prefix share a group key.
@@ -330,6 +336,9 @@ def register(cls: type[Task]) -> type[Task]:
             raise TypeError(f"task {cls.__name__} must define {attr!r}")
     if cls.default_mode not in cls.modes:
         raise TypeError(f"task {cls.name}: default_mode {cls.default_mode!r} is not one of {cls.modes}")
+    rule = cls.published_token_rule
+    if rule is not None and rule not in facts.TOKEN_RULES:
+        raise TypeError(f"task {cls.name}: published_token_rule {rule!r} is not one of {facts.TOKEN_RULES}")
     TASKS[cls.name] = cls
     return cls
 
@@ -346,16 +355,13 @@ def discover() -> dict[str, type[Task]]:
     return TASKS
 
 
-def mode_roles() -> dict[str, Any]:
-    """Baseline / lossy / recovered modes of every benchmark: the built-in table, then each task's own."""
-    from agentlab.bench.config import MODE_ROLES
+def mode_roles() -> dict[str, ModeRoles]:
+    """Baseline / lossy / recovered modes of every registered benchmark that has comparisons."""
+    return {name: cls.mode_roles for name, cls in discover().items() if cls.mode_roles is not None}
 
-    roles: dict[str, Any] = dict(MODE_ROLES)
-    for name, cls in discover().items():
-        task_roles = cls().roles()
-        if task_roles is not None:
-            roles[name] = task_roles
-    return roles
+
+# The settings loader and the store read the registered classes through this (they sit below it).
+facts.use_registry(discover, lambda: TASKS)
 
 
 def get_task(name: str) -> Task:

@@ -68,6 +68,7 @@ from agentlab.bench.datasets.locomo import (
     LoCoMoData,
     load_locomo,
 )
+from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
 from agentlab.bench.metrics import (
     Score,
     bleu1,
@@ -437,6 +438,9 @@ class LoCoMoTask(Task):
     modes = ("long_context", "session_recall", "memory")
     default_mode = "session_recall"
     judge_templates = (LOCOMO_JUDGE,)
+    # session_recall and memory are compared with the long context; no lossy/recovered pair.
+    mode_roles = ModeRoles(baseline="long_context")
+    published_token_rule = SUM_ANSWER_CALLS
     description = "LoCoMo-10: 1,986 QA over 10 long conversations (long context, session recall, auto memory)"
 
     def __init__(self) -> None:

@@ -60,6 +60,7 @@ from agentlab.bench.datasets.longmemeval import (
     load_longmemeval,
     parse_file,
 )
+from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
 from agentlab.bench.metrics import Score, evidence_hit_at_k, evidence_recall_at_k, summary_scores
 from agentlab.bench.tasks import (
     Case,
@@ -225,6 +226,8 @@ class LongMemEvalTask(Task):
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
     judge_templates = (LONGMEMEVAL_JUDGE,)
+    mode_roles = ModeRoles(baseline="long_context", lossy="summary", recovered="recall")
+    published_token_rule = LAST_ANSWER_CALL
     description = "LongMemEval single-session-user (70): long context vs summary vs summary + session recall"
 
     def default_settings(self) -> dict[str, type[Any]]:

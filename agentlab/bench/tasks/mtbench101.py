@@ -50,6 +50,7 @@ from typing import Any
 
 from agentlab.bench.config import JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.mtbench101 import ALL_TASKS, PUBLISHED_TASKS, Dialogue, load_mtbench101
+from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
 from agentlab.bench.metrics import Score, percentile, retention, version_of
 from agentlab.bench.tasks import (
     Case,
@@ -223,6 +224,8 @@ class MTBench101Task(Task):
     modes = ("baseline", "summary")
     default_mode = "baseline"
     judge_templates = (CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE)
+    mode_roles = ModeRoles(baseline="baseline", lossy="summary")
+    published_token_rule = SUM_ANSWER_CALLS
     description = "MT-Bench-101: 917 multi-turn dialogues, rolling summary vs full history (consistency, savings)"
 
     def default_settings(self) -> dict[str, type[Any]]:

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from agentlab.bench.config import AgentSettings, JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, load_qmsum, select_cases
+from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
 from agentlab.bench.metrics import Score, summary_scores
 from agentlab.bench.tasks import (
     Case,
@@ -446,6 +447,8 @@ class QMSumTask(Task):
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
     judge_templates = (QMSUM_JUDGE,)
+    mode_roles = ModeRoles(baseline="long_context", lossy="summary", recovered="recall")
+    published_token_rule = LAST_ANSWER_CALL
     description = ("QMSum specific queries (189 cases): long context vs forced summary vs summary + "
                    "session recall (Zhong et al., NAACL 2021)")
 
