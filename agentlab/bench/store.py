@@ -454,10 +454,11 @@ class ResultStore:
             "SELECT r.run_id, r.benchmark, r.mode, r.model, r.judge_model, r.dataset_sha256, r.task_version, "
             "r.status, r.started, r.variant, r.variant_settings, "
             "(SELECT count(*) FROM cases c WHERE c.run_id = r.run_id AND c.status = 'ok') AS n_ok, "
-            "json_extract_string(r.config, '$.context_window') AS context_window "
+            "json_extract_string(r.config, '$.context_window') AS context_window, "
+            "json_extract_string(r.config, '$.context_budget') AS context_budget "
             "FROM runs r").fetchall()
         names = ["run_id", "benchmark", "mode", "model", "judge_model", "dataset_sha256", "task_version", "status",
-                 "started", "variant", "variant_settings", "n_ok", "context_window"]
+                 "started", "variant", "variant_settings", "n_ok", "context_window", "context_budget"]
         runs = []
         for row in rows:
             run = dict(zip(names, row, strict=True))
@@ -538,7 +539,8 @@ def _role(mode: str, roles: ModeRoles | None) -> str:
 
 def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The ``mode`` run ``run`` is compared with: same benchmark, model, context window (which prompts
-    fit depends on it; ``--context-window`` is not a setting, so the variant does not show it), judge
+    fit depends on it; ``--context-window`` is not a setting, so the variant does not show it) and
+    context budget (the pressure the mechanisms were under), judge
     (or either unjudged: the judge's metrics then simply do not pair), data and task version, whose
     variant settings are a subset of ``run``'s; the most specific such run wins (its own
     variant name first, then the most shared settings, then ``default``), and among equals the one
@@ -552,6 +554,7 @@ def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mappi
         r for r in runs
         if r["mode"] == mode and r["benchmark"] == run["benchmark"] and r["model"] == run["model"]
         and r.get("context_window") == run.get("context_window")
+        and r.get("context_budget") == run.get("context_budget")
         and (r["judge_model"] == run["judge_model"] or r["judge_model"] is None or run["judge_model"] is None)
         and r["dataset_sha256"] == run["dataset_sha256"]
         and r["task_version"] == run["task_version"]

@@ -38,7 +38,11 @@ What a task may use from the runtime (and nothing more)::
     agent = LLMAgent(name, ctx.model, instruction=..., tools=[...], summary=..., compaction=...,
                      recall=..., generation=GenerationConfig(...), max_tool_iterations=6)
     runner = Runner(app_name, agent, ctx.new_session_service())
-    outcome = await collect_run(runner.run(user_id, session_id, question))   # helper below
+    outcome = await collect_run(runner.run(user_id, session_id, question,
+                                           options=ctx.run_options()))   # helpers below
+
+``ctx.run_options()`` carries the run's ``--context-budget`` (the window the mechanisms see) into
+the run; a task that builds its own ``RunOptions`` loses it.
 
 ``collect_run`` returns the final answer and the compaction stats and raises :class:`CaseError`
 (with the event's ``error_code``) when the run ended in an error instead of an answer.
@@ -62,7 +66,7 @@ import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agentlab.bench import facts
 from agentlab.bench.config import Settings
@@ -72,6 +76,9 @@ from agentlab.bench.metrics import Score
 from agentlab.bench.store import CompactionRow, ResultStore
 from agentlab.events import OBJ_COMPACTION, Event, Message
 from agentlab.model.base import Model
+
+if TYPE_CHECKING:
+    from agentlab.runtime import RunOptions
 
 T = TypeVar("T")
 
@@ -199,7 +206,8 @@ class RunContext:
 
     def __init__(self, *, benchmark: str, mode: str, model: Model, settings: Settings, model_spec: str = "",
                  judge: Judge | None = None, run_id: str = "",
-                 session_service_factory: Callable[[], Any] | None = None, store: ResultStore | None = None) -> None:
+                 session_service_factory: Callable[[], Any] | None = None, store: ResultStore | None = None,
+                 context_budget: int | None = None) -> None:
         self.benchmark = benchmark
         self.mode = mode
         self.model = model
@@ -210,6 +218,9 @@ class RunContext:
         #: The results store of the run (set by the executor): a task may read earlier runs from it,
         #: e.g. MT-Bench-101's summary mode looks up the baseline answers it compares with.
         self.store = store
+        #: ``--context-budget``: the window the mechanisms see (``None``: the model's own). A task hands
+        #: it to every run through :meth:`run_options`; the model's real window is unchanged.
+        self.context_budget = context_budget
         self._session_service_factory = session_service_factory
         self._memo: dict[Any, Any] = {}
         self._locks: dict[Any, asyncio.Lock] = {}
@@ -221,6 +232,18 @@ class RunContext:
         from agentlab.session.inmemory import InMemorySessionService
 
         return InMemorySessionService()
+
+    def run_options(self, **options: Any) -> RunOptions:
+        """``RunOptions`` for a ``runner.run`` of this case: ``options``, with the run's context budget.
+
+        The budget becomes ``RunOptions.context_window``, the window the summary triggers, the
+        70 % pressure path and the compaction thresholds use instead of the model's.
+        """
+        from agentlab.runtime import RunOptions
+
+        if self.context_budget is not None:
+            options.setdefault("context_window", self.context_budget)
+        return RunOptions(**options)
 
     async def once(self, key: Any, factory: Callable[[], Awaitable[T]]) -> T:
         """``await factory()`` once per run and key; concurrent callers wait for the first.

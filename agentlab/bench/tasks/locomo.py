@@ -551,7 +551,7 @@ class LoCoMoTask(Task):
         try:
             # Its own filter key hides the other questions' sessions from this question's recall.
             outcome = await collect_run(runner.run(item.conversation.sample_id, session_id, case.question,
-                                                   filter_key=f"qa/{case.id}"))
+                                                   filter_key=f"qa/{case.id}", options=ctx.run_options()))
         finally:
             await runner.close()
             await service.delete_session(APP_NAME, item.conversation.sample_id, session_id)
@@ -573,7 +573,8 @@ class LoCoMoTask(Task):
                          max_tool_iterations=memory.search_passes)
         runner = Runner(APP_NAME, agent, ctx.new_session_service(), memory_service=memory_service)
         try:
-            outcome = await collect_run(runner.run(item.conversation.sample_id, f"qa-{case.id}", case.question))
+            outcome = await collect_run(runner.run(item.conversation.sample_id, f"qa-{case.id}", case.question,
+                                                   options=ctx.run_options()))
         finally:
             await runner.close()
         return CaseResult(prediction=outcome.answer, compactions=outcome.compactions,

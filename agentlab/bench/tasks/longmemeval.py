@@ -320,7 +320,7 @@ class LongMemEvalTask(Task):
             if summary_policy is not None:
                 metadata.update(await self._force_summary(runner, service, session, summary_policy.max_steps))
             with context_length_need(need):
-                outcome = await collect_run(runner.run(USER_ID, session_id, case.question))
+                outcome = await collect_run(runner.run(USER_ID, session_id, case.question, options=ctx.run_options()))
         finally:
             await runner.close()
         metadata["tool_calls"] = outcome.tool_calls

@@ -62,7 +62,7 @@ from agentlab.policy import PolicyJSON
 from agentlab.recall import SCOPES, RecallPolicy
 from agentlab.recall.search import session_search
 from agentlab.recall.tools import recall_overview
-from agentlab.runtime import LLMAgent, Runner, RunOptions
+from agentlab.runtime import LLMAgent, Runner
 from agentlab.runtime.invocation import Invocation
 from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
 from agentlab.summary import Summarizer, SummaryOutcome, SummaryPolicy, SummaryWorker, render_injection
@@ -631,7 +631,7 @@ class QMSumTask(Task):
         started = time.perf_counter()
         try:
             with observe_calls(tally), context_length_need(need):
-                outcome = await collect_run(runner.run(USER_ID, session_id, item.query, options=RunOptions()))
+                outcome = await collect_run(runner.run(USER_ID, session_id, item.query, options=ctx.run_options()))
         finally:
             await runner.close()
         tool_errors = sum(1 for e in outcome.events if e.object == OBJ_TOOL_RESPONSE and e.metadata.get("tool_error"))
