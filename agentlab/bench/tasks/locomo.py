@@ -49,7 +49,6 @@ with the report's F1 column.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -69,6 +68,7 @@ from agentlab.bench.datasets.locomo import (
     load_locomo,
 )
 from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
+from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import (
     Score,
     bleu1,
@@ -95,7 +95,7 @@ from agentlab.bench.tasks import (
 from agentlab.bench.tasks.locomo_judge import LOCOMO_JUDGE
 from agentlab.events import Event, Message, user_event
 from agentlab.memory.policies import MemoryPolicy
-from agentlab.model.base import GenerationConfig, Model, ModelRequest
+from agentlab.model.base import GenerationConfig, ModelRequest
 from agentlab.policy import PolicyJSON
 from agentlab.progress import report_progress
 from agentlab.recall import RecallPolicy
@@ -389,35 +389,6 @@ def memory_policy(settings: Settings, *, for_questions: bool) -> MemoryPolicy:
                    preload_limit=memory.search_top_k if for_questions and preload else 0)
 
 
-class _CappedOutput:
-    """Bounds a model's output tokens when a caller left them open (the extractor does).
-
-    A small model can otherwise ramble until its window is full; the cap is part of the request,
-    so it is part of the call-cache key too.
-    """
-
-    def __init__(self, model: Any, max_tokens: int) -> None:
-        self.inner = model
-        self.max_tokens = max_tokens
-
-    @property
-    def info(self) -> Any:
-        return self.inner.info
-
-    def _capped(self, request: ModelRequest) -> ModelRequest:
-        if request.config.max_tokens is not None or self.max_tokens <= 0:
-            return request
-        from dataclasses import replace
-
-        return replace(request, config=replace(request.config, max_tokens=self.max_tokens))
-
-    async def generate(self, request: ModelRequest) -> Any:
-        return await self.inner.generate(self._capped(request))
-
-    def stream(self, request: ModelRequest) -> Any:
-        return self.inner.stream(self._capped(request))
-
-
 # ------------------------------------------------------------------------------- retrieval
 
 
@@ -595,10 +566,9 @@ class LoCoMoTask(Task):
             policy = memory_policy(settings, for_questions=False)
             memory_service = InMemoryMemoryService()
             session_service = ctx.new_session_service()
-            # cast: the wrapper and the in-memory service expose read-only ``info`` / ``embedder``, which
-            # the protocols declare as plain attributes.
-            capped = cast(Model, _CappedOutput(ctx.model, settings.of("memory", LoCoMoMemory).extract_max_tokens))
-            extractor = MemoryExtractor(capped, policy)
+            # The extractor caps its own output (``extract_max_tokens``). cast: the in-memory service
+            # exposes a read-only ``embedder``, which the protocol declares as a plain attribute.
+            extractor = MemoryExtractor(ctx.model, policy)
             counts = {"extraction_passes": 0, "extraction_errors": 0}
             sessions = await seed_sessions(session_service, conversation, captions)
             for number, session in enumerate(sessions, start=1):
@@ -644,7 +614,7 @@ class LoCoMoTask(Task):
             from agentlab.session.inmemory import InMemorySessionService
 
             service = InMemorySessionService()
-            asyncio.run(seed_sessions(service, conversation, captions))
+            run_sync(seed_sessions(service, conversation, captions))
             self._probe_services[key] = service
         return service
 
@@ -660,7 +630,7 @@ class LoCoMoTask(Task):
 
             policy = recall_policy(settings)
             service = self._probe_service(item.conversation, captions)
-            hits = asyncio.run(_preload(service, item.conversation, case, policy))
+            hits = run_sync(_preload(service, item.conversation, case, policy))
             system = SESSION_RECALL_INSTRUCTION.format(fallback=FALLBACK_ANSWER)
             block = render_preload_block(hits, policy)
             return [[Message.system("\n\n".join(p for p in (system, block) if p)), Message.user(case.question)]]
@@ -678,7 +648,7 @@ class LoCoMoTask(Task):
         ks = sorted(set(settings.of("retrieval", RetrievalSettings).ks))
         captions = settings.of("dataset", LoCoMoDataset).include_image_captions
         policy = recall_policy(settings)
-        rows = asyncio.run(self._retrieve_all(cases, policy, max(ks), captions))
+        rows = run_sync(self._retrieve_all(cases, policy, max(ks), captions))
         summary: dict[str, Any] = {
             "retrieval": "session_recall preload recall",
             "search_mode": policy.effective_preload_search_mode,

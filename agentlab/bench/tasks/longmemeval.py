@@ -34,7 +34,6 @@ model.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -61,6 +60,7 @@ from agentlab.bench.datasets.longmemeval import (
     parse_file,
 )
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
+from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, evidence_hit_at_k, evidence_recall_at_k, summary_scores
 from agentlab.bench.tasks import (
     Case,
@@ -469,7 +469,7 @@ class LongMemEvalTask(Task):
         if ks[-1] > policy.max_search_top_k:
             raise ValueError(f"[retrieval] ks go up to {ks[-1]} but session_search returns at most "
                              f"{policy.max_search_top_k} hits ([recall] max_top_k)")
-        rows = asyncio.run(_retrieve_all(cases, policy, ks))
+        rows = run_sync(_retrieve_all(cases, policy, ks))
         out: dict[str, Any] = {"retrieval": "session_search (query = the question, whole history)",
                                "search_mode": policy.effective_search_mode, "ks": ks, "questions": len(cases),
                                "with_evidence": len(rows)}

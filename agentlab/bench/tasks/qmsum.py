@@ -32,7 +32,6 @@ Dry runs (``--dry-run``) count, per case, the prompts a mode sends before any mo
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ from typing import Any, Literal
 from agentlab.bench.config import AgentSettings, JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, load_qmsum, select_cases
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
+from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, summary_scores
 from agentlab.bench.tasks import (
     Case,
@@ -697,7 +697,7 @@ class QMSumTask(Task):
 
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
         """Mean evidence recall@k of ``session_search`` over ``cases`` (the same in every mode)."""
-        return asyncio.run(self._retrieval_only(cases, settings))
+        return run_sync(self._retrieval_only(cases, settings))
 
     async def _retrieval_only(self, cases: Sequence[Case], settings: Settings) -> dict[str, Any]:
         policy = self.recall_policy(settings)
