@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.events import Event
 from agentlab.model import tokens
@@ -95,8 +95,12 @@ class CompactionPolicy(PolicyJSON, ContextMechanism):
     sync_summary_ratio: float = 0.7
     #: Floor of that threshold, in tokens (reference 2,000); the threshold never exceeds the window.
     sync_summary_floor_tokens: int = 2000
-    #: Window assumed when neither the run nor the model states one (reference 8,192).
-    fallback_context_window: int = FALLBACK_CONTEXT_WINDOW
+    #: Window assumed when neither the run nor the model states one (reference 8,192). Spelt as
+    #: ``SummaryPolicy.context_fallback_window``; the old name ``fallback_context_window`` is refused
+    #: with this one (``RENAMED_FIELDS``) and still readable as a property.
+    context_fallback_window: int = FALLBACK_CONTEXT_WINDOW
+
+    RENAMED_FIELDS: ClassVar[dict[str, str]] = {"fallback_context_window": "context_fallback_window"}
 
     def __post_init__(self) -> None:
         if not 0 < self.sync_summary_ratio <= 1:
@@ -105,8 +109,8 @@ class CompactionPolicy(PolicyJSON, ContextMechanism):
                      "sync_summary_floor_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"CompactionPolicy.{name} must be >= 0, got {getattr(self, name)}")
-        if self.fallback_context_window <= 0:
-            raise ValueError("CompactionPolicy.fallback_context_window must be > 0")
+        if self.context_fallback_window <= 0:
+            raise ValueError("CompactionPolicy.context_fallback_window must be > 0")
         for name in ("force_clean_tools", "keep_tools"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -116,6 +120,11 @@ class CompactionPolicy(PolicyJSON, ContextMechanism):
     def sync_threshold(self, window: int) -> int:
         """Tokens at which the pressure path fires: ratio x window, floored, capped at the window."""
         return min(max(int(window * self.sync_summary_ratio), self.sync_summary_floor_tokens), window)
+
+    @property
+    def fallback_context_window(self) -> int:
+        """The old name of :attr:`context_fallback_window` (read-only)."""
+        return self.context_fallback_window
 
     def request_processors(self) -> list[StagedProcessor]:
         """Passes 0/1/2 over the finished event list, when compaction is on."""
@@ -356,10 +365,9 @@ def compaction_stat(results: int, tokens_before: int, tokens_after: int, pass0: 
 
 def resolve_window(agent: Any, inv: Invocation, fallback: int = FALLBACK_CONTEXT_WINDOW) -> int:
     """Run override -> the agent model's window -> the fallback window."""
-    if inv.options.context_window:
-        return int(inv.options.context_window)
-    info = getattr(getattr(agent, "model", None), "info", None)
-    return int(getattr(info, "context_window", 0) or 0) or fallback
+    from agentlab.model.window import resolve_context_window
+
+    return resolve_context_window(inv.options.context_window, getattr(agent, "model", None), fallback=fallback)
 
 
 async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRequest, draft: RequestDraft,
@@ -375,7 +383,7 @@ async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRe
         policy = getattr(agent, "compaction", None)
     if policy is None or not policy.enabled:
         return request, draft
-    window = resolve_window(agent, inv, policy.fallback_context_window)
+    window = resolve_window(agent, inv, policy.context_fallback_window)
     threshold = policy.sync_threshold(window)
     before = draft.prompt_tokens(request)
     if before < threshold:

@@ -250,11 +250,12 @@ def _choose_cases(task: Task, settings: Any, model: Any, spec: RunSpec, out: Tex
     Returns the selection and the rule to store with the runs (``None`` = published).
     """
     from agentlab.bench.selection import FITS_WINDOW_RULE, model_prompt_counter, select_fitting
+    from agentlab.model.window import resolve_context_window
 
     selection = load_selection(task, settings)
     if not spec.demo_selection:
         return selection, None
-    window = int(getattr(model.info, "context_window", 0) or 0)
+    window = resolve_context_window(model)
     roles = task.roles()
     if not window or roles is None:
         _banner(f"embedded model without --limit: running the first {EMBEDDED_DEFAULT_LIMIT} published cases "

@@ -62,6 +62,7 @@ from agentlab.policy import (
     from_dict,
     is_dataclass_type,
     parse_value_text,
+    renamed_fields,
     to_dict,
 )
 
@@ -264,7 +265,8 @@ def _build(benchmark: str, name: str, cls: type[Any], values: Mapping[str, Any],
     declared = field_names(cls)
     unknown = sorted(set(values) - set(declared))
     if unknown:
-        hint = _did_you_mean(unknown[0], declared)
+        new = renamed_fields(cls).get(unknown[0])
+        hint = f" (renamed to {new!r})" if new else _did_you_mean(unknown[0], declared)
         raise SettingsError(f"{_where(benchmark, name)} has no field {unknown[0]!r}{hint} ({origin}); "
                             f"valid fields: {', '.join(sorted(declared))}")
     try:

@@ -157,9 +157,11 @@ def check_window(messages: Any, ctx: RunContext, what: str = "long-context promp
     metadata, so a small model's long-context baseline still anchors the token-savings table.
     """
     from agentlab.model import tokens
+    from agentlab.model.window import resolve_context_window
 
     estimate = tokens.count_messages(messages)
-    window = int(getattr(ctx.model.info, "context_window", 0) or 0)
+    # The model's real window, not the run's --context-budget: a baseline prompt is sent whole.
+    window = resolve_context_window(ctx.model)
     if window and estimate > window * PRECHECK_SLACK:
         raise CaseError(f"the {what} needs about {estimate} tokens (cl100k estimate) but {ctx.model.info.name} "
                         f"has a {window}-token window; not sent", code="context_length",
