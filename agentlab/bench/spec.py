@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal, TextIO
 
 from agentlab.bench.cli_common import _VARIANT_NAME, EMBEDDED_DEFAULT_LIMIT, CliError, _banner
@@ -59,7 +60,8 @@ class RunSpec:
     """Everything that defines a run of one benchmark mode (and the modes it is compared with).
 
     Built by :func:`resolve_run`; :meth:`bind` adds the model's window and the dataset fingerprint,
-    after which :meth:`run_ids` names every run. Frozen: what was resolved is what runs.
+    after which :meth:`run_ids` names every run. Frozen (its mappings are read-only views): what
+    was resolved is what runs.
     """
 
     #: The benchmark's registered name.
@@ -308,11 +310,11 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
     return RunSpec(
         benchmark=task.name, mode=mode, modes=tuple(modes), action=action, settings=settings,
         smoke_settings=embedded and not published_settings,
-        smoke_changes=changes, smoke_test=smoke_test, model_spec=model_spec, judge_spec=judge_spec,
+        smoke_changes=MappingProxyType(changes), smoke_test=smoke_test, model_spec=model_spec, judge_spec=judge_spec,
         context_window_flag=context_window, context_budget=context_budget, limit=run_limit,
         demo_selection=smoke_test and limit is None,
         concurrency=concurrency or int(settings.get("run", "concurrency", 4)), variant=variant,
-        variant_settings=diff, progress=progress, code_version=code_version() if calls_model else "", task=task)
+        variant_settings=MappingProxyType(diff), progress=progress, code_version=code_version() if calls_model else "", task=task)
 
 
 def spec_from_args(args: Any, *, loader: Loader = load_settings) -> RunSpec:

@@ -8,6 +8,7 @@ that runs only inside a function or only for the type checker counts like any ot
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -48,15 +49,23 @@ def imported_modules(source: str, module: str, is_package: bool, known: set[str]
 
 
 def import_graph(root: Path, prefix: str) -> dict[str, set[str]]:
-    """Module → the modules of the graph it imports, for every module under ``root`` named ``prefix*``."""
+    """Module → the modules of the graph it imports, for every module under ``root`` named ``prefix*``.
+
+    Parsed in a fresh thread: CPython 3.11.7's AST builder can fail with "AST constructor recursion
+    depth mismatch" (gh-106905) when entered deep in a long-running test process's stack.
+    """
     files = {module_name(p, PACKAGE_ROOT): p for p in root.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        if not name.startswith(prefix):
-            continue
-        targets = imported_modules(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", set(files))
-        graph[name] = targets - {name}
-    return graph
+
+    def build() -> dict[str, set[str]]:
+        graph: dict[str, set[str]] = {}
+        for name, path in files.items():
+            if name.startswith(prefix):
+                source = path.read_text(encoding="utf-8")
+                graph[name] = imported_modules(source, name, path.name == "__init__.py", set(files)) - {name}
+        return graph
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(build).result()
 
 
 def find_cycle(graph: Mapping[str, set[str]]) -> list[str] | None:

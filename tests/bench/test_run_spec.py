@@ -94,6 +94,8 @@ def test_a_spec_is_frozen_and_complete(no_cases: None) -> None:
     spec = resolve_run("demo", mode="summary", limit=0, model=MODEL, context_budget=1000, concurrency=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.mode = "recall"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        spec.variant_settings["answer.max_tokens"] = 1  # type: ignore[index]
     assert (spec.limit, spec.concurrency, spec.judge_spec, spec.action) == (None, 3, MODEL, "run")
     assert spec.variant_settings == {"context_budget": 1000} and spec.variant_label == "context_budget=1000"
     bound = _bound(spec)
