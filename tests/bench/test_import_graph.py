@@ -8,7 +8,10 @@ that runs only inside a function or only for the type checker counts like any ot
 from __future__ import annotations
 
 import ast
-import concurrent.futures
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -48,24 +51,23 @@ def imported_modules(source: str, module: str, is_package: bool, known: set[str]
     return found & known
 
 
-def import_graph(root: Path, prefix: str) -> dict[str, set[str]]:
-    """Module → the modules of the graph it imports, for every module under ``root`` named ``prefix*``.
-
-    Parsed in a fresh thread: CPython 3.11.7's AST builder can fail with "AST constructor recursion
-    depth mismatch" (gh-106905) when entered deep in a long-running test process's stack.
-    """
+def read_graph(root: Path, prefix: str) -> dict[str, set[str]]:
+    """Module → the modules of the graph it imports, for every module under ``root`` named ``prefix*``."""
     files = {module_name(p, PACKAGE_ROOT): p for p in root.rglob("*.py")}
+    return {name: imported_modules(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", set(files))
+            - {name} for name, path in files.items() if name.startswith(prefix)}
 
-    def build() -> dict[str, set[str]]:
-        graph: dict[str, set[str]] = {}
-        for name, path in files.items():
-            if name.startswith(prefix):
-                source = path.read_text(encoding="utf-8")
-                graph[name] = imported_modules(source, name, path.name == "__init__.py", set(files)) - {name}
-        return graph
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(build).result()
+def import_graph(root: Path, prefix: str) -> dict[str, set[str]]:
+    """:func:`read_graph`, computed in a fresh interpreter.
+
+    In this test process, after test_executor's KeyboardInterrupt tests, CPython 3.11.7's
+    ``ast.parse`` of a large module sometimes failed with "AST constructor recursion depth mismatch"
+    (also in a fresh thread); a new interpreter reads the same files without that state.
+    """
+    done = subprocess.run([sys.executable, __file__, str(root), prefix], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT.parent)})
+    return {name: set(targets) for name, targets in json.loads(done.stdout).items()}
 
 
 def find_cycle(graph: Mapping[str, set[str]]) -> list[str] | None:
@@ -122,3 +124,7 @@ def test_a_planted_cycle_is_found_through_function_level_and_type_checking_impor
     (pkg / "config.py").write_text("X = 1\n")  # break it: no cycle left
     graph["agentlab.bench.config"] = set()
     assert find_cycle(graph) is None
+
+
+if __name__ == "__main__":
+    print(json.dumps({k: sorted(v) for k, v in read_graph(Path(sys.argv[1]), sys.argv[2]).items()}))
