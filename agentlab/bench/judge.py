@@ -266,7 +266,10 @@ CORRECT_CONFIDENCE_REPLY: tuple[ReplyField, ...] = (
 
 
 def confidence_if_correct(fields: Mapping[str, Any]) -> Verdict:
-    """Score = confidence when judged correct, else 0 (reference §5.2; QMSum and LongMemEval)."""
+    """Score = confidence when judged correct, else 0 (QMSum and LongMemEval).
+
+    The published rule: docs/sources.md#summary-benchmark-metrics.
+    """
     correct, confidence = fields["correct"], fields["confidence"]
     return Verdict(confidence if correct else 0.0, correct, confidence, fields.get("reason", ""))
 
