@@ -9,7 +9,7 @@ values, ranges) and returns a :class:`JudgeResult`. Adding a benchmark adds a te
 does not change.
 
 A reply that does not parse is a :class:`JudgeResult` with ``parse_error`` set and ``score`` None:
-it is never silently scored (the reference defaulted such replies to 0.5 / "correct if the word
+it is never silently scored (the published summary benchmark defaulted such replies to 0.5 / "correct if the word
 true appears"). It is stored as NULL (left out of a mean, and counted), except where the published
 score divides by all questions (LoCoMo, LongMemEval): there it is stored as 0, with the parse error
 in the detail. A failing judge *call* (``ModelError``) propagates, so the case is recorded as

@@ -91,7 +91,7 @@ def version_of(metric: str) -> str:
 # ---------------------------------------------- normalisation (docs/sources.md#summary-benchmark-metrics)
 
 NORMALIZE_VERSION = "norm-v1"
-# A DeepSeek end-of-sentence marker that leaked into answers in the reference runs; dropping it
+# A DeepSeek end-of-sentence marker that leaked into answers in the published MT-Bench-101 runs; dropping it
 # keeps our scores comparable on replayed outputs and costs nothing elsewhere.
 _EOS_MARKER = "<｜end▁of▁sentence｜>"
 

@@ -39,6 +39,9 @@ Token savings come from the store (answer-call usage, summary-generation calls i
 prompt and total savings without summary tokens (as published) and with them, p25/p50/p75 and
 negative-savings rate of per-case total savings, quality, turn distribution and the suitability
 rule.
+
+"The reference" in this module is the published benchmark harness named above
+(docs/sources.md#summary-benchmark-metrics).
 """
 
 from __future__ import annotations

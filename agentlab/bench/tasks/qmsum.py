@@ -28,6 +28,9 @@ Setup (docs/sources.md#summary-benchmark-setup):
 
 Dry runs (``--dry-run``) count, per case, the prompts a mode sends before any model output exists
 (see :meth:`QMSumTask.dry_run_prompts` for exactly which).
+
+"The reference" in this module is the published benchmark harness named above, built on
+trpc-agent-go (docs/sources.md#the-summary-benchmark).
 """
 
 from __future__ import annotations
