@@ -4,8 +4,9 @@ citation points at something a reader of the repository can open.
 Rules, over every file git tracks (and the untracked ones it does not ignore, so a new file is
 checked before its first commit):
 
-* no absolute home, root or workspace path of a machine (``/home/<user>/``, ``/root/``, ``/Users/``,
-  ``/work/``); ``../shared/datasets`` (the CI layout) and ``/tmp`` are not machine paths;
+* no absolute path into a machine's home, root-user or workspace folders (the top-level ``home``,
+  ``root``, ``Users`` and ``work`` trees); ``../shared/datasets`` (the CI layout) and ``/tmp`` are
+  not machine paths;
 * no citation of a document the repository does not hold: the names of the private research notes
   the code was first written from, and no section sign outside ``docs/`` (a fact cites
   ``docs/sources.md#<section>``, a paper, or a public repository at a commit);
