@@ -73,8 +73,9 @@ RAY_INSTALL_HINT = "pip install 'agentlab[ray]'"
 SINGLE_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 #: The node address for which Ray's servers bind loopback only: they compare it with this exact string.
 LOOPBACK_NODE_ADDRESS = "127.0.0.1"
-#: Seconds the token probe of a cluster (:func:`cluster_checks_tokens`) may take.
+#: Seconds the token probe of a cluster (:func:`cluster_checks_tokens`) may take, and of that, to reach its GCS.
 PROBE_TIMEOUT = 60.0
+REACH_TIMEOUT = 5.0
 # Run in a fresh process with token authentication off and no token: a GCS that checks tokens refuses it.
 _PROBE_SCRIPT = """
 import sys
@@ -370,6 +371,11 @@ def cluster_checks_tokens(gcs_address: str, timeout: float = PROBE_TIMEOUT) -> b
     this process's own setting cannot hide the cluster's: a driver holding a token joins a cluster that
     checks none just as well.
     """
+    host, _, port = gcs_address.rpartition(":")
+    try:  # Ray's client waits long for a port nobody listens on: ask only a GCS that is there
+        socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout, REACH_TIMEOUT)).close()
+    except (OSError, ValueError):
+        return None
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
     env["RAY_AUTH_MODE"] = "disabled"
     try:

@@ -203,7 +203,12 @@ def test_the_probe_reads_the_child_s_answer(monkeypatch: pytest.MonkeyPatch) -> 
         seen.update(argv=argv, env=kwargs["env"])
         return subprocess.CompletedProcess(argv, 0, stdout=str(seen["stdout"]), stderr="")
 
+    class Reachable:
+        def close(self) -> None:
+            pass
+
     monkeypatch.setattr(distributed.subprocess, "run", fake_run)
+    monkeypatch.setattr(distributed.socket, "create_connection", lambda address, timeout: Reachable())
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
     for stdout, expected in (("token\n", True), ("open\n", False), ("unknown ConnectionError x\n", None), ("", None)):
@@ -227,3 +232,16 @@ def test_the_run_header_shows_the_executor_notes_and_warnings(demo_run: tuple[st
     assert header.startswith("demo/") and executor_line == "  ray: somewhere"
     assert err.splitlines() == ["warning: open to all"]
 
+
+
+def test_a_gcs_nobody_listens_on_is_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    monkeypatch.setattr(distributed.subprocess, "run", lambda *a, **k: pytest.fail("the probe ran"))
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # a port on this machine that nothing listens on
+    started = time.monotonic()
+    assert cluster_checks_tokens(f"127.0.0.1:{port}") is None
+    assert cluster_checks_tokens("no port") is None
+    assert time.monotonic() - started < distributed.REACH_TIMEOUT
