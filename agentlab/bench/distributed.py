@@ -26,9 +26,10 @@ workers, sends them cases and reports finished ones. :class:`RayBackend` is the 
   :class:`ExecutorError` (stored cases stay; a rerun does the rest).
 * **Exposure.** A private local instance listens on loopback only: while it starts, Ray is told this
   machine is a single-node cluster (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), so it takes 127.0.0.1 as
-  the node address, and its servers bind whatever the node address is. Where that cannot be had and
-  ``RAY_AUTH_MODE=disabled``, :meth:`RayBackend.check` refuses before anything is stored. For a cluster
-  it asks the GCS, without a token, whether one is required, so the run can say so.
+  the node address, and its servers bind loopback only for that node address (every interface for any
+  other). Where that cannot be had and ``RAY_AUTH_MODE=disabled``, :meth:`RayBackend.check` refuses
+  before anything is stored. For a cluster it asks the GCS, without a token, whether one is required,
+  so the run header can say so.
 """
 
 from __future__ import annotations
