@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlab.policies._base import Outcome, PeerMechanism, Record, Summarizer, count_tokens_approximately
+from agentlab.policies.inspect_edit import InspectEdit, InspectEditPolicy
+from agentlab.policies.inspect_summary import InspectSummary, InspectSummaryPolicy
+from agentlab.policies.inspect_trim import InspectTrim, InspectTrimPolicy
 from agentlab.policies.langchain_clear_tool_uses import LangChainClearToolUses, LangChainClearToolUsesPolicy
 from agentlab.policies.langchain_summarization import LangChainSummarization, LangChainSummarizationPolicy
 
@@ -44,6 +47,10 @@ POLICIES: dict[str, PolicyEntry] = {e.name: e for e in (
            "langchain==1.5.2 agents/middleware/context_editing.py"),
     _entry("langchain_summarization", LangChainSummarizationPolicy, LangChainSummarization,
            "langchain==1.5.2 agents/middleware/summarization.py"),
+    _entry("inspect_edit", InspectEditPolicy, InspectEdit, "inspect-ai==0.3.285 model/_compaction/edit.py"),
+    _entry("inspect_trim", InspectTrimPolicy, InspectTrim, "inspect-ai==0.3.285 model/_compaction/trim.py"),
+    _entry("inspect_summary", InspectSummaryPolicy, InspectSummary,
+           "inspect-ai==0.3.285 model/_compaction/summary.py"),
 )}
 
 

@@ -239,8 +239,8 @@ class PeerMechanism(ContextMechanism):
             return self.summarizer
         return model_summarizer(inv.agent.model)  # type: ignore[attr-defined]  # an LLMAgent has a model
 
-    async def decide(self, inv: Invocation, messages: list[Message]) -> Outcome:
-        """The core's outcome for this request's messages."""
+    async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
+        """The core's outcome for this request's messages (``draft``: for its tools and settings)."""
         raise NotImplementedError
 
     def key(self, inv: Invocation) -> tuple[str, str]:
@@ -266,7 +266,7 @@ class PeerMechanism(ContextMechanism):
             origins: list[Event | str | None] = [SYSTEM_ORIGIN, *(o for _, o in items)]
         else:
             origins = [o for _, o in items]
-        outcome = await self.decide(inv, inputs)
+        outcome = await self.decide(inv, inputs, draft)
         record = outcome.record(inputs)
         shown = [(m, origins[s] if s is not None else None) for m, s in zip(outcome.messages, outcome.sources,
                                                                           strict=True)]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, ClassVar
 from agentlab.events import Message, ToolCall
 from agentlab.policies._base import Outcome, PeerMechanism, count_tokens_approximately
 from agentlab.policy import PolicyJSON
-from agentlab.projection import COMPACT, Stage
+from agentlab.projection import COMPACT, RequestDraft, Stage
 
 if TYPE_CHECKING:
     from agentlab.runtime.invocation import Invocation
@@ -131,7 +131,7 @@ class LangChainClearToolUses(PeerMechanism):
         """Source defaults."""
         return LangChainClearToolUsesPolicy()
 
-    async def decide(self, inv: Invocation, messages: list[Message]) -> Outcome:
+    async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Clear old tool results when the history is over the trigger."""
         return clear_tool_uses(messages, self.policy, trigger=self.policy.trigger_tokens(inv.context_window))
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from agentlab.events import Message
 from agentlab.policies._base import Outcome, PeerMechanism, count_tokens_approximately
 from agentlab.policy import PolicyJSON
-from agentlab.projection import INJECT_SUMMARY, Stage
+from agentlab.projection import INJECT_SUMMARY, RequestDraft, Stage
 
 if TYPE_CHECKING:
     from agentlab.runtime.invocation import Invocation
@@ -315,7 +315,7 @@ class LangChainSummarization(PeerMechanism):
         """Source defaults (which never trigger: set a trigger)."""
         return LangChainSummarizationPolicy()
 
-    async def decide(self, inv: Invocation, messages: list[Message]) -> Outcome:
+    async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Summarise the messages before the kept tail when a trigger is met."""
         window = inv.context_window or None
         todo = plan(messages, self.policy, max_input_tokens=window)
