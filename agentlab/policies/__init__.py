@@ -25,6 +25,7 @@ from agentlab.policies.inspect_summary import InspectSummary, InspectSummaryPoli
 from agentlab.policies.inspect_trim import InspectTrim, InspectTrimPolicy
 from agentlab.policies.langchain_clear_tool_uses import LangChainClearToolUses, LangChainClearToolUsesPolicy
 from agentlab.policies.langchain_summarization import LangChainSummarization, LangChainSummarizationPolicy
+from agentlab.policies.langmem_summarize import LangMemSummarize, LangMemSummarizePolicy
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ POLICIES: dict[str, PolicyEntry] = {e.name: e for e in (
     _entry("inspect_trim", InspectTrimPolicy, InspectTrim, "inspect-ai==0.3.285 model/_compaction/trim.py"),
     _entry("inspect_summary", InspectSummaryPolicy, InspectSummary,
            "inspect-ai==0.3.285 model/_compaction/summary.py"),
+    _entry("langmem_summarize", LangMemSummarizePolicy, LangMemSummarize,
+           "langchain-ai/langmem@b5dbe4aa (0.0.30) short_term/summarization.py"),
 )}
 
 
