@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.events import Event, Message
+from agentlab.model import tokens
 from agentlab.model.base import ModelRequest
 from agentlab.projection import COMPACT, ContextMechanism, RequestDraft, Stage, StagedProcessor
 
@@ -295,17 +296,22 @@ class PeerMechanism(ContextMechanism):
         draft.events = new_events
         draft.system_parts = [*draft.system_parts, *extra_system]
         draft.rendered_history = None
-        draft.stats.append({
-            "kind": "peer_policy",
-            "policy": self.policy_name,
-            "fired": outcome.fired,
-            "kept": len(record.kept),
-            "replaced": len(record.replaced),
-            "removed": len(record.removed),
-            "added": len(record.added),
-            "orphans_dropped": orphans,
-        })
-
+        if record.replaced or record.removed or record.added or orphans or extra_system:
+            # Only when the request changed, like the built-in compaction; the field names the
+            # benchmark tables read (results_compacted, tokens_before/after) are filled in.
+            draft.stats.append({
+                "kind": "peer_policy",
+                "policy": self.policy_name,
+                "fired": outcome.fired,
+                "results_compacted": len(record.replaced) + len(record.removed),
+                "tokens_before": tokens.count_messages(inputs),
+                "tokens_after": tokens.count_messages([m for m, _ in shown]),
+                "kept": len(record.kept),
+                "replaced": len(record.replaced),
+                "removed": len(record.removed),
+                "added": len(record.added),
+                "orphans_dropped": orphans,
+            })
 
 __all__ = [
     "Outcome",
