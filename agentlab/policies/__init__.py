@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlab.policies._base import Outcome, PeerMechanism, Record, Summarizer, count_tokens_approximately
+from agentlab.policies.anthropic_clear_tool_uses import AnthropicClearToolUses, AnthropicClearToolUsesPolicy
 from agentlab.policies.inspect_edit import InspectEdit, InspectEditPolicy
 from agentlab.policies.inspect_summary import InspectSummary, InspectSummaryPolicy
 from agentlab.policies.inspect_trim import InspectTrim, InspectTrimPolicy
@@ -54,6 +55,8 @@ POLICIES: dict[str, PolicyEntry] = {e.name: e for e in (
            "inspect-ai==0.3.285 model/_compaction/summary.py"),
     _entry("langmem_summarize", LangMemSummarizePolicy, LangMemSummarize,
            "langchain-ai/langmem@b5dbe4aa (0.0.30) short_term/summarization.py"),
+    _entry("anthropic_clear_tool_uses", AnthropicClearToolUsesPolicy, AnthropicClearToolUses,
+           "Anthropic context editing docs; anthropic-sdk-python@009b0353 beta_clear_tool_uses_20250919_edit_param.py"),
 )}
 
 

@@ -27,6 +27,7 @@ ACTING: dict[str, dict[str, Any]] = {
     "inspect_edit": {"threshold": 600, "keep_tool_uses": 1},
     "inspect_trim": {"threshold": 900, "preserve": 0.5},
     "inspect_summary": {"threshold": 900},
+    "anthropic_clear_tool_uses": {"trigger_value": 400, "keep": 1},
     "langmem_summarize": {"max_tokens": 1200, "max_tokens_before_summary": 300, "max_summary_tokens": 64},
 }
 
