@@ -21,6 +21,7 @@ from typing import Any
 
 from agentlab.policies._base import Outcome, PeerMechanism, Record, Summarizer, count_tokens_approximately
 from agentlab.policies.anthropic_clear_tool_uses import AnthropicClearToolUses, AnthropicClearToolUsesPolicy
+from agentlab.policies.codex_compaction import CodexCompaction, CodexCompactionPolicy
 from agentlab.policies.inspect_edit import InspectEdit, InspectEditPolicy
 from agentlab.policies.inspect_summary import InspectSummary, InspectSummaryPolicy
 from agentlab.policies.inspect_trim import InspectTrim, InspectTrimPolicy
@@ -57,6 +58,8 @@ POLICIES: dict[str, PolicyEntry] = {e.name: e for e in (
            "langchain-ai/langmem@b5dbe4aa (0.0.30) short_term/summarization.py"),
     _entry("anthropic_clear_tool_uses", AnthropicClearToolUsesPolicy, AnthropicClearToolUses,
            "Anthropic context editing docs; anthropic-sdk-python@009b0353 beta_clear_tool_uses_20250919_edit_param.py"),
+    _entry("codex_compaction", CodexCompactionPolicy, CodexCompaction,
+           "openai/codex@0100b103 codex-rs/core/src/compact.rs; utils/string/src/truncate.rs@b24d7f3c"),
 )}
 
 
