@@ -28,6 +28,7 @@ from agentlab.policies.inspect_trim import InspectTrim, InspectTrimPolicy
 from agentlab.policies.langchain_clear_tool_uses import LangChainClearToolUses, LangChainClearToolUsesPolicy
 from agentlab.policies.langchain_summarization import LangChainSummarization, LangChainSummarizationPolicy
 from agentlab.policies.langmem_summarize import LangMemSummarize, LangMemSummarizePolicy
+from agentlab.policies.letta_sliding_window import LettaSlidingWindow, LettaSlidingWindowPolicy
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ POLICIES: dict[str, PolicyEntry] = {e.name: e for e in (
            "Anthropic context editing docs; anthropic-sdk-python@009b0353 beta_clear_tool_uses_20250919_edit_param.py"),
     _entry("codex_compaction", CodexCompactionPolicy, CodexCompaction,
            "openai/codex@0100b103 codex-rs/core/src/compact.rs; utils/string/src/truncate.rs@b24d7f3c"),
+    _entry("letta_sliding_window", LettaSlidingWindowPolicy, LettaSlidingWindow,
+           "letta-ai/letta@63d3146f letta/services/summarizer/summarizer_sliding_window.py"),
 )}
 
 
