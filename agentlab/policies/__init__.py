@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlab.policies._base import Outcome, PeerMechanism, Record, Summarizer, count_tokens_approximately
+from agentlab.policies.adk_compaction import AdkCompaction, AdkCompactionPolicy
 from agentlab.policies.anthropic_clear_tool_uses import AnthropicClearToolUses, AnthropicClearToolUsesPolicy
 from agentlab.policies.codex_compaction import CodexCompaction, CodexCompactionPolicy
 from agentlab.policies.inspect_edit import InspectEdit, InspectEditPolicy
@@ -57,6 +58,8 @@ POLICIES: dict[str, PolicyEntry] = {e.name: e for e in (
            "inspect-ai==0.3.285 model/_compaction/summary.py"),
     _entry("langmem_summarize", LangMemSummarizePolicy, LangMemSummarize,
            "langchain-ai/langmem@b5dbe4aa (0.0.30) short_term/summarization.py"),
+    _entry("adk_compaction", AdkCompactionPolicy, AdkCompaction,
+           "google-adk==2.13.0 apps/compaction.py (token threshold), flows/llm_flows/context/_compaction.py"),
     _entry("anthropic_clear_tool_uses", AnthropicClearToolUsesPolicy, AnthropicClearToolUses,
            "Anthropic context editing docs; anthropic-sdk-python@009b0353 beta_clear_tool_uses_20250919_edit_param.py"),
     _entry("codex_compaction", CodexCompactionPolicy, CodexCompaction,

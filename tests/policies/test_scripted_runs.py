@@ -28,6 +28,7 @@ ACTING: dict[str, dict[str, Any]] = {
     "inspect_trim": {"threshold": 900, "preserve": 0.5},
     "inspect_summary": {"threshold": 900},
     "codex_compaction": {"auto_compact_token_limit": 450, "truncation_limit": 60},
+    "adk_compaction": {"token_threshold": 500, "event_retention_size": 3},
     "letta_sliding_window": {"trigger_fraction": 0.1},
     "anthropic_clear_tool_uses": {"trigger_value": 400, "keep": 1},
     "langmem_summarize": {"max_tokens": 1200, "max_tokens_before_summary": 300, "max_summary_tokens": 64},
@@ -115,5 +116,5 @@ async def test_scripted_run_keeps_the_ledger_and_the_pairs(name: str) -> None:
     stats = [e.metadata["compaction"] for e in session.events if "compaction" in e.metadata]
     assert stats and all(s["policy"] == name for s in stats)
     if name in ("langchain_summarization", "inspect_summary", "langmem_summarize", "codex_compaction",
-                "letta_sliding_window"):
+                "letta_sliding_window", "adk_compaction"):
         assert summaries and summarized
