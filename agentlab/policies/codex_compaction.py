@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from agentlab.events import Message
 from agentlab.model import tokens
-from agentlab.policies._base import Outcome, PeerMechanism
+from agentlab.policies._base import Outcome, PeerMechanism, Summarizer
 from agentlab.policy import PolicyJSON
 from agentlab.projection import COMPACT, RequestDraft, Stage
 
@@ -237,6 +237,12 @@ class CodexCompaction(PeerMechanism):
     carries_over: ClassVar[bool] = True
     policy: CodexCompactionPolicy
 
+    def __init__(self, policy: CodexCompactionPolicy | None = None, *, summarizer: Summarizer | None = None) -> None:
+        super().__init__(policy, summarizer=summarizer)
+        #: Tool outputs this mechanism already cut, by (call id, text): Codex cuts an output once,
+        #: when recording it, and a carried-over copy must not be cut again.
+        self._cut: set[tuple[str | None, str]] = set()
+
     @classmethod
     def default_policy(cls) -> CodexCompactionPolicy:
         """Source defaults."""
@@ -244,7 +250,14 @@ class CodexCompaction(PeerMechanism):
 
     async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Truncate tool outputs; compact into a handoff when the request reaches the limit."""
-        truncated = truncate_tool_outputs(messages, self.policy)
+        fresh = [m.role == "tool" and (m.tool_call_id, m.content) not in self._cut for m in messages]
+        cut = truncate_tool_outputs([m if new else m.with_content("") for m, new in zip(messages, fresh, strict=True)],
+                                    self.policy)
+        shown_now = [c if new else m for m, c, new in zip(messages, cut.messages, fresh, strict=True)]
+        for m, c, new in zip(messages, shown_now, fresh, strict=True):
+            if new and c is not m:
+                self._cut.add((c.tool_call_id, c.content))
+        truncated = Outcome(tuple(shown_now), tuple(range(len(messages))), fired=cut.fired)
         shown = list(truncated.messages)
         system = [Message.system(p) for p in draft.system_parts if p]
         declared = [t.declaration() for t in draft.tools] or None
