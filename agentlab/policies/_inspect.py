@@ -8,7 +8,9 @@ threshold, the re-application loop, the incremental compacted view).
 The orchestrator is reproduced by :class:`InspectMechanism`: the compacted view carries over
 between requests (inspect's ``state.compacted_input`` plus the messages added since); when its
 token count is over the threshold the strategy runs, and runs again up to 3 more times while it
-still is over and still shrinks.
+still is over and still shrinks. ``tests/policies/test_inspect_handler.py`` checks this against
+inspect's own handler at every model call of growing conversations (both sides counting tokens
+with agentlab's counter).
 
 Departures shared by the three strategies, and why:
 

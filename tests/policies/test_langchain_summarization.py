@@ -6,19 +6,23 @@ messages it is handed are compared too.
 
 from __future__ import annotations
 
+import asyncio
 import random
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from agentlab.events import Message
+from agentlab.events import Event, Message
 from agentlab.policies.langchain_summarization import (
     SUMMARY_PREFIX,
+    LangChainSummarization,
     LangChainSummarizationPolicy,
     finish,
     fixed_summary,
     plan,
 )
+from agentlab.projection import RequestDraft
 from tests.policies.conversations import conversation
 from tests.policies.lc_convert import norm_langchain, norm_ours, to_langchain
 from tests.policies.peers import require
@@ -107,3 +111,52 @@ def test_the_seeds_reach_every_branch() -> None:
         quiet += todo is None
         trimmed += todo is not None and len(todo.summarizer_input) < todo.cutoff
     assert fired > 80 and quiet > 50 and trimmed > 20
+
+
+def growing(seed: int) -> int:
+    """Replays one growing conversation on both sides, asserting equal requests; the number of summaries."""
+    rng = random.Random(seed * 29 + 1)
+    body = conversation(seed, max_rounds=8) + conversation(seed + 20_000, max_rounds=8)
+    policy = LangChainSummarizationPolicy(trigger_messages=rng.choice((6, 10, 16)), keep_value=rng.choice((2, 4, 6)),
+                                          trim_tokens_to_summarize=None)
+    replies = iter(f"summary {k}" for k in range(1000))
+
+    def summarizer(msgs: list[Any]) -> str:
+        return next(replies)
+
+    middleware = summarization.SummarizationMiddleware(
+        fake_models.FakeListChatModel(responses=["unused"]), trigger=("messages", policy.trigger_messages),
+        keep=("messages", int(policy.keep_value)), trim_tokens_to_summarize=None, summarizer=summarizer)
+    ours_replies = iter(f"summary {k}" for k in range(1000))
+
+    async def our_summarizer(prompt: list[Message]) -> str:
+        return next(ours_replies)
+
+    ours = LangChainSummarization(policy, summarizer=our_summarizer)
+    inv = SimpleNamespace(session=SimpleNamespace(id="s"), filter_key="", context_window=0, id="i", request_id="i")
+    state: list[Any] = []
+    events = [Event(author="a", choices=[m], id=f"e{i}") for i, m in enumerate(body)]
+    summaries = 0
+    for i, m in enumerate(body):
+        if m.role == "assistant":  # a model call: LangChain's before_model, our projection
+            update = middleware.before_model({"messages": state}, None)
+            if update is not None:
+                state = list(update["messages"][1:])
+                summaries += 1
+            draft = RequestDraft(events=list(events[:i]))
+            asyncio.run(ours.project_draft(inv, draft))
+            assert [norm_ours(x) for x in draft.messages()] == [norm_langchain(x) for x in state], i
+        state.append(to_langchain([m])[0])
+    return summaries
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_agent_state_langchain_rewrites_equals_our_carried_over_projection(seed: int) -> None:
+    """At every model call of a growing conversation: LangChain's state (rewritten by each summary) and
+    our mechanism's projection of the untouched ledger (the previous projection carried over) agree."""
+    growing(seed)
+
+
+def test_the_growing_conversations_are_summarised_more_than_once() -> None:
+    counts = [growing(seed) for seed in range(0, 200, 4)]
+    assert sum(c > 0 for c in counts) > 25 and sum(c > 1 for c in counts) > 10
