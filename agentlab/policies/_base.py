@@ -33,10 +33,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agentlab.events import Event, Message
 from agentlab.model import tokens
 from agentlab.model.base import ModelRequest
-from agentlab.projection import COMPACT, ContextMechanism, RequestDraft, Stage, StagedProcessor
+from agentlab.projection import COMPACT, CURRENT_INPUT, ContextMechanism, RequestDraft, Stage, StagedProcessor
 
 if TYPE_CHECKING:
     from agentlab.runtime.invocation import Invocation
+
+#: Where the summarising peer policies run: after the runtime has put the current user input among
+#: the events (``CURRENT_INPUT``), so that a peer that summarises that input away (ADK, LangChain)
+#: is not undone by it, and before the built-in compaction (``COMPACT``).
+PEER_SUMMARY = Stage("peer_summary", (CURRENT_INPUT.order + COMPACT.order) // 2)
 
 #: Turns the summariser's input (the peer's prompt messages) into the summary text.
 Summarizer = Callable[[list[Message]], Awaitable[str]]
@@ -314,6 +319,7 @@ class PeerMechanism(ContextMechanism):
             })
 
 __all__ = [
+    "PEER_SUMMARY",
     "Outcome",
     "PeerMechanism",
     "PeerProcessor",

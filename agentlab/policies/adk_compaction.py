@@ -52,9 +52,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.events import Event, Message
-from agentlab.policies._base import Outcome, PeerMechanism, Summarizer
+from agentlab.policies._base import PEER_SUMMARY, Outcome, PeerMechanism, Summarizer
 from agentlab.policy import PolicyJSON
-from agentlab.projection import INJECT_SUMMARY, RequestDraft, Stage
+from agentlab.projection import RequestDraft, Stage
 
 if TYPE_CHECKING:
     from agentlab.runtime.invocation import Invocation
@@ -338,10 +338,10 @@ class _SessionCompactions:
 
 
 class AdkCompaction(PeerMechanism):
-    """ADK's token-threshold compaction before each model call, at the summary stage."""
+    """ADK's token-threshold compaction before each model call, at :data:`PEER_SUMMARY`."""
 
     policy_name: ClassVar[str] = "adk_compaction"
-    stage: ClassVar[Stage] = INJECT_SUMMARY
+    stage: ClassVar[Stage] = PEER_SUMMARY
     policy: AdkCompactionPolicy
 
     def __init__(self, policy: AdkCompactionPolicy | None = None, *, summarizer: Summarizer | None = None) -> None:

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from agentlab.events import Message
-from agentlab.policies._base import Outcome, PeerMechanism, count_tokens_approximately
+from agentlab.policies._base import PEER_SUMMARY, Outcome, PeerMechanism, count_tokens_approximately
 from agentlab.policy import PolicyJSON
-from agentlab.projection import INJECT_SUMMARY, RequestDraft, Stage
+from agentlab.projection import RequestDraft, Stage
 
 if TYPE_CHECKING:
     from agentlab.runtime.invocation import Invocation
@@ -303,10 +303,10 @@ def render_transcript(messages: Sequence[Message]) -> str:
 
 
 class LangChainSummarization(PeerMechanism):
-    """LangChain's ``SummarizationMiddleware`` at the summary stage; the projection carries over."""
+    """LangChain's ``SummarizationMiddleware`` at :data:`PEER_SUMMARY`; the projection carries over."""
 
     policy_name: ClassVar[str] = "langchain_summarization"
-    stage: ClassVar[Stage] = INJECT_SUMMARY
+    stage: ClassVar[Stage] = PEER_SUMMARY
     carries_over: ClassVar[bool] = True
     policy: LangChainSummarizationPolicy
 

@@ -37,10 +37,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from agentlab.events import Message
-from agentlab.policies._base import Outcome, PeerMechanism, Summarizer, count_tokens_approximately
+from agentlab.policies._base import (
+    PEER_SUMMARY,
+    Outcome,
+    PeerMechanism,
+    Summarizer,
+    count_tokens_approximately,
+)
 from agentlab.policies.langchain_summarization import trim_last
 from agentlab.policy import PolicyJSON
-from agentlab.projection import INJECT_SUMMARY, RequestDraft, Stage
+from agentlab.projection import RequestDraft, Stage
 
 if TYPE_CHECKING:
     from agentlab.runtime.invocation import Invocation
@@ -197,10 +203,10 @@ def finish(messages: Sequence[Message], ids: Sequence[str], scan: _Scan, todo: S
 
 
 class LangMemSummarize(PeerMechanism):
-    """LangMem's ``summarize_messages`` at the summary stage, its running summary kept per session view."""
+    """LangMem's ``summarize_messages`` at :data:`PEER_SUMMARY`, its running summary kept per session view."""
 
     policy_name: ClassVar[str] = "langmem_summarize"
-    stage: ClassVar[Stage] = INJECT_SUMMARY
+    stage: ClassVar[Stage] = PEER_SUMMARY
     sees_system: ClassVar[bool] = True
     policy: LangMemSummarizePolicy
 

@@ -9,7 +9,9 @@ import sys
 import pytest
 
 from agentlab.policies import POLICIES, PeerMechanism, mechanism, names
+from agentlab.policies._base import PEER_SUMMARY
 from agentlab.policy import FieldError, PolicyJSON
+from agentlab.projection import COMPACT, CURRENT_INPUT
 
 PEER_PACKAGES = ("langchain", "langchain_core", "langgraph", "langmem", "inspect_ai", "google", "letta", "anthropic")
 
@@ -58,3 +60,11 @@ def test_no_policy_module_imports_a_peer_package() -> None:
     done = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) == len(POLICIES)
+
+
+def test_every_peer_policy_runs_after_the_current_input_is_in_place() -> None:
+    """A peer that summarises the current user input away (ADK, LangChain) must not be undone by the
+    runtime's current-input step, which would put the input back in front of the summary."""
+    for name in POLICIES:
+        assert mechanism(name).stage.order > CURRENT_INPUT.order, name
+    assert CURRENT_INPUT.order < PEER_SUMMARY.order < COMPACT.order
