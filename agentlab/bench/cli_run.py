@@ -25,7 +25,7 @@ from agentlab.bench.cli_common import (
     _records,
 )
 from agentlab.bench.cli_report import COMPARISON_SECTIONS, _report_payload, _write_report
-from agentlab.bench.config import load_settings
+from agentlab.bench.config import code_version, load_settings
 from agentlab.bench.spec import (
     RunSpec,
     check_policies,
@@ -100,11 +100,20 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     resolved into one :class:`~agentlab.bench.spec.RunSpec` first (:func:`spec_from_args`); every
     check that can refuse the run happens before the results file is opened.
     """
-    # The module's load_settings, looked up now: tests point it at another settings folder.
-    spec = spec_from_args(args, loader=lambda name, schema: load_settings(name, schema))
+    spec = spec_of(args)
     if spec.action == "run":
         write_smoke_banner(spec, out if not args.json else sys.stderr)
     return run_spec(spec, out, json_output=args.json, db=args.db, executor_args=args)
+
+
+def spec_of(args: argparse.Namespace) -> RunSpec:
+    """The :class:`RunSpec` of the run command's flags (:func:`~agentlab.bench.spec.spec_from_args`).
+
+    This module's ``load_settings`` and ``code_version`` are looked up at each call, so tests can
+    point them at another settings folder or version.
+    """
+    return spec_from_args(args, loader=lambda name, schema: load_settings(name, schema),
+                          version=lambda: code_version())
 
 
 def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any = DEFAULT_DB,
@@ -161,6 +170,12 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
     modes = list(spec.modes)
     store = ResultStore(db)
     notes.write(spec.header() + "\n")
+    executor_notes = getattr(chosen, "notes", None)
+    if executor_notes is not None:
+        for line in executor_notes.info:
+            notes.write(f"  {line}\n")
+        for line in executor_notes.warnings:
+            sys.stderr.write(f"{line}\n")
     try:
         summaries = asyncio.run(run_with_baselines(task, requests, model=model, store=store, judge=judge,
                                                    selection=selection, executor=chosen))
@@ -316,5 +331,8 @@ def executor_from_args(args: argparse.Namespace) -> Any:
         raise CliError(f"--workers must be >= 1, got {args.workers}")
     from agentlab.bench.distributed import RayExecutor
 
-    return RayExecutor(args.ray_address, workers=args.workers)
+    chosen = RayExecutor(args.ray_address, workers=args.workers)
+    # What the run exposes is settled here, before anything is stored: a refusal is an ExecutorError.
+    chosen.check()
+    return chosen
 

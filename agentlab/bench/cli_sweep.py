@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from agentlab.bench.cli_common import CliError, _print_json, _run_parser
-from agentlab.bench.cli_run import run_spec
-from agentlab.bench.spec import spec_from_args, write_smoke_banner
+from agentlab.bench.cli_run import run_spec, spec_of
+from agentlab.bench.spec import write_smoke_banner
 from agentlab.bench.tasks import get_task
 
 
@@ -66,7 +66,7 @@ def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -
     # Every step is resolved (settings, policies, budget, variant) before the first model call.
     steps = [parser.parse_args([task.name, *run_flags, *point_flags, "--mode", step_mode, "--json", "--no-baselines"])
              for step_mode, point_flags in plan]
-    specs = [spec_from_args(step_args) for step_args in steps]
+    specs = [spec_of(step_args) for step_args in steps]
     results = []
     for step, ((step_mode, point_flags), step_args, spec) in enumerate(zip(plan, steps, specs, strict=True), 1):
         buffer = io.StringIO()

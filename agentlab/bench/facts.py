@@ -16,13 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: The summary benchmarks' rule: the provider usage of the last answer call of each run (reference
-#: §5.2). A recall run's search and load rounds are not added up, only the final prompt, which
-#: already carries the tool results.
+#: The summary benchmarks' rule: the provider usage of the last answer call of each run
+#: (docs/sources.md#summary-benchmark-metrics). A recall run's search and load rounds are not
+#: added up, only the final prompt, which already carries the tool results.
 LAST_ANSWER_CALL = "last_answer_call"
 #: Every answer call of the case. MT-Bench-101's published totals sum the turns (one answer call
 #: each, no tools); LoCoMo's Tokens/QA and Calls/QA count every call of a question (e.g. 3 calls
-#: and 17,182 tokens per question for two memory_search passes, reference §6.2).
+#: and 17,182 tokens per question for two memory_search passes, docs/sources.md#locomo-results).
 SUM_ANSWER_CALLS = "sum_answer_calls"
 TOKEN_RULES = (LAST_ANSWER_CALL, SUM_ANSWER_CALLS)
 

@@ -263,13 +263,15 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
                 limit: int | None = None, context_window: int | None = None, context_budget: int | None = None,
                 overrides: Sequence[str] = (), published_settings: bool = False, variant: str | None = None,
                 baselines: bool = True, concurrency: int | None = None, action: Action = "run",
-                progress: bool = True, loader: Loader = load_settings) -> RunSpec:
+                progress: bool = True, loader: Loader = load_settings,
+                version: Callable[[], str] = code_version) -> RunSpec:
     """Flags + the benchmark's settings file + the mode → the run's :class:`RunSpec` (not yet bound).
 
     The keyword arguments are the run command's flags (``limit=0`` = all cases, ``None`` = the
     default: all, or :data:`~agentlab.bench.cli_common.EMBEDDED_DEFAULT_LIMIT` on the embedded model).
     Every user error is a :class:`~agentlab.bench.cli_common.CliError` (or a settings / dataset
-    error) with one line; nothing is stored and no model is called.
+    error) with one line; nothing is stored and no model is called. ``loader`` reads the settings
+    file and ``version`` names the code (tests replace them).
     """
     from agentlab.model.registry import default_spec
 
@@ -314,10 +316,10 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
         context_window_flag=context_window, context_budget=context_budget, limit=run_limit,
         demo_selection=smoke_test and limit is None,
         concurrency=concurrency or int(settings.get("run", "concurrency", 4)), variant=variant,
-        variant_settings=MappingProxyType(diff), progress=progress, code_version=code_version() if calls_model else "", task=task)
+        variant_settings=MappingProxyType(diff), progress=progress, code_version=version() if calls_model else "", task=task)
 
 
-def spec_from_args(args: Any, *, loader: Loader = load_settings) -> RunSpec:
+def spec_from_args(args: Any, *, loader: Loader = load_settings, version: Callable[[], str] = code_version) -> RunSpec:
     """:func:`resolve_run` of the run command's parsed flags (``argparse.Namespace``)."""
     action: Action = "dry_run" if args.dry_run else "retrieval_only" if args.retrieval_only else "run"
     return resolve_run(
@@ -325,7 +327,7 @@ def spec_from_args(args: Any, *, loader: Loader = load_settings) -> RunSpec:
         context_window=args.context_window, context_budget=getattr(args, "context_budget", None),
         overrides=args.overrides, published_settings=args.published_settings, variant=args.variant,
         baselines=not args.no_baselines, concurrency=args.concurrency, action=action,
-        progress=not args.no_progress, loader=loader)
+        progress=not args.no_progress, loader=loader, version=version)
 
 
 def smoke_banner(benchmark: str, changes: Mapping[str, tuple[Any, Any]]) -> str:

@@ -7,6 +7,8 @@
 * :class:`MemoryExtractor` and :class:`MemoryWorker` (:func:`memory_worker_for`) — automatic
   extraction after a run, on a background queue.
 * :func:`memory_tools` (``memory_search``) and :class:`MemoryPreloadProcessor` — memory in the request.
+
+"The reference" in this package is trpc-agent-go's auto memory (docs/sources.md#auto-memory).
 """
 
 from __future__ import annotations

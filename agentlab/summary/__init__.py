@@ -21,6 +21,9 @@ Modules: :mod:`~agentlab.summary.prompts` (prompts, wrappers, versions),
 background pool, runner hook), :mod:`~agentlab.summary.inject` (the summary in the request),
 :mod:`~agentlab.summary.coverage` (the boundary other components read). Every public name is
 importable from ``agentlab.summary`` itself.
+
+"The reference" in this package, and a "reference" default of :class:`SummaryPolicy`, is
+trpc-agent-go's rolling summary (docs/sources.md#rolling-summary).
 """
 
 from __future__ import annotations
