@@ -4,9 +4,8 @@ Sources (``letta-ai/letta``, read through the search index): ``letta/services/su
 summarizer_sliding_window.py`` and ``summarizer/constants.py`` @ ``63d3146f``; the trigger
 (``get_compaction_trigger_threshold``: 0.9 × window) and ``CompactionSettings`` defaults
 (``sliding_window_percentage=0.3``, ``clip_chars=50_000``) and the summary packaging
-(``letta/system.py``) as described for @ ``56ba9c25`` in the reference notes
-(``peer_policies.md`` §6), the packaging text also checked against ``letta-ai/letta-code``'s
-``packageLocalSummaryMessage``.
+(``letta/system.py``) at ``letta-ai/letta`` @ ``56ba9c25``, the packaging text also checked
+against ``letta-ai/letta-code``'s ``packageLocalSummaryMessage``.
 
 What it does when the request is over 0.9 × the window: the system message (index 0) always
 stays. ``eviction_percentage`` starts at ``sliding_window_percentage`` (0.3) and grows by 0.10
