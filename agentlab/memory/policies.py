@@ -34,13 +34,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentlab.core.projection import PRELOAD_MEMORY, ContextMechanism, StagedProcessor
 from agentlab.policy import PolicyJSON
-from agentlab.projection import PRELOAD_MEMORY, ContextMechanism, StagedProcessor
 
 if TYPE_CHECKING:
+    from agentlab.core.invocation import Invocation
+    from agentlab.core.tools import Tool
+    from agentlab.memory.mechanism import MemoryMechanism
     from agentlab.memory.service import Memory, MemoryService
-    from agentlab.runtime.invocation import Invocation
-    from agentlab.runtime.tools import Tool
+    from agentlab.model.base import Model
 
 UpdatePolicyName = Literal["merge_similar", "preserve_history", "append_only"]
 SearchMode = Literal["lexical", "dense", "hybrid"]
@@ -154,9 +156,21 @@ class MemoryPolicy(PolicyJSON, ContextMechanism):
 
         return [StagedProcessor(PRELOAD_MEMORY, MemoryPreloadProcessor(self))]
 
+    def for_model(self, model: Model) -> MemoryMechanism:
+        """The mechanism an agent runs: this policy, extracting with ``model``."""
+        from agentlab.memory.mechanism import MemoryMechanism
+
+        return MemoryMechanism(self, model)
+
+    def describe(self) -> str:
+        """``"memory"``."""
+        return "memory"
+
     def request_tools(self, inv: Invocation) -> Sequence[Tool]:
         """``memory_search``, when the policy offers it and the run has a memory service."""
-        if not self.search_tool or not inv.memory_service:
+        from agentlab.memory.mechanism import memory_service_of
+
+        if not self.search_tool or memory_service_of(inv) is None:
             return ()
         from agentlab.memory.tools import memory_tools
 

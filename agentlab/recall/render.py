@@ -16,8 +16,8 @@ from agentlab.recall import RecallPolicy
 from agentlab.recall.hits import MESSAGE_ROLES, EventHit, compact_text, iso_time, message_text
 
 if TYPE_CHECKING:
+    from agentlab.core.invocation import Invocation
     from agentlab.recall.search import UserEventIndex
-    from agentlab.runtime.invocation import Invocation
 
 __all__ = ["render_hit", "window_around", "window_snippet"]
 

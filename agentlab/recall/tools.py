@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentlab.core.projection import EventsRole
+from agentlab.core.tools import check_arguments, function_declaration
 from agentlab.events import Event
-from agentlab.projection import EventsRole
 from agentlab.recall import SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.search import MESSAGE_ROLES, iso_time, session_search
 
 if TYPE_CHECKING:
-    from agentlab.projection import RequestDraft
-    from agentlab.runtime.invocation import Invocation
-    from agentlab.runtime.tools import Tool, ToolContext
+    from agentlab.core.invocation import Invocation
+    from agentlab.core.projection import RequestDraft
+    from agentlab.core.tools import Tool, ToolContext
 
 __all__ = [
     "LOAD_NOTE",
@@ -233,23 +234,6 @@ async def session_load(inv: Invocation, policy: RecallPolicy, *, session_id: str
 # ===================================================================================== tools
 
 
-def _tool_declaration(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required},
-        },
-    }
-
-
-def _check_arguments(tool: str, arguments: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(arguments) - allowed)
-    if unknown:
-        raise ValueError(f"unknown argument(s) for {tool}: {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
-
-
 class SessionSearchTool:
     """The ``session_search`` tool: searches earlier history in one of four scopes."""
 
@@ -261,7 +245,7 @@ class SessionSearchTool:
 
     def declaration(self) -> dict[str, Any]:
         """The declaration of ``session_search``, with the policy's defaults stated."""
-        return _tool_declaration(
+        return function_declaration(
             self.name,
             self.description,
             {
@@ -282,7 +266,7 @@ class SessionSearchTool:
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Run ``session_search`` with the model's arguments (unknown ones are an error it reads)."""
-        _check_arguments(self.name, arguments, {"query", "scope", "top_k", "min_score", "search_mode"})
+        check_arguments(self.name, arguments, ("query", "scope", "top_k", "min_score", "search_mode"), ("query",))
         return await session_search(
             ctx.invocation,
             self.policy,
@@ -306,7 +290,7 @@ class SessionLoadTool:
     def declaration(self) -> dict[str, Any]:
         """The declaration of ``session_load``, with the policy's defaults stated."""
         p = self.policy
-        return _tool_declaration(
+        return function_declaration(
             self.name,
             self.description,
             {
@@ -326,8 +310,8 @@ class SessionLoadTool:
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Run ``session_load`` with the model's arguments (unknown ones are an error it reads)."""
-        _check_arguments(self.name, arguments, {"session_id", "event_id", "tool_call_id", "before", "after",
-                                                "content_offset", "content_limit"})
+        check_arguments(self.name, arguments, ("session_id", "event_id", "tool_call_id", "before", "after",
+                                               "content_offset", "content_limit"))
         return await session_load(
             ctx.invocation,
             self.policy,

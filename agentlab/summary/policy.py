@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from agentlab.core.projection import INJECT_SUMMARY, ContextMechanism, StagedProcessor
 from agentlab.policy import PolicyJSON
-from agentlab.projection import INJECT_SUMMARY, ContextMechanism, StagedProcessor
 from agentlab.summary.prompts import (
     BUILTIN_PROMPTS,
     CUSTOM_PROMPT_VERSION_PREFIX,
     _stable_hash,
     validate_prompt_template,
 )
+
+if TYPE_CHECKING:
+    from agentlab.model.base import Model
+    from agentlab.summary.mechanism import SummaryMechanism
 
 InjectionMode = Literal["system", "user"]
 ChecksMode = Literal["all", "any"]
@@ -135,6 +139,16 @@ class SummaryPolicy(PolicyJSON, ContextMechanism):
         if self.idle_over is not None:
             checks.append(IdleOverCheck(self.idle_over))
         return checks
+
+    def for_model(self, model: Model) -> SummaryMechanism:
+        """The mechanism an agent runs: this policy with ``model`` as the summariser (and its worker)."""
+        from agentlab.summary.mechanism import SummaryMechanism
+
+        return SummaryMechanism(self, model)
+
+    def describe(self) -> str:
+        """``"summary"``."""
+        return "summary"
 
     def request_processors(self) -> list[StagedProcessor]:
         """The summary step: the summary text in, the history cut at its boundary."""
