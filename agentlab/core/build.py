@@ -40,15 +40,22 @@ EventsStage = Callable[["Invocation", Sequence[RequestProcessor], RequestDraft],
 StepObserver = Callable[[RequestProcessor, RequestDraft, RequestDraft], None]
 
 
-def request_chain(mechanisms: Sequence[ContextMechanism]) -> list[RequestProcessor]:
-    """The request chain: instruction, history and current input, plus each mechanism's steps, by stage."""
+def request_chain(mechanisms: Sequence[ContextMechanism],
+                  owners: dict[int, ContextMechanism] | None = None) -> list[RequestProcessor]:
+    """The request chain: instruction, history and current input, plus each mechanism's steps, by stage.
+
+    ``owners``, when given, is filled with ``id(processor) -> mechanism`` for the mechanisms' steps.
+    """
     staged = [
         StagedProcessor(INSTRUCTION, InstructionProcessor()),
         StagedProcessor(HISTORY, HistoryProcessor()),
         StagedProcessor(CURRENT_INPUT, CurrentInputProcessor()),
     ]
     for mechanism in mechanisms:
-        staged.extend(mechanism.request_processors())
+        contributed = mechanism.request_processors()
+        staged.extend(contributed)
+        if owners is not None:
+            owners.update((id(c.processor), mechanism) for c in contributed)
     return order_by_stage(staged)
 
 

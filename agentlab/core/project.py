@@ -14,24 +14,18 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentlab.core.build import build_draft, finish_request, request_tools
+from agentlab.core.build import build_draft, finish_request, request_chain, request_tools
 from agentlab.core.invocation import Invocation, RunOptions
 from agentlab.core.projection import (
-    CURRENT_INPUT,
-    HISTORY,
-    INSTRUCTION,
     ContextMechanism,
     EventsRole,
     RequestDraft,
     RequestProcessor,
-    StagedProcessor,
     as_mechanism,
     in_filter,
     is_history_event,
-    order_by_stage,
 )
 from agentlab.core.services import ServiceRegistry
-from agentlab.core.steps import CurrentInputProcessor, HistoryProcessor, InstructionProcessor
 from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message, new_id, user_event
 from agentlab.model.base import GenerationConfig, Model, ModelInfo, ModelRequest
 from agentlab.session.base import Session, SessionService, Summary
@@ -174,16 +168,8 @@ async def project(source: Session | Sequence[Event | Message], mechanisms: Seque
     for mechanism in bound:
         mechanism.open(registry)
 
-    owners: dict[int, ContextMechanism | None] = {}
-    staged = [StagedProcessor(INSTRUCTION, InstructionProcessor()), StagedProcessor(HISTORY, HistoryProcessor()),
-              StagedProcessor(CURRENT_INPUT, CurrentInputProcessor())]
-    for s in staged:
-        owners[id(s.processor)] = None
-    for mechanism in bound:
-        for s in mechanism.request_processors():
-            owners[id(s.processor)] = mechanism
-            staged.append(s)
-    processors = order_by_stage(staged)
+    owners: dict[int, ContextMechanism] = {}
+    processors = request_chain(bound, owners)
     host = _Host("project", instruction, host_model, processors)
 
     inv_id = new_id("inv-")
@@ -206,36 +192,35 @@ async def project(source: Session | Sequence[Event | Message], mechanisms: Seque
                      options=RunOptions(context_window=context_window), id=inv_id, filter_key=filter_key,
                      user_event=current, services=registry)
 
-    reports = {id(m): MechanismReport(m.describe()) for m in bound}
     visible = [e.id for e in session.events if is_history_event(e) and in_filter(e.filter_key, filter_key)]
+    # The reports describe the build that produced the request sent: a rebuild (after a
+    # synchronous summary) starts them over; who rebuilt is recorded on top.
+    reports: dict[int, MechanismReport] = {}
 
     def observe_step(processor: RequestProcessor, before: RequestDraft, after: RequestDraft) -> None:
         owner = owners.get(id(processor))
-        if owner is None:
-            return
-        _record_step(reports[id(owner)], before, after)
+        if owner is not None:
+            _record_step(reports[id(owner)], before, after)
 
     config = generation or GenerationConfig()
     all_tools = request_tools(inv, tools, bound)
 
-    async def rebuild() -> RequestDraft:
-        return await build_draft(inv, processors, tools=all_tools, config=config, allow_tools=allow_tools)
+    async def observed_build() -> RequestDraft:
+        reports.clear()
+        reports.update((id(m), MechanismReport(m.describe())) for m in bound)
+        return await build_draft(inv, processors, tools=all_tools, config=config, allow_tools=allow_tools,
+                                 observe=observe_step)
 
+    rebuilt_by: list[ContextMechanism] = []
     try:
-        draft = await build_draft(inv, processors, tools=all_tools, config=config, allow_tools=allow_tools,
-                                  observe=observe_step)
-
-        def observe_revision(mechanism: ContextMechanism, old: ModelRequest, new: ModelRequest) -> None:
+        draft = await observed_build()
+        request, draft = await finish_request(inv, bound, draft, allow_tools=allow_tools, rebuild=observed_build,
+                                              observe=lambda mechanism, old, new: rebuilt_by.append(mechanism))
+        _attribute_unscanned(reports, owners, processors, visible, draft)
+        for mechanism in rebuilt_by:
             report = reports[id(mechanism)]
             report.rebuilt_request = True
-
-        request, draft = await finish_request(inv, bound, draft, allow_tools=allow_tools, rebuild=rebuild,
-                                              observe=observe_revision)
-        _attribute_unscanned(reports, owners, processors, visible, draft)
-        for mechanism in bound:
-            report = reports[id(mechanism)]
-            if report.rebuilt_request:
-                report.stats.extend(s for s in draft.stats if s.get("kind") == "sync_summary")
+            report.stats.extend(s for s in draft.stats if s.get("kind") == "sync_summary")
         result = ProjectionResult(request=request, draft=draft, prompt_tokens=draft.prompt_tokens(request),
                                   reports=[reports[id(m)] for m in bound], session=session, invocation=inv)
     finally:
@@ -283,7 +268,7 @@ def _record_step(report: MechanismReport, before: RequestDraft, after: RequestDr
     report.stats.extend(after.stats[len(before.stats):])
 
 
-def _attribute_unscanned(reports: dict[int, MechanismReport], owners: dict[int, ContextMechanism | None],
+def _attribute_unscanned(reports: dict[int, MechanismReport], owners: dict[int, ContextMechanism],
                          processors: Sequence[RequestProcessor], visible: list[str], final: RequestDraft) -> None:
     """Visible events missing from the request that no step removed are the summary step's.
 

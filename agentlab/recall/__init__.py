@@ -150,6 +150,10 @@ class RecallPolicy(PolicyJSON, ContextMechanism):
 
     # ------------------------------------------------------------------- request contributions
 
+    def describe(self) -> str:
+        """``"recall"``."""
+        return "recall"
+
     def request_processors(self) -> list[StagedProcessor]:
         """Preload recall (when ``preload_limit`` > 0) and the tool overview (when tools are on)."""
         out: list[StagedProcessor] = []
