@@ -46,6 +46,7 @@ from agentlab.core.projection import (
     in_filter,
     is_history_event,
     order_by_stage,
+    register_mechanism,
     round_start,
     run_processors,
 )
@@ -61,6 +62,6 @@ __all__ = [
     "SummaryService", "SummaryStep", "TOOL_BUDGET_NOTE", "TOOL_GUIDE", "Tool", "ToolContext", "as_mechanism",
     "build_draft", "check_arguments", "completed_units", "event_tokens", "events_to_messages", "finish_request",
     "function_declaration", "in_filter", "is_history_event", "ledger_events", "ledger_extends",
-    "order_by_stage", "project", "protected_units", "request_chain", "request_tools", "round_start",
+    "order_by_stage", "project", "protected_units", "register_mechanism", "request_chain", "request_tools", "round_start",
     "run_processors", "tool", "unit_of",
 ]

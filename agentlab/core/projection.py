@@ -447,14 +447,13 @@ class ContextMechanism:
 
 
 class PolicyMechanism(ContextMechanism):
-    """A mechanism made of a policy (itself a mechanism, stateless) and the model it works with.
+    """A mechanism made of a policy (plain, frozen settings) and the model it works with.
 
-    The policy's request contributions pass through; a subclass adds the lifecycle hooks that
-    need the model (the summary's worker, memory extraction). :meth:`for_model` binds an unbound
-    one (``model=None``) to the agent's model.
+    :meth:`for_model` binds an unbound one (``model=None``) to the agent's model; a subclass adds
+    the request contributions and the lifecycle hooks.
     """
 
-    def __init__(self, policy: ContextMechanism, model: Model | None = None) -> None:
+    def __init__(self, policy: Any, model: Model | None = None) -> None:
         self.policy = policy
         #: The model the hooks use; ``None`` until bound (request contributions only).
         self.model = model
@@ -462,28 +461,40 @@ class PolicyMechanism(ContextMechanism):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.policy!r}, model={getattr(self.model, 'info', self.model)!r})"
 
-    def describe(self) -> str:
-        """The policy's name."""
-        return self.policy.describe()
-
     def for_model(self, model: Model) -> ContextMechanism:
         """Bound to ``model`` when it has no model of its own yet."""
         return self if self.model is not None else type(self)(self.policy, model)
 
-    def request_processors(self) -> Sequence[StagedProcessor]:
-        """The policy's processors."""
-        return self.policy.request_processors()
 
-    def request_tools(self, inv: Invocation) -> Sequence[Tool]:
-        """The policy's tools."""
-        return self.policy.request_tools(inv)
+#: Policy type -> what makes its mechanism (filled by each mechanism package with :func:`register_mechanism`).
+_MECHANISM_FACTORIES: dict[type, Callable[[Any, Model | None], ContextMechanism]] = {}
+
+
+def register_mechanism(policy_type: type, factory: Callable[[Any, Model | None], ContextMechanism]) -> None:
+    """Declare how a policy (plain settings) becomes the mechanism an agent runs.
+
+    ``factory(policy, model)`` gets the model the mechanism works with (``None`` outside an agent,
+    in :func:`agentlab.core.project` without a model). A mechanism package registers its policy
+    when it is imported, so the policy module never imports its mechanism (no import cycle), and
+    the runtime never names either.
+    """
+    _MECHANISM_FACTORIES[policy_type] = factory
 
 
 def as_mechanism(item: Any, model: Model | None) -> ContextMechanism:
-    """``item`` as the mechanism an agent with ``model`` runs (:meth:`ContextMechanism.for_model`)."""
-    if not isinstance(item, ContextMechanism):
-        raise TypeError(f"not a context mechanism: {item!r} (subclass agentlab.core.ContextMechanism)")
-    return item.for_model(model) if model is not None else item
+    """``item`` as the mechanism an agent with ``model`` runs.
+
+    A :class:`ContextMechanism` is bound with :meth:`~ContextMechanism.for_model` (when there is a
+    model); a registered policy goes through its factory (:func:`register_mechanism`).
+    """
+    if isinstance(item, ContextMechanism):
+        return item.for_model(model) if model is not None else item
+    for kind in type(item).__mro__:
+        factory = _MECHANISM_FACTORIES.get(kind)
+        if factory is not None:
+            return factory(item, model)
+    raise TypeError(f"not a context mechanism: {item!r} (subclass agentlab.core.ContextMechanism, or register "
+                    "its policy type with agentlab.core.register_mechanism)")
 
 
 __all__ = [
@@ -492,6 +503,7 @@ __all__ = [
     "PendingRequest",
     "PolicyMechanism",
     "as_mechanism",
+    "register_mechanism",
     "CURRENT_INPUT",
     "HISTORY",
     "INJECT_SUMMARY",

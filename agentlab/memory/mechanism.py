@@ -9,25 +9,25 @@ every completed run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import PolicyMechanism
+from agentlab.core.projection import PRELOAD_MEMORY, PolicyMechanism, StagedProcessor, register_mechanism
 from agentlab.core.services import ServiceRegistry
 from agentlab.memory.policies import MemoryPolicy
-from agentlab.memory.service import MemoryService
+from agentlab.memory.preload import MemoryPreloadProcessor
+from agentlab.memory.service import MemoryService, memory_service_of
+from agentlab.memory.tools import memory_tools
+from agentlab.memory.worker import MemoryWorker
 from agentlab.session.base import SessionService
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
+    from agentlab.core.tools import Tool
     from agentlab.model.base import Model
 
 #: The registry label of the worker (``Runner.memory_worker`` reads it).
 WORKER_NAME = "memory_worker"
-
-
-def memory_service_of(inv: Invocation) -> MemoryService | None:
-    """The run's memory store, if one is registered."""
-    return inv.services.get(MemoryService)  # type: ignore[type-abstract]
 
 
 class MemoryMechanism(PolicyMechanism):
@@ -38,6 +38,22 @@ class MemoryMechanism(PolicyMechanism):
     def __init__(self, policy: MemoryPolicy | None = None, model: Model | None = None) -> None:
         super().__init__(policy or MemoryPolicy(), model)
 
+    def describe(self) -> str:
+        """``"memory"``."""
+        return "memory"
+
+    def request_processors(self) -> Sequence[StagedProcessor]:
+        """Memory preload, when ``preload_limit`` > 0."""
+        if not self.policy.preload_limit:
+            return []
+        return [StagedProcessor(PRELOAD_MEMORY, MemoryPreloadProcessor(self.policy))]
+
+    def request_tools(self, inv: Invocation) -> Sequence[Tool]:
+        """``memory_search``, when the policy offers it and the run has a memory store."""
+        if not self.policy.search_tool or memory_service_of(inv) is None:
+            return ()
+        return memory_tools(self.policy)
+
     def open(self, services: ServiceRegistry) -> None:
         """With a memory store and no worker yet: register the extraction worker."""
         if self.model is None or services.named(WORKER_NAME) is not None:
@@ -45,8 +61,6 @@ class MemoryMechanism(PolicyMechanism):
         store = services.get(MemoryService)  # type: ignore[type-abstract]
         if store is None:
             return
-        from agentlab.memory.worker import MemoryWorker
-
         worker = MemoryWorker(self.model, self.policy, store, services.get(SessionService))  # type: ignore[type-abstract]
         services.add(worker, owned=True, name=WORKER_NAME)
 
@@ -56,5 +70,7 @@ class MemoryMechanism(PolicyMechanism):
         if worker is not None:
             await worker.on_run_completed(inv)
 
+
+register_mechanism(MemoryPolicy, MemoryMechanism)
 
 __all__ = ["WORKER_NAME", "MemoryMechanism", "memory_service_of"]

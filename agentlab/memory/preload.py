@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentlab.core.projection import EventsRole
-from agentlab.memory.mechanism import memory_service_of
 from agentlab.memory.policies import MemoryPolicy
+from agentlab.memory.service import memory_service_of
 from agentlab.memory.tools import search_memories
 
 if TYPE_CHECKING:

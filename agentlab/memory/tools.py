@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentlab.core.tools import check_arguments, function_declaration
 from agentlab.memory.policies import MEMORY_KINDS, MemoryPolicy
+from agentlab.memory.service import memory_service_of
 
 if TYPE_CHECKING:
     from agentlab.core.tools import Tool, ToolContext
@@ -94,8 +95,6 @@ class MemorySearchTool:
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
         """Search the user's memories; bad arguments raise a ``ValueError`` the model reads."""
-        from agentlab.memory.mechanism import memory_service_of
-
         check_arguments(self.name, arguments, ("query", "top_k", "kind"), ("query",))
         query = str(arguments.get("query") or "").strip()
         if not query:

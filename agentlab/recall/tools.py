@@ -14,7 +14,8 @@ from agentlab.core.projection import EventsRole
 from agentlab.core.tools import check_arguments, function_declaration
 from agentlab.events import Event
 from agentlab.recall import SCOPES, SEARCH_MODES, RecallPolicy
-from agentlab.recall.search import MESSAGE_ROLES, iso_time, session_search
+from agentlab.recall.render import loaded_message, utf8_page
+from agentlab.recall.search import MESSAGE_ROLES, session_search
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
@@ -56,27 +57,6 @@ LOAD_DESCRIPTION = (
 # ================================================================================== helpers
 
 
-def utf8_page(data: bytes, offset: int, limit: int) -> tuple[int, int]:
-    """``[start, end)`` byte range of a page that starts and ends on UTF-8 character boundaries.
-
-    An offset inside a character moves back to that character's first byte (nothing is skipped);
-    an end inside a character moves back too, so the next page starts exactly there. A page
-    always holds at least one whole character when any content remains.
-    """
-    size = len(data)
-    start = min(max(offset, 0), size)
-    while 0 < start < size and (data[start] & 0xC0) == 0x80:
-        start -= 1
-    end = min(start + max(limit, 1), size)
-    while start < end < size and (data[end] & 0xC0) == 0x80:
-        end -= 1
-    if end == start and start < size:
-        end = start + 1
-        while end < size and (data[end] & 0xC0) == 0x80:
-            end += 1
-    return start, end
-
-
 def normalise_window(before: int | None, after: int | None, policy: RecallPolicy) -> tuple[int, int]:
     """Reference window rules: negatives -> 0; both 0 -> the defaults; then shrink to the span.
 
@@ -94,42 +74,6 @@ def normalise_window(before: int | None, after: int | None, policy: RecallPolicy
         else:
             break
     return b, a
-
-
-def loaded_message(event: Event, *, anchor: bool, offset: int, limit: int) -> dict[str, Any] | None:
-    """One history message as the tools return it, with byte paging of its content.
-
-    Tool results carry ``tool_call_id``, ``tool_name`` and the paging fields and read
-    ``toolname: content``; other messages carry paging fields only when cut. Assistant messages
-    that carry tool calls (and empty or failed events) are left out (``None``).
-    """
-    m = event.message
-    if m is None or m.tool_calls or event.partial or event.error is not None:
-        return None
-    role = "tool" if (m.role == "tool" or m.tool_call_id) else m.role
-    if role not in MESSAGE_ROLES or not m.content:
-        return None
-    data = m.content.encode("utf-8")
-    start, end = utf8_page(data, offset, limit)
-    page = data[start:end].decode("utf-8")
-    entry: dict[str, Any] = {"event_id": event.id, "role": role, "created": iso_time(event.timestamp)}
-    if anchor:
-        entry["anchor"] = True
-    truncated = start > 0 or end < len(data)
-    if role == "tool":
-        entry["content"] = f"{m.name}: {page}" if m.name else page
-        entry["tool_call_id"] = m.tool_call_id
-        entry["tool_name"] = m.name
-    else:
-        entry["content"] = page
-    if role == "tool" or truncated:
-        entry["content_offset"] = start
-        entry["content_bytes"] = len(data)
-        entry["returned_bytes"] = end - start
-        entry["content_truncated"] = truncated
-        if end < len(data):
-            entry["next_offset"] = end
-    return entry
 
 
 def _latest_tool_result_id(events: list[Event], tool_call_id: str) -> str:

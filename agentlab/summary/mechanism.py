@@ -10,13 +10,17 @@ compaction pressure path) find the worker in the registry, never through this mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import PolicyMechanism
+from agentlab.core.projection import INJECT_SUMMARY, PolicyMechanism, StagedProcessor, register_mechanism
 from agentlab.core.services import ServiceRegistry, SummaryService
 from agentlab.events import Event
 from agentlab.session.base import SessionService
+from agentlab.summary.inject import SummaryInjectionProcessor
 from agentlab.summary.policy import SummaryPolicy
+from agentlab.summary.summarizer import Summarizer
+from agentlab.summary.worker import SummaryWorker
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
@@ -31,6 +35,14 @@ class SummaryMechanism(PolicyMechanism):
     def __init__(self, policy: SummaryPolicy | None = None, model: Model | None = None) -> None:
         super().__init__(policy or SummaryPolicy(), model)
 
+    def describe(self) -> str:
+        """``"summary"``."""
+        return "summary"
+
+    def request_processors(self) -> Sequence[StagedProcessor]:
+        """The summary step: the summary text in, the history cut at its boundary."""
+        return [StagedProcessor(INJECT_SUMMARY, SummaryInjectionProcessor(self.policy))]
+
     def open(self, services: ServiceRegistry) -> None:
         """Register the worker (with the Runner's session service) unless a summary service is there."""
         if self.model is None or services.get(SummaryService) is not None:  # type: ignore[type-abstract]
@@ -38,9 +50,6 @@ class SummaryMechanism(PolicyMechanism):
         session_service = services.get(SessionService)  # type: ignore[type-abstract]
         if session_service is None:
             return
-        from agentlab.summary.summarizer import Summarizer
-        from agentlab.summary.worker import SummaryWorker
-
         worker = SummaryWorker(session_service, Summarizer(self.model, self.policy), self.policy)
         services.add(worker, as_type=SummaryService, owned=True)
 
@@ -51,5 +60,7 @@ class SummaryMechanism(PolicyMechanism):
         if hook is not None:
             await hook(inv, event)
 
+
+register_mechanism(SummaryPolicy, SummaryMechanism)
 
 __all__ = ["SummaryMechanism"]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
-from agentlab.core.projection import INJECT_SUMMARY, ContextMechanism, StagedProcessor
 from agentlab.policy import PolicyJSON
 from agentlab.summary.prompts import (
     BUILTIN_PROMPTS,
@@ -14,10 +13,6 @@ from agentlab.summary.prompts import (
     _stable_hash,
     validate_prompt_template,
 )
-
-if TYPE_CHECKING:
-    from agentlab.model.base import Model
-    from agentlab.summary.mechanism import SummaryMechanism
 
 InjectionMode = Literal["system", "user"]
 ChecksMode = Literal["all", "any"]
@@ -29,8 +24,12 @@ FALLBACK_CONTEXT_WINDOW = 8192
 
 
 @dataclass(frozen=True)
-class SummaryPolicy(PolicyJSON, ContextMechanism):
+class SummaryPolicy(PolicyJSON):
     """Every knob of the rolling summary. Defaults are the reference defaults.
+
+    Plain settings: the mechanism an agent runs for it is :class:`~agentlab.summary.SummaryMechanism`
+    (registered with :func:`agentlab.core.register_mechanism`, so ``LLMAgent(summary=policy)`` and
+    ``mechanisms=[policy]`` both work).
 
     Trigger checks are off unless set (the reference has no default check: with no check the
     summary is refreshed whenever there is new content). Set several and they combine all-of
@@ -139,22 +138,6 @@ class SummaryPolicy(PolicyJSON, ContextMechanism):
         if self.idle_over is not None:
             checks.append(IdleOverCheck(self.idle_over))
         return checks
-
-    def for_model(self, model: Model) -> SummaryMechanism:
-        """The mechanism an agent runs: this policy with ``model`` as the summariser (and its worker)."""
-        from agentlab.summary.mechanism import SummaryMechanism
-
-        return SummaryMechanism(self, model)
-
-    def describe(self) -> str:
-        """``"summary"``."""
-        return "summary"
-
-    def request_processors(self) -> list[StagedProcessor]:
-        """The summary step: the summary text in, the history cut at its boundary."""
-        from agentlab.summary.inject import SummaryInjectionProcessor
-
-        return [StagedProcessor(INJECT_SUMMARY, SummaryInjectionProcessor(self))]
 
     def allows_key(self, filter_key: str) -> bool:
         """Whether this filter key may be summarised (the full-session key always may)."""
