@@ -294,11 +294,11 @@ class CompactionStep(Protocol):
 
     def decide(self, e: Event, *, historical: bool, has_current: bool,
                draft_signature: tuple[Any, ...]) -> tuple[Event, str] | None:
-        """The replacement of one event and the name of the pass that made it (``pass0``..), or ``None``."""
+        """The replacement of one event and the pass that made it (``pass0``, ``pass1`` or ``pass2``), or ``None``."""
         ...
 
     def stat(self, results: int, tokens_before: int, tokens_after: int, passes: dict[str, int]) -> dict[str, Any]:
-        """The stats record of one compaction (``passes``: replacements per pass name)."""
+        """The stats record of one compaction (``passes``: replacements per pass name, for the passes that made any)."""
         ...
 
 

@@ -72,11 +72,14 @@ class ServiceRegistry:
         return self._named.get(name)
 
     def remove(self, service_type: type) -> None:
-        """Forget the service registered under ``service_type`` (an owned one is no longer closed here)."""
-        service = self._by_type.pop(service_type, None)
-        if service is not None and service not in self._by_type.values():
-            self._order = [s for s in self._order if s is not service]
-            self._owned = [s for s in self._owned if s is not service]
+        """Forget the service :meth:`get` finds for ``service_type``, under every type and name (no longer closed here)."""
+        service = self.get(service_type)
+        if service is None:
+            return
+        self._by_type = {k: v for k, v in self._by_type.items() if v is not service}
+        self._named = {k: v for k, v in self._named.items() if v is not service}
+        self._order = [s for s in self._order if s is not service]
+        self._owned = [s for s in self._owned if s is not service]
 
     def get(self, service_type: type[T]) -> T | None:
         """The service of ``service_type`` (see the class docstring), or ``None``."""

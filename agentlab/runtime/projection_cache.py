@@ -319,7 +319,8 @@ class ProjectionCache:
         if compaction is not None and (totals[3] + totals[4] + totals[5]):
             before = totals[0]
             stat = compaction.stat(totals[3] + totals[4] + totals[5], before, before - totals[1] + totals[2],
-                                   {"pass0": totals[3], "pass1": totals[4], "pass2": totals[5]})
+                                   {name: count for name, count in zip(("pass0", "pass1", "pass2"), totals[3:], strict=True)
+                                    if count})
         return Projected(events=list(state.out_events), rendered=RenderedHistory(list(state.msgs), state.msg_tokens[-1]),
                          summary=summary, stat=stat)
 

@@ -143,6 +143,7 @@ class Runner:
         await svc.append_event(session, first)
         self._active[inv.id] = inv
         mechanisms = self.mechanisms
+        await self._after_append(inv, first, mechanisms)
         status = "completed"
         try:
             yield first
