@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -93,11 +94,12 @@ class LLMAgent:
         tools are offered in this order; processors are ordered by stage (ties in this order).
         Rebuilt only when one of those attributes was replaced.
         """
-        specs = ((self.summary, self.summary_model), (self.compaction, self.model), (self.recall, self.model),
-                 (self.memory, self.model), *((m, self.model) for m in self.mechanisms))
-        key = tuple(x for pair in specs for x in pair)
+        key = (self.summary, self.summary_model, self.compaction, self.recall, self.memory, self.model,
+               *self.mechanisms)
         bound = self._bound
-        if bound is None or len(bound[0]) != len(key) or any(a is not b for a, b in zip(bound[0], key, strict=True)):
+        if bound is None or len(bound[0]) != len(key) or not all(map(operator.is_, bound[0], key)):
+            specs = ((self.summary, self.summary_model), (self.compaction, self.model), (self.recall, self.model),
+                     (self.memory, self.model), *((m, self.model) for m in self.mechanisms))
             bound = (key, [as_mechanism(spec, model) for spec, model in specs if spec is not None])
             self._bound = bound
         return bound[1]

@@ -36,6 +36,7 @@ earlier read of the same session (backends hand out copies); it is equal, the le
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -386,18 +387,13 @@ class ProjectionCache:
     def _protected(state: _Projection, virtual: Event | None, current_unit: str | None,
                    keep_recent: int) -> frozenset[str]:
         """:func:`agentlab.core.protected_units` over E, walking back only as far as the recent units go."""
-        kept = state.kept
-
-        def newest_first() -> Iterator[str | None]:
-            if virtual is not None:
-                yield unit_of(virtual)
-            for position in range(len(kept) - 1, -1, -1):
-                yield unit_of(kept[position])
-
-        # A unit is completed once any of its events in view is a final answer; the current
-        # input (a user message) never is one.
-        completed = _FinalsView(state.unit_finals)
-        return protected_units(newest_first(), completed, current_unit, keep_recent)
+        # Units from the newest event back (the walk stops once enough are found). A unit is
+        # completed once any of its events in view is a final answer: ``unit_finals`` holds
+        # exactly those units (the current input, a user message, never is one).
+        newest_first: Iterator[str | None] = map(unit_of, reversed(state.kept))
+        if virtual is not None:
+            newest_first = itertools.chain((unit_of(virtual),), newest_first)
+        return protected_units(newest_first, state.unit_finals, current_unit, keep_recent)
 
     @staticmethod
     def _render_tail(state: _Projection, virtual: Event | None, n: int, protected: frozenset[str],
@@ -447,18 +443,6 @@ class ProjectionCache:
                     msg_total += tokens.count_message(rendered)
                     state.msg_tokens.append(msg_total)
             state.msg_at.append(len(state.msgs))
-
-
-class _FinalsView:
-    """``unit in view`` = the unit has a final answer in view (a ``Container`` over ``unit_finals``)."""
-
-    __slots__ = ("_finals",)
-
-    def __init__(self, finals: dict[str, int]) -> None:
-        self._finals = finals
-
-    def __contains__(self, unit: object) -> bool:
-        return self._finals.get(unit, 0) > 0  # type: ignore[call-overload]
 
 
 __all__ = ["DEFAULT_MAX_SESSIONS", "Projected", "ProjectionCache", "ProjectionPlan", "plan_for", "plan_or_reason"]
