@@ -102,6 +102,9 @@ async def finish_request(inv: Invocation, mechanisms: Sequence[ContextMechanism]
     """
     request = draft.to_model_request()
     for mechanism in mechanisms:
+        kind = type(mechanism)
+        if kind.before_request is _DEFAULT_BEFORE and kind.revise_request is _DEFAULT_REVISE:
+            continue  # neither hook overridden: nothing to ask (saves two awaits per mechanism and request)
         revised = await mechanism.before_request(inv, PendingRequest(request, draft, allow_tools, rebuild))
         if revised is not None:
             if observe is not None:
@@ -109,6 +112,9 @@ async def finish_request(inv: Invocation, mechanisms: Sequence[ContextMechanism]
             request, draft = revised
     return request, draft
 
+
+_DEFAULT_BEFORE = ContextMechanism.before_request
+_DEFAULT_REVISE = ContextMechanism.revise_request
 
 __all__ = ["TOOL_BUDGET_NOTE", "EventsStage", "StepObserver", "build_draft", "finish_request", "request_chain",
            "request_tools"]

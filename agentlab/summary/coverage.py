@@ -43,11 +43,16 @@ def summary_in_force(summaries: Mapping[str, Summary | None], filter_key: str) -
     """The summary in force under ``filter_key``: the nearest of the key, its parents, the full session
     (:func:`covering_keys`) whose text is not blank; ``None`` when there is none.
     """
-    for key in covering_keys(filter_key):
+    # Called for every request: walk the parents in place rather than building the key list.
+    key = filter_key.strip()
+    while True:
         summary = summaries.get(key)
         if summary is not None and summary.text.strip():
             return summary
-    return None
+        if not key:
+            return None
+        cut = key.rfind("/")
+        key = key[:cut].strip() if cut > 0 else FULL_SESSION_KEY
 
 
 async def coverage_boundary(session: Session, session_service: SessionService,

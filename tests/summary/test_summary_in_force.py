@@ -77,3 +77,18 @@ async def test_the_nearest_summary_with_text_wins() -> None:
     assert summary_in_force(summaries, "x/y").text == "whole"  # type: ignore[union-attr]
     assert summary_in_force(summaries, "").text == "whole"  # type: ignore[union-attr]
     assert summary_in_force({"a/b": summary("child")}, "a") is None  # a child's summary never covers its parent
+
+
+def test_the_walk_over_parent_keys_visits_exactly_the_covering_keys() -> None:
+    from agentlab.summary import covering_keys
+
+    for key in ("", "a", "a/b", "a/b/c", " a /b ", "x/y/z/w"):
+        visited: list[str] = []
+
+        class Recording(dict):  # type: ignore[type-arg]
+            def get(self, k: str, default: object = None) -> object:
+                visited.append(k)
+                return default
+
+        assert summary_in_force(Recording(), key) is None
+        assert visited == covering_keys(key), key
