@@ -82,13 +82,16 @@ async def test_the_nearest_summary_with_text_wins() -> None:
 def test_the_walk_over_parent_keys_visits_exactly_the_covering_keys() -> None:
     from agentlab.summary import covering_keys
 
+    class Recording(dict):  # type: ignore[type-arg]
+        def __init__(self) -> None:
+            super().__init__()
+            self.visited: list[str] = []
+
+        def get(self, k: str, default: object = None) -> object:
+            self.visited.append(k)
+            return default
+
     for key in ("", "a", "a/b", "a/b/c", " a /b ", "x/y/z/w"):
-        visited: list[str] = []
-
-        class Recording(dict):  # type: ignore[type-arg]
-            def get(self, k: str, default: object = None) -> object:
-                visited.append(k)
-                return default
-
-        assert summary_in_force(Recording(), key) is None
-        assert visited == covering_keys(key), key
+        recording = Recording()
+        assert summary_in_force(recording, key) is None
+        assert recording.visited == covering_keys(key), key
