@@ -1,4 +1,4 @@
-"""Imports flow down the layers of DESIGN.md §2, with no cycle (issues 16 and 19).
+"""Imports flow down the architecture's layers (the README's Layout, CONTRIBUTING), with no cycle (issues 16 and 19).
 
 Components import the contract (``agentlab.core``) without loading the agent and runner; every
 import in ``agentlab/`` — at import time, inside functions, under ``TYPE_CHECKING``, and the
@@ -188,7 +188,7 @@ def test_the_lazy_model_package_still_exports_its_names() -> None:
 
 # ----------------------------------------------------------------------- issue 19: strict layers
 
-#: DESIGN.md §2, bottom (1) to top (7). A module's layer is that of its longest listed prefix.
+#: The layers, bottom (1) to top (7). A module's layer is that of its longest listed prefix.
 LAYERS: dict[str, int] = {
     "agentlab.events": 1, "agentlab.policy": 1, "agentlab.progress": 1, "agentlab._lazy": 1,
     "agentlab.duckdb_files": 1,
