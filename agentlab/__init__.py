@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from agentlab._lazy import lazy_exports
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "Event": "agentlab.events",

@@ -20,6 +20,9 @@ events and messages are never touched.
 The pre-model pressure path (:func:`relieve_context_pressure`) runs a synchronous summary when
 the finished request is at or over ``sync_summary_ratio`` of the window, and rebuilds the request
 only if the summary boundary advanced.
+
+"The reference" and a "reference" default are trpc-agent-go's context compaction
+(docs/sources.md#request-side-compaction).
 """
 
 from __future__ import annotations

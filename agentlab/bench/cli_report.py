@@ -59,6 +59,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         for key in ("token_savings", "quality_loss", "recovery", "pareto"):
             payload[key] = _narrow(payload[key], run_ids, variants)
     if args.json:
+        payload["code_versions"] = code_versions(payload["runs"])
         payload = {k: (_records(v.drop(columns=["config"]) if k == "runs" else v) if hasattr(v, "to_dict") else v)
                    for k, v in payload.items()}
         payload["benchmark_tables"] = {name: _records(df) for name, df in payload["benchmark_tables"].items()}
@@ -121,6 +122,41 @@ def _report_payload(benchmark: str, db: Path, frames: bool = False, between: Seq
             "benchmark_tables": {name: _records(df) for name, df in own.items()}}
 
 
+#: Stands for a run stored without a code version.
+UNRECORDED_VERSION = "unrecorded"
+
+
+def code_versions(runs: Any) -> dict[str, list[str]]:
+    """``{code version: ["mode run_id", ...]}`` of the runs a report compares, oldest run first.
+
+    A run's code version is the one that last ran cases of it (``runs.code_version``, written again
+    when a run is resumed). Settings, prompts and the run id can change between versions (see
+    CHANGELOG.md), so numbers of runs made by different versions may not be comparable.
+    """
+    versions: dict[str, list[str]] = {}
+    if runs is None or len(runs) == 0:
+        return versions
+    has_version = "code_version" in runs.columns
+    for _, run in runs.iterrows():
+        version = run["code_version"] if has_version else None
+        key = str(version) if isinstance(version, str) and version else UNRECORDED_VERSION
+        variant = run.get("variant")
+        label = run["mode"] if variant in (None, "default") or not isinstance(variant, str) else \
+            f"{run['mode']} [{variant}]"
+        versions.setdefault(key, []).append(f"{label} {str(run['run_id'])[:12]}")
+    return versions
+
+
+def code_versions_line(runs: Any) -> str | None:
+    """One line naming the code versions when the compared runs were made by more than one, else None."""
+    versions = code_versions(runs)
+    if len(versions) < 2:
+        return None
+    parts = "; ".join(f"{version}: {', '.join(labels)}" for version, labels in versions.items())
+    return (f"note: these runs were made by {len(versions)} code versions ({parts}); settings and scoring may "
+            "differ between them, see CHANGELOG.md\n")
+
+
 def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] | None = None) -> None:
     """Print a :func:`_report_payload` (made with ``frames=True``): every section, or ``sections``."""
     shown = set(sections) if sections is not None else None
@@ -137,11 +173,14 @@ def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] 
 
     if payload["smoke_test"] and shown is None:
         _banner(SMOKE_LABEL, out)
+    versions_note = code_versions_line(payload["runs"])
+    if versions_note:
+        out.write(versions_note)
     savings = payload["token_savings"]
     stats_columns = ["ci_low", "ci_high", "p_value", "n_pairs"]
     section("runs", "runs", payload["runs"],
             ["run_id", "mode", "variant", "model", "judge_model", "status", "n_ok", "n_failed", "smoke_test",
-             "baseline_variant", "baseline_run_id", "started"])
+             "baseline_variant", "baseline_run_id", "started", "code_version"])
     section("scores", "scores by mode and variant (failed cases count as 0)", payload["scores"],
             ["mode", "variant", "model", "metric", "mean", "n_cases", "n_failed", "n_unscored"])
     section("token_savings", "token_savings (answer-call prompt tokens vs baseline; interval of prompt_savings)",

@@ -237,6 +237,12 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     store = ResultStore(args.db)
     notes.write(f"{task.name}/{', '.join(modes)}: model {model_spec}, context window {info.context_window} tokens "
                 f"({info.context_window_source or 'stated by the model'})\n")
+    executor_notes = getattr(chosen, "notes", None)
+    if executor_notes is not None:
+        for line in executor_notes.info:
+            notes.write(f"  {line}\n")
+        for line in executor_notes.warnings:
+            sys.stderr.write(f"{line}\n")
     try:
         summaries = asyncio.run(run_with_baselines(task, requests, model=model, store=store, judge=judge,
                                                    selection=selection, executor=chosen))
@@ -406,5 +412,8 @@ def executor_from_args(args: argparse.Namespace) -> Any:
         raise CliError(f"--workers must be >= 1, got {args.workers}")
     from agentlab.bench.distributed import RayExecutor
 
-    return RayExecutor(args.ray_address, workers=args.workers)
+    chosen = RayExecutor(args.ray_address, workers=args.workers)
+    # What the run exposes is settled here, before anything is stored: a refusal is an ExecutorError.
+    chosen.check()
+    return chosen
 

@@ -107,13 +107,13 @@ MODE_ROLES: dict[str, ModeRoles] = {
 #: Which answer calls a published report counts as one case's tokens, so the columns compared
 #: with it use the same rule (the store keeps both; README "Token accounting"):
 #: * ``last_answer_call`` — the summary benchmark's harness takes the provider usage of the last
-#:   answer call of each run (reference §5.2): a recall run's search and load rounds are not
-#:   added up, only the final prompt, which already carries the tool results.
+#:   answer call of each run (docs/sources.md#summary-benchmark-metrics): a recall run's search
+#:   and load rounds are not added up, only the final prompt, which already carries the tool results.
 #: * ``sum_answer_calls`` — every answer call of the case. MT-Bench-101's published totals sum the
 #:   turns, and each turn is one run with one answer call (no tools), so the sum over a dialogue's
 #:   answer calls *is* the sum of each run's last usage; LoCoMo's Tokens/QA and Calls/QA count
 #:   every call of a question (e.g. 3 calls and 17,182 tokens per question for two memory_search
-#:   passes, reference §6.2).
+#:   passes, docs/sources.md#locomo-results).
 PUBLISHED_TOKEN_RULES: dict[str, str] = {
     "qmsum": "last_answer_call",
     "longmemeval": "last_answer_call",

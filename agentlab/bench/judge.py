@@ -9,7 +9,7 @@ values, ranges) and returns a :class:`JudgeResult`. Adding a benchmark adds a te
 does not change.
 
 A reply that does not parse is a :class:`JudgeResult` with ``parse_error`` set and ``score`` None:
-it is never silently scored (the reference defaulted such replies to 0.5 / "correct if the word
+it is never silently scored (the published summary benchmark defaulted such replies to 0.5 / "correct if the word
 true appears"). It is stored as NULL (left out of a mean, and counted), except where the published
 score divides by all questions (LoCoMo, LongMemEval): there it is stored as 0, with the parse error
 in the detail. A failing judge *call* (``ModelError``) propagates, so the case is recorded as
@@ -266,7 +266,10 @@ CORRECT_CONFIDENCE_REPLY: tuple[ReplyField, ...] = (
 
 
 def confidence_if_correct(fields: Mapping[str, Any]) -> Verdict:
-    """Score = confidence when judged correct, else 0 (reference §5.2; QMSum and LongMemEval)."""
+    """Score = confidence when judged correct, else 0 (QMSum and LongMemEval).
+
+    The published rule: docs/sources.md#summary-benchmark-metrics.
+    """
     correct, confidence = fields["correct"], fields["confidence"]
     return Verdict(confidence if correct else 0.0, correct, confidence, fields.get("reason", ""))
 

@@ -1,14 +1,14 @@
 """Text metrics, each a plain function with a version string stored next to every score.
 
-Two families, kept apart on purpose because peers conflate them (peers_and_style §1.6):
+Two families, kept apart on purpose because peer harnesses conflate them (docs/sources.md#metric-pitfalls):
 
-* **Summary-benchmark metrics** (QMSum, LongMemEval, reference §5.2). Normalisation: lowercase,
-  every character that is not a letter or digit becomes a space, split on whitespace; no stemming,
+* **Summary-benchmark metrics** (QMSum, LongMemEval; docs/sources.md#summary-benchmark-metrics).
+  Normalisation: lowercase, every character that is not a letter or digit becomes a space, split on whitespace; no stemming,
   no stop words. ``f1`` is clipped unigram-overlap F1 (numerically equal to ROUGE-1 F), ``bleu1`` is
   clipped unigram precision times the brevity penalty, ``exact_match`` is "the lowercased, trimmed
   reference is a substring of the prediction". ``rouge1``/``rouge2``/``rougeL`` are computed by the
   ``rouge-score`` package **without stemming**, fed our normalised tokens, so they equal the
-  reference's plain implementations (the published numbers). ``rouge1_stem``/``rouge2_stem``/
+  published harness's plain implementations (the published numbers). ``rouge1_stem``/``rouge2_stem``/
   ``rougeL_stem`` are the QMSum paper convention (rouge-score's own tokenizer, Porter stemming of
   tokens longer than 3 characters); they are reported separately and are *not* comparable to the
   published table. When both texts normalise to nothing every score is 1.0; when one does, 0.0.
@@ -88,10 +88,10 @@ def version_of(metric: str) -> str:
     return METRICS[metric].version
 
 
-# ------------------------------------------------------------------------ normalisation (§5.2)
+# ---------------------------------------------- normalisation (docs/sources.md#summary-benchmark-metrics)
 
 NORMALIZE_VERSION = "norm-v1"
-# A DeepSeek end-of-sentence marker that leaked into answers in the reference runs; dropping it
+# A DeepSeek end-of-sentence marker that leaked into answers in the published MT-Bench-101 runs; dropping it
 # keeps our scores comparable on replayed outputs and costs nothing elsewhere.
 _EOS_MARKER = "<｜end▁of▁sentence｜>"
 
@@ -193,7 +193,10 @@ def rouge(prediction: str, reference: str, *, stemmed: bool = False) -> dict[str
 
 def summary_scores(prediction: str, reference: str, *, stemmed_rouge: bool = False,
                    exact: bool = False) -> list[Score]:
-    """The reference §5.2 text metrics as :class:`Score` rows (QMSum / LongMemEval)."""
+    """The summary benchmark's text metrics as :class:`Score` rows (QMSum / LongMemEval).
+
+    Their definitions: docs/sources.md#summary-benchmark-metrics.
+    """
     values = {"f1": token_f1(prediction, reference), "bleu1": bleu1(prediction, reference)}
     values.update(rouge(prediction, reference))
     if stemmed_rouge:
@@ -282,13 +285,14 @@ def set_f1(prediction: str, reference: str) -> float:
 
 
 # ------------------------------------------------------------------- MT-Bench-101 retention
-# Rule-based information retention (reference §5.2, the published run's fallback without an LLM):
+# Rule-based information retention (docs/sources.md#summary-benchmark-metrics, the published run's fallback
+# without an LLM):
 # from each baseline turn take up to 10 distinct key items — numbers of at least 2 characters,
 # quoted spans of at least 3, and Capitalised phrases of at least 3 that are not one of 23 common
 # sentence-initial words — and count an item retained when the summary-mode answer of the same turn
 # contains it case-insensitively (numbers also with their commas removed). The dialogue's rate is
 # retained / extracted over all turns (1.0 when nothing was extracted); a turn the summary mode did
-# not answer loses all its items. Patterns are ASCII, as in the reference's RE2 expressions.
+# not answer loses all its items. Patterns are ASCII, as in the published harness's RE2 expressions.
 
 RETENTION_VERSION = "retention-rule-v1"
 _NUMBER = re.compile(r"\b\d+[\d,.]*\b", re.ASCII)

@@ -9,6 +9,8 @@
 * :func:`memory_tools` (``memory_search``) and :class:`MemoryPreloadProcessor` — memory in the request.
 * :class:`MemoryMechanism` — what ``LLMAgent(memory=policy)`` runs: preload, the tool, and the
   extraction worker after completed runs; it reaches the store through ``inv.services``.
+
+"The reference" in this package is trpc-agent-go's auto memory (docs/sources.md#auto-memory).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ they touch the store, the configured update policy decides what each operation b
 ``append_only``
     Only adds. Updates are converted to adds, deletes are dropped, exact duplicates are dropped.
 
-The thresholds and their defaults come from the reference implementation (research anchor §4).
+The thresholds and their defaults come from the reference implementation (docs/sources.md#auto-memory).
 "Similarity" is the cosine of the policy's embedder when search is dense or hybrid, and the
 cosine of word-count vectors when search is lexical; both live in [0, 1] for non-negative text.
 """

@@ -2,8 +2,9 @@
 
 With ``policy.preload_limit > 0`` the request chain gets :class:`MemoryPreloadProcessor` right
 after the instruction. It adds one system block with up to ``preload_limit`` memories of the
-invocation's (app, user): the most recently updated ones (``preload_order="recent"``, the
-reference behaviour) or the ones most relevant to the current message (``"relevant"``).
+invocation's (app, user): the most recently updated ones (``preload_order="recent"``, what
+trpc-agent-go does, docs/sources.md#auto-memory) or the ones most relevant to the current
+message (``"relevant"``).
 
 The block says plainly that these are stored data, not instructions, and a memory's text cannot
 close the block early. The block is computed once per invocation, so every model call of one

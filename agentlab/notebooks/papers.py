@@ -1,7 +1,8 @@
 """The published numbers the notebooks compare with, read from ``data/published_results.toml``.
 
-Each table keeps its source (repository, path, commit, reference section) in ``df.attrs`` so a
-notebook can print where a number comes from next to it.
+Each table keeps its source (repository, path and commit of the report, the part of the report,
+the section of ``docs/sources.md`` describing the experiment) in ``df.attrs`` so a notebook can
+print where a number comes from next to it.
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ def published(table_id: str) -> pd.DataFrame:
 
 
 def published_source(df_or_id: pd.DataFrame | str) -> str:
-    """``repo@commit:path (reference §x)`` of a published table."""
+    """``repo@commit:path, part (model; docs/sources.md#<section>)`` of a published table."""
     attrs = (published(df_or_id) if isinstance(df_or_id, str) else df_or_id).attrs
-    return (f"{attrs['repo']}@{attrs['commit'][:7]}:{attrs['path']} "
-            f"(reference §{attrs['reference_section']}; {attrs['model']})")
+    return (f"{attrs['repo']}@{attrs['commit'][:7]}:{attrs['path']}, {attrs['report_part']} "
+            f"({attrs['model']}; {attrs['docs']})")
 
 
 def show_published(table_id: str) -> Any:

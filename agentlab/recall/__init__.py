@@ -11,6 +11,9 @@ Submodules: :mod:`~agentlab.recall.embed` (embedders), :mod:`~agentlab.recall.in
 search primitives), :mod:`~agentlab.recall.search` (event index + ``session_search``),
 :mod:`~agentlab.recall.tools` (the tools, ``session_load``, the overview),
 :mod:`~agentlab.recall.preload` (preload recall).
+
+"The reference" and a "reference" default are trpc-agent-go's session recall, read at the
+commit and paths that docs/sources.md#session-recall names.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ __all__ = [
 SearchMode = Literal["lexical", "dense", "hybrid"]
 SEARCH_MODES: tuple[str, ...] = ("lexical", "dense", "hybrid")
 
-#: Reciprocal-rank-fusion constant of the reference hybrid search.
+#: Reciprocal-rank-fusion constant of trpc-agent-go's hybrid search (docs/sources.md#session-recall).
 RRF_K = 60
 #: Each ranked list contributes ``top_k × CANDIDATE_RATIO`` candidates to the fusion.
 CANDIDATE_RATIO = 3

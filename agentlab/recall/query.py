@@ -1,10 +1,11 @@
 """Query expansion: the queries ``session_search`` tries, and when it stops trying.
 
 A question often names several things at once ("the launch date, and who set the price") or wraps
-its keywords in a question form that a lexical index matches badly. The reference behaviour is
-kept here as pure functions: split on clauses, strip question openers, fall back to keyword
-windows; broaden only while the first query found too little; merge hits by event keeping the best
-score. :mod:`agentlab.recall.search` runs them against the index and the in-session scan.
+its keywords in a question form that a lexical index matches badly. trpc-agent-go's behaviour
+(docs/sources.md#session-recall) is kept here as pure functions: split on clauses, strip question
+openers, fall back to keyword windows; broaden only while the first query found too little; merge
+hits by event keeping the best score. :mod:`agentlab.recall.search` runs them against the index
+and the in-session scan.
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ report heads), reads only the sessions whose head moved, and indexes only the ev
 since the last look, so a session that did not change costs nothing. The BM25 index grows with
 each added event (see ``LexicalIndex``): no rebuild after an append.
 
-:func:`session_search` implements the reference behaviour: four scopes, clause and keyword query
-expansion with broadening rules (:mod:`agentlab.recall.query`), an in-session lexical scan
-fallback, merge by session:event keeping the best score, and a raw context window on the top hits
-(:mod:`agentlab.recall.render`). What counts as a searchable message, and the hit types, are in
-:mod:`agentlab.recall.hits`; their names stay importable from here.
+:func:`session_search` implements trpc-agent-go's behaviour (docs/sources.md#session-recall):
+four scopes, clause and keyword query expansion with broadening rules (:mod:`agentlab.recall.query`),
+an in-session lexical scan fallback, merge by session:event keeping the best score, and a raw
+context window on the top hits (:mod:`agentlab.recall.render`). What counts as a searchable
+message, and the hit types, are in :mod:`agentlab.recall.hits`; their names stay importable from here.
 """
 
 from __future__ import annotations

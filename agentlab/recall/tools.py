@@ -122,7 +122,7 @@ async def session_load(inv: Invocation, policy: RecallPolicy, *, session_id: str
                        event_id: str | None = None, tool_call_id: str | None = None,
                        before: int | None = None, after: int | None = None,
                        content_offset: int | None = None, content_limit: int | None = None) -> dict[str, Any]:
-    """Load a raw window around an anchor event; see the module docstring and the reference."""
+    """Load a raw window around an anchor event; see the module docstring and docs/sources.md#session-recall."""
     sid = _str_arg(session_id) or inv.session.id
     wanted_event = _str_arg(event_id)
     call_id = _str_arg(tool_call_id)

@@ -23,6 +23,9 @@ background pool, runner hook), :mod:`~agentlab.summary.inject` (the summary in t
 one rule the request and recall's hidden scope share), :mod:`~agentlab.summary.mechanism` (the
 :class:`SummaryMechanism` an agent runs, which owns the worker). Every public name is
 importable from ``agentlab.summary`` itself.
+
+"The reference" in this package, and a "reference" default of :class:`SummaryPolicy`, is
+trpc-agent-go's rolling summary (docs/sources.md#rolling-summary).
 """
 
 from __future__ import annotations

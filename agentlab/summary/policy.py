@@ -1,4 +1,7 @@
-"""The knobs of the rolling summary (:class:`SummaryPolicy`) and its trigger checks."""
+"""The knobs of the rolling summary (:class:`SummaryPolicy`) and its trigger checks.
+
+A "reference" default is trpc-agent-go's (docs/sources.md#rolling-summary).
+"""
 
 from __future__ import annotations
 

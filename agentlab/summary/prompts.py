@@ -1,7 +1,8 @@
 """The summariser's prompts and injection wrappers, each with a version string.
 
-Paraphrased from the reference. A stored summary records the version of the prompt that made
-it, so a changed prompt is a new version, never a silent edit.
+Paraphrased from trpc-agent-go's summariser prompts (docs/sources.md#rolling-summary). A stored
+summary records the version of the prompt that made it, so a changed prompt is a new version,
+never a silent edit.
 """
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ class SummaryWorker:
 
     @staticmethod
     def qualifies(session: Session, event: Event) -> bool:
-        """Whether a persisted event may trigger a summary job (reference runner rules).
+        """Whether a persisted event may trigger a summary job (trpc-agent-go's runner rules).
 
         Yes for a tool result that completes its tool round, and for a final assistant answer.
         Never for user input, a bare tool call, an error, an invalid or partial event, or an event

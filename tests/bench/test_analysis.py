@@ -392,7 +392,8 @@ def test_token_savings_keep_the_sum_and_the_last_answer_call(tmp_path: Path) -> 
         assert row["prompt_savings"] == pytest.approx(1500 / 4000)
         assert row["prompt_savings_last"] == pytest.approx(2800 / 4000)
         assert row["prompt_savings_last_ratio"] == pytest.approx(2800 / 4000)
-        # QMSum's published table counts the last answer call of a run (reference §5.2).
+        # QMSum's published table counts the last answer call of a run
+        # (docs/sources.md#summary-benchmark-metrics).
         assert row["published_token_rule"] == "last_answer_call"
 
 

@@ -202,6 +202,43 @@ def test_report_prints_three_tables_and_smoke_label(tmp_path: Path) -> None:
             assert store.has_table(table)
 
 
+def test_report_says_in_one_line_when_its_runs_come_from_different_code_versions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = str(tmp_path / "r.duckdb")
+    for mode, version in (("long_context", "0.1.0"), ("summary", "0.1.0"), ("recall", "0.2.0")):
+        monkeypatch.setattr(cli_run, "code_version", lambda version=version: version)
+        assert run_cli("demo", "--mode", mode, "--limit", "0", "--db", db, "--no-progress", "--no-baselines")[0] == 0
+    with ResultStore(Path(db)) as store:
+        ids = dict(store.query("SELECT mode, run_id FROM runs"))
+    code, out, _ = run_cli("report", "demo", "--db", db)
+    assert code == 0
+    lines = [line for line in out.splitlines() if "code versions" in line]
+    assert len(lines) == 1, out
+    line = lines[0]
+    assert "2 code versions" in line and "CHANGELOG.md" in line
+    # Each version is named with the runs (mode and run id) it made.
+    old, new = line.index("0.1.0: "), line.index("0.2.0: ")
+    assert old < line.index(f"long_context {ids['long_context'][:12]}") < new
+    assert old < line.index(f"summary {ids['summary'][:12]}") < new
+    assert new < line.index(f"recall {ids['recall'][:12]}")
+    code, out, _ = run_cli("report", "demo", "--db", db, "--json")
+    assert json.loads(out)["code_versions"] == {
+        "0.1.0": [f"long_context {ids['long_context'][:12]}", f"summary {ids['summary'][:12]}"],
+        "0.2.0": [f"recall {ids['recall'][:12]}"]}
+    # Narrowed to runs of one version, the report has nothing to say about versions.
+    code, out, _ = run_cli("report", "demo", "--db", db, "--run", ids["summary"])
+    assert code == 0 and "code versions" not in out
+
+
+def test_report_of_runs_from_one_code_version_says_nothing_about_versions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = str(tmp_path / "r.duckdb")
+    monkeypatch.setattr(cli_run, "code_version", lambda: "0.2.0")
+    assert run_cli("demo", "--mode", "recall", "--limit", "0", "--db", db, "--no-progress")[0] == 0
+    code, out, _ = run_cli("report", "demo", "--db", db)
+    assert code == 0 and "== recovery" in out and "code versions" not in out
+
+
 def test_report_without_db_or_runs(tmp_path: Path) -> None:
     code, _, err = run_cli("report", "demo", "--db", str(tmp_path / "none.duckdb"))
     assert code == 2 and "no results database" in err

@@ -21,6 +21,7 @@ import pytest
 
 from agentlab.bench.store import ResultStore
 from agentlab.testing.openai_server import OpenAITestServer
+from agentlab.testing.processes import alive, descendants
 
 pytestmark = pytest.mark.slow
 
@@ -28,40 +29,11 @@ CASES = 16
 LATENCY = 0.2  # seconds per completion: a summary-mode case takes a few seconds, so the kill lands mid-run
 
 
-def _children(pid: int) -> set[int]:
-    """Every descendant of ``pid`` (read from /proc), to clean up what the killed driver started."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(fields[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
 def _name(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
     except OSError:
         return ""
-
-
-def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(pid)
-    return alive
 
 
 def _bench(args: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
@@ -116,7 +88,7 @@ def test_ray_run_survives_a_killed_driver_and_matches_in_process(tmp_path: Path)
             assert driver.poll() is None, driver.communicate()
             assert time.monotonic() < deadline, "the Ray run made no progress"
             time.sleep(0.05)
-        started_by_driver = _children(driver.pid)
+        started_by_driver = descendants(driver.pid)
         names = {pid: _name(pid) for pid in started_by_driver}
         actors = {pid for pid, name in names.items() if "CaseWorker" in name}
         assert len(actors) == 2, names
@@ -125,10 +97,10 @@ def test_ray_run_survives_a_killed_driver_and_matches_in_process(tmp_path: Path)
         # The actors go down with the driver. Ray's dashboard and runtime-env agents of the local
         # instance may linger after a SIGKILL (nothing is left to stop them): the test cleans up.
         deadline = time.monotonic() + 20
-        while _alive(actors) and time.monotonic() < deadline:
+        while alive(actors) and time.monotonic() < deadline:
             time.sleep(0.5)
-        lingering_actors = _alive(actors)
-        for pid in _alive(started_by_driver):
+        lingering_actors = alive(actors)
+        for pid in alive(started_by_driver):
             os.kill(pid, signal.SIGKILL)
 
         kept = _cases(ray_db, "summary")

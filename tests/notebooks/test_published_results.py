@@ -1,4 +1,4 @@
-"""data/published_results.toml: every table loads, names its source, and holds the reference's numbers."""
+"""data/published_results.toml: every table loads, names its source, and holds the published reports' numbers."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def test_every_table_loads_with_a_complete_source() -> None:
         assert attrs["benchmark"] in {"qmsum", "mtbench101", "longmemeval", "locomo"}, table_id
         assert "/" in attrs["repo"] and attrs["path"].endswith("REPORT.md"), table_id
         assert re.fullmatch(r"[0-9a-f]{40}", attrs["commit"]), table_id
-        assert attrs["reference_section"] and attrs["model"], table_id
+        assert attrs["report_part"] and attrs["model"], table_id
+        assert attrs["docs"].startswith("docs/sources.md#"), table_id
         assert table_id in papers.published_source(df) or attrs["repo"] in papers.published_source(df)
 
 
@@ -29,7 +30,7 @@ def test_each_benchmark_has_published_tables(benchmark: str) -> None:
     assert papers.published_tables(benchmark)
 
 
-def test_spot_values_match_the_reference() -> None:
+def test_spot_values_match_the_published_reports() -> None:
     qmsum = papers.published("qmsum_modes").set_index("mode")
     assert qmsum.loc["recall", "rougeL"] == 0.177047
     assert qmsum.loc["summary", "avg_prompt_tokens"] == 888.16

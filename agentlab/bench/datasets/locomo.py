@@ -27,8 +27,8 @@ FILE = "locomo10.json"
 CATEGORY_NAMES_OFFICIAL: dict[int, str] = {
     1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial",
 }
-#: Names used by the published memory report (reference §6.1). Derived from its per-category counts
-#: (single-hop 282, multi-hop 321, temporal 96, open-domain 841, adversarial 446), which match the
+#: Names used by the published memory report (docs/sources.md#locomo-setup). Derived from its
+#: per-category counts (single-hop 282, multi-hop 321, temporal 96, open-domain 841, adversarial 446), which match the
 #: file's category numbers 1, 2, 3, 4, 5 in that order. It disagrees with the official mapping on
 #: categories 1–4 (e.g. its "single-hop" is the official "multi-hop").
 CATEGORY_NAMES_MEMORY_REPORT: dict[int, str] = {

@@ -4,8 +4,8 @@ Models in Multi-Turn Dialogues", ACL 2024; github.com/mtbench101/mt-bench-101, A
 ``mtbench101.jsonl``: one dialogue per line, ``{"task": "CM", "id": 17, "history": [{"user", "bot"}...]}``;
 the ``bot`` texts are the golden context. 1,388 dialogues, 4,208 turns, 13 tasks.
 
-The published summary benchmark ran 9 tasks, 917 dialogues (reference §5.1): CC 147, CM 80, GR 71,
-IC 150, PI 87, SA 73, SC 77, SI 149, TS 83. (Two other 9-task subsets also sum to 917; this one is
+The published summary benchmark ran 9 tasks, 917 dialogues (docs/sources.md#summary-benchmark-setup):
+CC 147, CM 80, GR 71, IC 150, PI 87, SA 73, SC 77, SI 149, TS 83. (Two other 9-task subsets also sum to 917; this one is
 the one the report's tables name.) AR, CR, FR and MR are selectable by passing ``tasks``.
 """
 

@@ -5,7 +5,7 @@ Reads the 35 per-meeting files ``test/<meeting_id>.json`` (the meeting id exists
 name). Each meeting has transcript turns (speaker, content), topics, general queries and specific
 queries; a specific query carries ``relevant_text_span`` pairs of 0-based transcript turn indices.
 
-Case selection (reference §5.1): flatten every meeting's specific queries (ids
+Case selection (docs/sources.md#summary-benchmark-setup): flatten every meeting's specific queries (ids
 ``<meeting>_specific_<NN>``, NN 1-based, two digits), keep those whose supporting evidence ends at
 least ``min_distance_from_end`` turns before the end of the transcript (distance =
 ``len(transcript) - 1 - max_end``, ``max_end`` clamped to the last turn), then order round-robin by

@@ -2,7 +2,7 @@
 Conversational Memory of LLM Agents", ACL 2024; github.com/snap-research/LoCoMo).
 
 Reproduces the memory benchmark of trpc-agent-go (``trpc-group/trpc-agent-go-benchmark@3b99bba``,
-``memory/results/REPORT.md``; reference §6.1–§6.3): all 10 conversations of ``locomo10.json`` and
+``memory/results/REPORT.md``; docs/sources.md#locomo-setup): all 10 conversations of ``locomo10.json`` and
 their 1,986 questions, answered in three modes.
 
 ``long_context``
@@ -22,7 +22,7 @@ their 1,986 questions, answered in three modes.
     selected update policy), then the question is answered with ``memory_search`` (or with
     relevant memories preloaded, ``[memory] qa = "preload"``).
 
-Scores (peers_and_style §1.1, §1.6 — two different "F1"s, kept apart by name):
+Scores (two different "F1"s, kept apart by name; docs/sources.md#metric-pitfalls):
 
 * ``locomo_f1`` — the official ``task_eval/evaluation.py`` score: Porter-stemmed multiset F1,
   comma-split multi-answer F1 for category 1, category-3 gold cut at ``;``, and for category 5

@@ -1,8 +1,8 @@
 """LoCoMo's judge: a CORRECT / WRONG label with a confidence.
 
 mem0-style J is the label; the published memory report's "LLM score" is the confidence if CORRECT,
-else 0 (the label alone when a reply gives no confidence). Known pitfall (peers §1.6): lenient
-judges accept vague but on-topic answers, so the prompt asks for the same fact, not the same topic.
+else 0 (the label alone when a reply gives no confidence). Known pitfall
+(docs/sources.md#metric-pitfalls): lenient judges accept vague but on-topic answers, so the prompt asks for the same fact, not the same topic.
 The prompt text is part of every judge call's cache key: change it only with a new version.
 """
 

@@ -3,7 +3,7 @@ Assistants on Long-Term Interactive Memory", ICLR 2025; github.com/xiaowu0162/Lo
 
 Reproduces the LongMemEval part of the trpc-agent-go summary benchmark
 (``print-happy/trpc-agent-go-benchmark@1edee87``, ``summary/results/REPORT.md`` Table 6/7;
-reference §5.1, §5.2, §5.5): ``longmemeval_s_cleaned.json``, question type
+docs/sources.md#longmemeval-results): ``longmemeval_s_cleaned.json``, question type
 ``single-session-user``, the first 70 questions after the type filter (other types and files by
 ``--set dataset.question_types=...`` / ``dataset.variant`` / ``dataset.path``).
 
@@ -23,8 +23,8 @@ The three modes mirror QMSum:
     ``summary`` plus ``session_search`` / ``session_load`` over the summarised-away history
     (search ``current_hidden`` first, at most 6 tool rounds).
 
-Scores: ``rougeL``, ``f1``, ``bleu1`` (reference §5.2 normalisation), ``exact_match`` (the
-lowercased gold is a substring of the answer), ``llm_score`` (1.0 on exact match without a
+Scores: ``rougeL``, ``f1``, ``bleu1`` (normalised as docs/sources.md#summary-benchmark-metrics
+says), ``exact_match`` (the lowercased gold is a substring of the answer), ``llm_score`` (1.0 on exact match without a
 call, else judge confidence when judged correct). Prompt savings vs ``long_context`` are the
 mean of per-case savings (store ``token_savings``); the published Table 6 counts the prompt of the
 last answer call of each run, so the columns compared with it are the ``*_last_call`` ones. ``--retrieval-only`` measures evidence

@@ -3,8 +3,8 @@
 Dialogues", ACL 2024; github.com/mtbench101/mt-bench-101).
 
 Reproduces the summary benchmark of trpc-agent-go (``print-happy/trpc-agent-go-benchmark@1edee87``,
-``summary/results/REPORT.md``; reference §5.1–§5.3): the 9 tasks of the published run (CC, CM,
-GR, IC, PI, SA, SC, SI, TS = 917 dialogues; AR, CR, FR, MR by ``--set dataset.tasks=...``). The
+``summary/results/REPORT.md``; docs/sources.md#summary-benchmark-setup): the 9 tasks of the
+published run (CC, CM, GR, IC, PI, SA, SC, SI, TS = 917 dialogues; AR, CR, FR, MR by ``--set dataset.tasks=...``). The
 agent answers each user turn of a dialogue in order; the dataset gives only the user turns, the
 agent's own answers become the history.
 
@@ -39,6 +39,9 @@ Token savings come from the store (answer-call usage, summary-generation calls i
 prompt and total savings without summary tokens (as published) and with them, p25/p50/p75 and
 negative-savings rate of per-case total savings, quality, turn distribution and the suitability
 rule.
+
+"The reference" in this module is the published benchmark harness named above
+(docs/sources.md#summary-benchmark-metrics).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """MT-Bench-101's judges: consistency of a summary-mode answer with the baseline answer, and the
 optional LLM key-information retention.
 
-* Consistency (reference §5.1–§5.3): compares response A (baseline) with B (summary mode) on factual
-  accuracy, semantic equivalence and completeness; the reference rubric's six levels
+* Consistency (docs/sources.md#summary-benchmark-metrics): compares response A (baseline) with B
+  (summary mode) on factual accuracy, semantic equivalence and completeness; the published rubric's six levels
   1.0/0.8/0.6/0.4/0.2/0.0. v1 asked for a free-text ``Score:`` line; v2 asks for JSON, so the reply
   is structured and a schema-enforcing backend can hold even a small judge to it. A reply without
   a JSON object is still read from its last ``Score: x`` line.
 * Retention (``[retention] llm = true``): the share of answer A's key information that answer B
-  keeps, as a free-text ``RETENTION_RATE:`` line (the reference's format).
+  keeps, as a free-text ``RETENTION_RATE:`` line (the published harness's format).
 
 The prompt texts are part of every judge call's cache key: change them only with a new version.
 """

@@ -3,11 +3,11 @@
 Paper: Zhong et al., "QMSum: A New Benchmark for Query-based Multi-domain Meeting Summarization",
 NAACL 2021 (github.com/Yale-LILY/QMSum, MIT). Reproduced experiment: the QMSum part of the
 trpc-agent-go summary benchmark report (``print-happy/trpc-agent-go-benchmark``,
-``summary/results/REPORT.md``; reference §5.1, §5.2, §5.4): 189 cases, gpt-4o-mini, temperature 0,
+``summary/results/REPORT.md``; docs/sources.md#qmsum-results): 189 cases, gpt-4o-mini, temperature 0,
 384 answer tokens; long context ROUGE-L 0.193, summary 0.152, summary + on-demand recall 0.177
 (61.5 % of the lost ROUGE-L recovered), 18,986 / 888 / 3,857 average prompt tokens.
 
-Setup (reference §5.1):
+Setup (docs/sources.md#summary-benchmark-setup):
 
 * **Cases.** Test split, all domains, specific queries (244); keep those whose evidence ends at
   least 80 turns before the end of the transcript (189), ordered round-robin by meeting
@@ -28,6 +28,9 @@ Setup (reference §5.1):
 
 Dry runs (``--dry-run``) count, per case, the prompts a mode sends before any model output exists
 (see :meth:`QMSumTask.dry_run_prompts` for exactly which).
+
+"The reference" in this module is the published benchmark harness named above, built on
+trpc-agent-go (docs/sources.md#the-summary-benchmark).
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Sum
 from agentlab.summary import Summarizer, SummaryOutcome, SummaryPolicy, SummaryWorker, render_injection
 
 # ------------------------------------------------------------------------------------ prompts
-# Paraphrased from the reference (§5.1); a change of wording is a new version.
+# Paraphrased from the published harness's instructions (docs/sources.md#summary-benchmark-setup); a change of
+# wording is a new version.
 
 ANSWER_INSTRUCTION_VERSION = "qmsum-answer-v1"
 ANSWER_INSTRUCTION = """\
@@ -165,8 +169,8 @@ class QMSumSummary(SummaryPolicy):
     """``[summary]``: the summary policy, plus how QMSum builds the summary.
 
     The published run's session service kept 20 events visible ("keep 20", ``SessionEventLimit``
-    of its pgvector session service, reference §5.1). There is no such knob here, on purpose: the
-    forced summary's boundary is the last seeded turn, so after it a request holds only the
+    of its pgvector session service, docs/sources.md#summary-benchmark-setup). There is no such
+    knob here, on purpose: the forced summary's boundary is the last seeded turn, so after it a request holds only the
     question and at most 6 tool rounds (13 events), and a 20-event limit never removes one. The
     old ``visible_events`` setting changed the run id without being read, so it was removed.
     """

@@ -1,7 +1,8 @@
-"""QMSum's judge (reference §5.2): is the answer faithful to, and equivalent with, the reference.
+"""QMSum's judge: is the answer faithful to, and equivalent with, the reference.
 
-JSON ``{"correct", "confidence", "reason"}``; score = confidence if correct else 0. The prompt text
-is part of every judge call's cache key: change it only with a new version.
+JSON ``{"correct", "confidence", "reason"}``; score = confidence if correct else 0, as the published
+summary benchmark scores it (docs/sources.md#summary-benchmark-metrics). The prompt text is part of
+every judge call's cache key: change it only with a new version.
 """
 
 from __future__ import annotations
