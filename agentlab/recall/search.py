@@ -143,7 +143,7 @@ class UserEventIndex:
                 continue
             session: Session | None = None
             if (current is not None and current.id == session_id and len(current.events) == head.event_count
-                    and (not current.events or current.events[-1].id == head.last_event_id)):
+                    and ledger_extends(current.events, head.event_count, head.last_event_id)):
                 session = current
             else:
                 session = await self.service.get_session(self.app_name, self.user_id, session_id)
