@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentlab import progress
+from agentlab.core.projection import in_filter, is_history_event
 from agentlab.events import Event
 from agentlab.model import tokens
 from agentlab.model.base import Model, ModelRequest
-from agentlab.projection import in_filter, is_history_event
 from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
 from agentlab.summary.locks import SCOPE_LOCKS, LockKey
 from agentlab.summary.policy import SummaryPolicy, TriggerCheck, TriggerObservation, checks_pass
@@ -28,7 +28,7 @@ from agentlab.summary.render import _event_tokens, delta_after_boundary
 from agentlab.summary.summarizer import Summarizer
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 log = logging.getLogger(__name__)
 
