@@ -30,13 +30,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from agentlab.core.projection import (
+    COMPACT,
+    CURRENT_INPUT,
+    ContextMechanism,
+    RequestDraft,
+    Stage,
+    StagedProcessor,
+)
 from agentlab.events import Event, Message
 from agentlab.model import tokens
 from agentlab.model.base import ModelRequest
-from agentlab.projection import COMPACT, CURRENT_INPUT, ContextMechanism, RequestDraft, Stage, StagedProcessor
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: Where the summarising peer policies run: after the runtime has put the current user input among
 #: the events (``CURRENT_INPUT``), so that a peer that summarises that input away (ADK, LangChain)

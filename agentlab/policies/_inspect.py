@@ -39,13 +39,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message, ToolCall
 from agentlab.model import tokens
 from agentlab.policies._base import Outcome, PeerMechanism
-from agentlab.projection import COMPACT, RequestDraft, Stage
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: inspect's ``DEFAULT_CONTEXT_WINDOW`` when the model's window is unknown.
 DEFAULT_CONTEXT_WINDOW = 128_000

@@ -51,13 +51,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from agentlab.core.projection import RequestDraft, Stage
 from agentlab.events import Event, Message
 from agentlab.policies._base import PEER_SUMMARY, Outcome, PeerMechanism, Summarizer
 from agentlab.policy import PolicyJSON
-from agentlab.projection import RequestDraft, Stage
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: ``LlmEventSummarizer._MAX_TOOL_CONTENT_CHARS``.
 MAX_TOOL_CONTENT_CHARS = 2000

@@ -34,14 +34,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message, ToolCall
 from agentlab.model import tokens
 from agentlab.policies._base import Outcome, PeerMechanism
 from agentlab.policy import PolicyJSON
-from agentlab.projection import COMPACT, RequestDraft, Stage
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: Ours: Anthropic does not publish the text it puts in place of a cleared result.
 PLACEHOLDER = "[tool result cleared by context editing]"

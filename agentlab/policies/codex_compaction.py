@@ -49,14 +49,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message
 from agentlab.model import tokens
 from agentlab.policies._base import Outcome, PeerMechanism, Summarizer
 from agentlab.policy import PolicyJSON
-from agentlab.projection import COMPACT, RequestDraft, Stage
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: ``summary_prefix.md`` @ 50a53333, verbatim (the double space before "assist" is Codex's).
 SUMMARY_PREFIX = (

@@ -31,7 +31,7 @@ from agentlab.policies._inspect import InspectMechanism, clear_memory_content
 from agentlab.policy import PolicyJSON
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: ``TOOL_RESULT_REMOVED`` (edit.py), verbatim.
 TOOL_RESULT_REMOVED = "(Tool result removed)"

@@ -36,7 +36,7 @@ from agentlab.policies._inspect import InspectMechanism, is_summary, partition
 from agentlab.policy import PolicyJSON
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: The summary message inspect-ai 0.3.285 sends (``CompactionSummary.compact``), verbatim.
 SUMMARY_TEMPLATE = (

@@ -26,7 +26,7 @@ from agentlab.policies._inspect import InspectMechanism, clear_memory_content, p
 from agentlab.policy import PolicyJSON
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message, ToolCall
 from agentlab.policies._base import Outcome, PeerMechanism, count_tokens_approximately
 from agentlab.policy import PolicyJSON
-from agentlab.projection import COMPACT, RequestDraft, Stage
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: LangChain's ``DEFAULT_TOOL_PLACEHOLDER`` (context_editing.py), used verbatim.
 PLACEHOLDER = "[cleared]"

@@ -41,13 +41,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from agentlab.core.projection import RequestDraft, Stage
 from agentlab.events import Message
 from agentlab.policies._base import PEER_SUMMARY, Outcome, PeerMechanism, count_tokens_approximately
 from agentlab.policy import PolicyJSON
-from agentlab.projection import RequestDraft, Stage
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: The summary message's text before the summary (``_build_new_messages``), verbatim.
 SUMMARY_PREFIX = "Here is a summary of the conversation to date:\n\n"

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from agentlab.core.projection import RequestDraft, Stage
 from agentlab.events import Message
 from agentlab.policies._base import (
     PEER_SUMMARY,
@@ -46,10 +47,9 @@ from agentlab.policies._base import (
 )
 from agentlab.policies.langchain_summarization import trim_last
 from agentlab.policy import PolicyJSON
-from agentlab.projection import RequestDraft, Stage
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: LangMem's prompts and final summary message (summarization.py), verbatim.
 INITIAL_SUMMARY_PROMPT = "Create a summary of the conversation above:"

@@ -44,14 +44,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message
 from agentlab.model import tokens
 from agentlab.policies._base import Outcome, PeerMechanism
 from agentlab.policy import PolicyJSON
-from agentlab.projection import COMPACT, RequestDraft, Stage
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 #: ``SUMMARY_TRUNCATION_SUFFIX`` and ``COMPACTION_TOKEN_HEURISTIC_SAFETY_MARGIN`` (constants.py), verbatim.
 SUMMARY_TRUNCATION_SUFFIX = "... [summary truncated to fit]"
