@@ -12,7 +12,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from agentlab.bench.cli_common import (
     _VARIANT_NAME,
@@ -150,6 +150,18 @@ def _has_retrieval(task: Task) -> bool:
     return type(task).retrieval_only is not Task.retrieval_only
 
 
+def _check_unit(task: Task, args: argparse.Namespace) -> None:
+    """``--unit`` / ``--retriever`` need ``--retrieval-only`` and a unit the benchmark's protocol knows."""
+    units = tuple(getattr(task, "retrieval_units", ()))
+    if args.retriever is not None and args.unit is None:
+        raise CliError("--retriever applies with --unit (the published retrieval protocol)")
+    if args.unit is not None and not args.retrieval_only:
+        raise CliError("--unit applies with --retrieval-only")
+    if args.unit is not None and args.unit not in units:
+        known = f"use one of {', '.join(units)}" if units else "it has no published retrieval protocol"
+        raise CliError(f"{task.name} --unit {args.unit!r}: {known}")
+
+
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     """Run (or resume) one mode and, unless ``--no-baselines``, the modes it is compared with.
 
@@ -177,6 +189,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(f"{task.name} has no retrieval to measure, so --retrieval-only does not apply; "
                        f"benchmarks with it: {with_retrieval}")
     _check_policies(task, mode, settings)
+    _check_unit(task, args)
 
     from agentlab.bench import executor
 
@@ -195,10 +208,19 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if args.retrieval_only:
         selection = _load_selection(task, settings)
         cases = executor.select(selection, args.limit or None)
-        result = task.retrieval_only(cases, mode, settings)
+        if args.unit is None:
+            result = task.retrieval_only(cases, mode, settings)
+        else:
+            from agentlab.bench.retrieval_protocol_store import format_protocol, write_protocol_result
+
+            # Tasks with ``retrieval_units`` take the unit (checked by _check_unit); the base signature does not.
+            result = cast(Any, task).retrieval_only(cases, mode, settings, unit=args.unit, retriever=args.retriever)
+            write_protocol_result(args.db, result, task.name)
         result = {"benchmark": task.name, "mode": mode, "cases": len(cases), **result}
         if args.json:
             _print_json(result, out)
+        elif args.unit is not None:
+            out.write(format_protocol(result))
         else:
             for key, value in result.items():
                 out.write(f"{key}: {value}\n")
