@@ -217,3 +217,22 @@ def test_cli_bad_unit_is_one_line(argv: list[str], needle: str, tmp_path: Path) 
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert needle in err
     assert not db.exists()
+
+
+# ---------------------------------------------------------------------------------- tuning
+
+
+def test_tuning_grid_runs_on_the_dev_conversations_only() -> None:
+    from agentlab.bench import locomo_retrieval_tuning as tuning
+
+    grid = tuning.parse_grid(["stem=false,true", "rrf_k=5"], "hybrid")
+    assert grid["stem"] == [False, True] and grid["rrf_k"] == [5]
+    with pytest.raises(ValueError, match="expected field=v1,v2"):
+        tuning.parse_grid(["depth=3"], "lexical")
+    with pytest.raises(ValueError, match="expected true or false"):
+        tuning.parse_grid(["stem=yes"], "lexical")
+    cases, _ = tuning.dev_cases()
+    assert {c.data.conversation.sample_id for c in cases} == {"conv-26"}  # conv-99 is held out
+    rows = tuning.tune("summary", "lexical", {"stem": [False, True]})
+    assert len(rows) == 2 and rows[0]["mean"] >= rows[1]["mean"]
+    assert set(rows[0]) == {"config", "mean", "@2", "@5", "@10"}
