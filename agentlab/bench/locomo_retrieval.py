@@ -37,7 +37,6 @@ Two protocols, named in every output so their numbers are never set side by side
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -211,17 +210,19 @@ def light_stem(word: str) -> str:
 class RetrieverConfig:
     """The choices that change the numbers, fixed on :data:`DEV_CONVERSATIONS` (see the module docstring).
 
-    ``stem``: BM25 terms are light-stemmed (:func:`light_stem`). ``context_turns``: for dialog
-    units, the indexed text of a turn also holds that many turns before and after it in its
-    session (the unit, its id and what counts as retrieved do not change). ``date_in_text``:
-    the session date is prepended to the indexed text of dialog and summary units.
+    ``stem``: BM25 terms are light-stemmed (:func:`light_stem`). ``lexical_context_turns`` /
+    ``dense_context_turns``: for dialog units, the text a retriever indexes for a turn also holds
+    that many turns before and after it in its session (the unit, its id and what counts as
+    retrieved do not change). ``lexical_date``: the session date is prepended to the text the
+    lexical index holds for dialog and summary units (dense vectors stay those of the plain text).
     ``rrf_k``, ``dense_weight`` and ``lexical_weight``: hybrid reciprocal-rank fusion,
     score = Σ weight / (rrf_k + rank + 1) over the two full rankings.
     """
 
     stem: bool = True
-    context_turns: int = 0
-    date_in_text: bool = False
+    lexical_context_turns: int = 0
+    dense_context_turns: int = 0
+    lexical_date: bool = False
     rrf_k: int = 60
     dense_weight: float = 1.0
     lexical_weight: float = 1.0
@@ -229,24 +230,24 @@ class RetrieverConfig:
 
 #: Per unit, the configuration chosen on the development conversations.
 TUNED: dict[str, RetrieverConfig] = {
-    "dialog": RetrieverConfig(),
+    "dialog": RetrieverConfig(lexical_context_turns=2, lexical_date=True, rrf_k=10, dense_weight=0.75),
     "observation": RetrieverConfig(),
-    "summary": RetrieverConfig(),
+    "summary": RetrieverConfig(lexical_date=True),
 }
 
 
-def indexed_texts(units: Sequence[RetrievalUnit], unit: str, config: RetrieverConfig) -> list[str]:
-    """What the retrievers index for each unit: its protocol text, optionally with date and neighbours."""
+def indexed_texts(units: Sequence[RetrievalUnit], unit: str, context_turns: int = 0, date: bool = False) -> list[str]:
+    """What a retriever indexes for each unit: its protocol text, optionally with date and neighbours."""
     texts = [u.text for u in units]
-    if unit == "dialog" and config.context_turns > 0:
+    if unit == "dialog" and context_turns > 0:
         widened = []
         for i, u in enumerate(units):
-            lo, hi = i - config.context_turns, i + config.context_turns
+            lo, hi = i - context_turns, i + context_turns
             around = [units[j].text for j in range(max(0, lo), min(len(units), hi + 1))
                       if j != i and units[j].session == u.session]
             widened.append(" ".join([u.text, *around]))
         texts = widened
-    if config.date_in_text and unit in ("dialog", "summary"):
+    if date and unit in ("dialog", "summary"):
         texts = [f"{u.date}. {t}" if u.date else t for u, t in zip(units, texts, strict=True)]
     return texts
 
@@ -265,17 +266,16 @@ class UnitRanker:
         self.retriever = retriever
         self.config = config
         self.size = len(units)
-        texts = indexed_texts(units, unit, config)
         self._tokenize: Callable[[str], list[str]] = self._tokenizer(ENGLISH_STOPWORDS, config.stem)
         self.lexical = LexicalIndex(tokenizer=self._tokenize)
         self.embedder = embedder
         self.matrix: np.ndarray | None = None
         if retriever != "dense":
-            for i, text in enumerate(texts):
+            for i, text in enumerate(indexed_texts(units, unit, config.lexical_context_turns, config.lexical_date)):
                 self.lexical.add(str(i), text)
             self.lexical.build()
-        if retriever != "lexical" and embedder is not None and texts:
-            self.matrix = embedder.embed(texts)
+        if retriever != "lexical" and embedder is not None and units:
+            self.matrix = embedder.embed(indexed_texts(units, unit, config.dense_context_turns))
 
     @staticmethod
     def _tokenizer(stopwords: frozenset[str], stem: bool) -> Callable[[str], list[str]]:
@@ -383,12 +383,12 @@ def protocol_recall(cases: Sequence[Case], unit: str, retriever: str, settings: 
             began = time.perf_counter()
             ranking = ranker.rank(qa.question)
             spent_ms = (time.perf_counter() - began) * 1000.0
-            # A replayed query vector cost nothing now: add what embedding it cost when it was made.
-            cost = getattr(embedder, "query_cost_ms", None)
+            # A replayed query vector cost nothing now: add what embedding it cost when it was made
+            # (a vector embedded just now is already inside spent_ms).
+            cost = getattr(embedder, "replayed_query_cost_ms", None)
             stored = cost(qa.question) if callable(cost) and retriever != "lexical" else None
-            measured_model_ms = 0.0 if stored is None else float(stored)
             search_ms.append(spent_ms)
-            embed_ms.append(measured_model_ms)
+            embed_ms.append(0.0 if stored is None else float(stored))
             evidence = list(qa.evidence)
             rows.append({"case_id": case.id, "sample_id": sample_id, "category": qa.category,
                          "recall": {k: question_recall(retrieved_ids(units, ranking, k), evidence, unit) for k in ks}})
@@ -411,12 +411,13 @@ def protocol_recall(cases: Sequence[Case], unit: str, retriever: str, settings: 
         "published": published_recall(unit),
         "latency": {
             "query": _latency_summary(query_total),
-            "query_search_only": _latency_summary(search_ms),
-            "query_embedding": _latency_summary(embed_ms) if retriever != "lexical" else None,
+            "query_measured_now": _latency_summary(search_ms),
+            "query_embedding_replayed": _latency_summary(embed_ms) if retriever != "lexical" else None,
             "index_build_seconds": build_seconds,
-            "note": "query = ranking all units of the conversation for one question, plus the model time of "
-                    "embedding the question (one question per call, taken from the embedding cache's record "
-                    "when the vector is replayed); index build (BM25, document embeddings) is apart",
+            "note": "query = ranking all units of the conversation for one question, including embedding the "
+                    "question (one question per model call); for a vector replayed from the embedding cache, "
+                    "the model time recorded when it was embedded is added; index build (BM25, document "
+                    "embeddings) is apart",
             "published_search": published_search_latency(),
         },
         "embedding_cache": None if retriever == "lexical" else {
@@ -500,7 +501,3 @@ def _window_summary(rows: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[s
         out[f"hit@{k}"] = sum(hits) / len(hits) if hits else None
     return out
 
-
-def finite(value: Any) -> bool:
-    """Whether ``value`` is a real number (not None / NaN)."""
-    return isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value))

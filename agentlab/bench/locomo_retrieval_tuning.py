@@ -29,10 +29,9 @@ from agentlab.bench.locomo_retrieval import (
 
 #: The values tried per retriever (fields that do not affect a retriever are left at the tuned value).
 DEFAULT_GRID: dict[str, dict[str, list[Any]]] = {
-    "lexical": {"stem": [False, True], "context_turns": [0, 1], "date_in_text": [False, True]},
-    "dense": {"context_turns": [0, 1], "date_in_text": [False, True]},
-    "hybrid": {"stem": [False, True], "context_turns": [0, 1], "rrf_k": [10, 60],
-               "dense_weight": [1.0, 1.5], "lexical_weight": [1.0]},
+    "lexical": {"stem": [False, True], "lexical_context_turns": [0, 1, 2], "lexical_date": [False, True]},
+    "dense": {"dense_context_turns": [0, 1, 2]},
+    "hybrid": {"rrf_k": [10, 60], "dense_weight": [0.5, 1.0, 1.5]},
 }
 
 

@@ -124,6 +124,7 @@ class CachedEmbedder:
         self.reused = 0
         self.model_seconds = 0.0
         self._query_ms: dict[str, float | None] = {}
+        self._replayed_queries: set[str] = set()
 
     @property
     def dim(self) -> int:
@@ -155,6 +156,8 @@ class CachedEmbedder:
         self.reused += len(keys) - len(missing)
         if side == "query":
             self._query_ms.update({k: found[k][1] for k in keys})
+            self._replayed_queries.update(k for k in keys if k not in missing)
+            self._replayed_queries.difference_update(missing)
         return np.stack([found[k][0] for k in keys]).astype(np.float32)
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -168,3 +171,11 @@ class CachedEmbedder:
     def query_cost_ms(self, text: str) -> float | None:
         """Model milliseconds the query's vector cost when it was embedded (None if never asked here)."""
         return self._query_ms.get(text_key(text))
+
+    def replayed_query_cost_ms(self, text: str) -> float | None:
+        """:meth:`query_cost_ms` if the query's last vector came from the cache, else None.
+
+        A vector embedded by this call already spent its model time inside whatever timed the call.
+        """
+        key = text_key(text)
+        return self._query_ms.get(key) if key in self._replayed_queries else None

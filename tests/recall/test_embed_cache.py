@@ -37,6 +37,7 @@ def test_second_process_embeds_nothing(tmp_path: Path) -> None:
     assert first_model.documents == ["a puppy named Oscar", "camping in the mountains"]  # a repeat is embedded once
     assert first.embedded == 3 and first.reused == 1
     assert first.query_cost_ms("which puppy?") is not None
+    assert first.replayed_query_cost_ms("which puppy?") is None  # embedded here: its time was spent here
     first.cache.close()
 
     again_model = CountingEmbedder()
@@ -45,7 +46,7 @@ def test_second_process_embeds_nothing(tmp_path: Path) -> None:
     np.testing.assert_allclose(again.embed_query(["which puppy?"]), query, atol=1e-6)
     assert again_model.documents == [] and again_model.queries == [] and again.embedded == 0
     # The replayed query still reports what its embedding cost when it was made.
-    assert again.query_cost_ms("which puppy?") == first.query_cost_ms("which puppy?")
+    assert again.replayed_query_cost_ms("which puppy?") == first.query_cost_ms("which puppy?")
     # A new text, or the same text on the other side, is a miss.
     again.embed(["which puppy?", "a new turn"])
     assert again_model.documents == ["which puppy?", "a new turn"]
