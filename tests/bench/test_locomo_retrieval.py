@@ -236,3 +236,16 @@ def test_tuning_grid_runs_on_the_dev_conversations_only() -> None:
     rows = tuning.tune("summary", "lexical", {"stem": [False, True]})
     assert len(rows) == 2 and rows[0]["mean"] >= rows[1]["mean"]
     assert set(rows[0]) == {"config", "mean", "@2", "@5", "@10"}
+
+
+def test_indexed_text_adds_neighbours_of_the_same_session_and_the_date() -> None:
+    units = lr.protocol_units(parse_conversation(RAW, "fixture"), "dialog")
+    plain = lr.indexed_texts(units, "dialog")
+    assert plain == [u.text for u in units]
+    widened = lr.indexed_texts(units, "dialog", context_turns=1, date=True)
+    # Turn D1:2 gets D1:1 but not D2:1 (another session); the date leads.
+    assert widened[1] == f"1:56 pm on 8 May, 2023. {units[1].text} {units[0].text}"
+    assert widened[2] == f"10:00 am on 20 June, 2023. {units[2].text} {units[3].text}"
+    # Observations already carry their date; neighbours apply to dialog turns only.
+    observations = lr.protocol_units(parse_conversation(RAW, "fixture"), "observation")
+    assert lr.indexed_texts(observations, "observation", context_turns=2, date=True) == [o.text for o in observations]
