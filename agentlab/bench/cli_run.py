@@ -214,7 +214,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             from agentlab.bench.retrieval_protocol_store import format_protocol, write_protocol_result
 
             # Tasks with ``retrieval_units`` take the unit (checked by _check_unit); the base signature does not.
-            result = cast(Any, task).retrieval_only(cases, mode, settings, unit=args.unit, retriever=args.retriever)
+            try:
+                result = cast(Any, task).retrieval_only(cases, mode, settings, unit=args.unit, retriever=args.retriever)
+            except ValueError as exc:  # e.g. a data file without the unit's field, or no embedder
+                raise CliError(f"{task.name} --unit {args.unit}: {exc}") from exc
             write_protocol_result(args.db, result, task.name)
         result = {"benchmark": task.name, "mode": mode, "cases": len(cases), **result}
         if args.json:

@@ -92,7 +92,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         grid = parse_grid(args.grid, args.retriever)
     except ValueError as exc:
         parser.error(str(exc))
-    rows = tune(args.unit, args.retriever, grid)
+    from agentlab.duckdb_files import DatabaseFileError
+
+    try:
+        rows = tune(args.unit, args.retriever, grid)
+    except DatabaseFileError as exc:  # the embedding cache is held by another run
+        parser.exit(2, f"error: {exc}\n")
     out.write(f"dev conversations {', '.join(DEV_CONVERSATIONS)}; unit {args.unit}, retriever {args.retriever}; "
               f"best first by mean recall@k (percent)\n")
     for row in rows:

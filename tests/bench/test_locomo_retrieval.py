@@ -249,3 +249,13 @@ def test_indexed_text_adds_neighbours_of_the_same_session_and_the_date() -> None
     # Observations already carry their date; neighbours apply to dialog turns only.
     observations = lr.protocol_units(parse_conversation(RAW, "fixture"), "observation")
     assert lr.indexed_texts(observations, "observation", context_turns=2, date=True) == [o.text for o in observations]
+
+
+def test_cli_unit_missing_from_the_data_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bare = {k: v for k, v in RAW.items() if k not in ("observation", "session_summary")}  # like a trimmed copy
+    data = LoCoMoData((parse_conversation(bare, "fixture"),), "fixture-sha")
+    monkeypatch.setattr(lc, "load_locomo", lambda: data)
+    code, _, err = run_cli("locomo", "--retrieval-only", "--unit", "observation", "--retriever", "lexical",
+                           "--db", str(tmp_path / "r.duckdb"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert "conv-26 has no observation units in the data file" in err
