@@ -106,29 +106,33 @@ class RetrievalUnit:
     """One searchable item of a conversation's database.
 
     ``text`` is the protocol's text; ``ids`` what retrieving it yields (``dia_id``s, or ``S<n>``);
-    ``session`` the LoCoMo session it belongs to; ``date`` that session's date.
+    ``session`` the LoCoMo session it belongs to; ``date`` that session's date; ``sources`` (an
+    observation's) the protocol text of the turns it cites, which a retriever may index with it.
     """
 
     text: str
     ids: tuple[str, ...]
     session: int
     date: str
+    sources: str = ""
 
 
 def protocol_units(conversation: Conversation, unit: str) -> list[RetrievalUnit]:
     """The conversation's database for ``unit`` (``dialog``, ``observation`` or ``summary``)."""
+    turns = []
+    for session in conversation.sessions:
+        for turn in session.turns:
+            text = f'{turn.speaker} said, "{turn.text}"'
+            if turn.blip_caption:
+                text += f" and shared {turn.blip_caption}"
+            turns.append(RetrievalUnit(text, (turn.dia_id,), session.number, session.date_time))
     if unit == "dialog":
-        out = []
-        for session in conversation.sessions:
-            for turn in session.turns:
-                text = f'{turn.speaker} said, "{turn.text}"'
-                if turn.blip_caption:
-                    text += f" and shared {turn.blip_caption}"
-                out.append(RetrievalUnit(text, (turn.dia_id,), session.number, session.date_time))
-        return out
+        return turns
     dates = {s.number: s.date_time for s in conversation.sessions}
     if unit == "observation":
-        return [RetrievalUnit(f"{dates.get(o.session, '')}. {o.text}", o.dia_ids, o.session, dates.get(o.session, ""))
+        said = {t.ids[0]: t.text for t in turns}
+        return [RetrievalUnit(f"{dates.get(o.session, '')}. {o.text}", o.dia_ids, o.session, dates.get(o.session, ""),
+                              " ".join(said[d] for d in o.dia_ids if d in said))
                 for o in conversation.observations]
     if unit == "summary":
         return [RetrievalUnit(text, (f"S{number}",), number, dates.get(number, ""))
@@ -215,6 +219,10 @@ class RetrieverConfig:
     that many turns before and after it in its session (the unit, its id and what counts as
     retrieved do not change). ``lexical_date``: the session date is prepended to the text the
     lexical index holds for dialog and summary units (dense vectors stay those of the plain text).
+    ``lexical_sources`` / ``dense_sources``: an observation is indexed together with the text of the
+    turns it cites (document expansion; what retrieving it yields does not change). ``bm25_k1``,
+    ``bm25_b``: BM25's term-frequency saturation and length normalisation. ``dense_sentences``: each
+    sentence of a unit is embedded and the unit scores its best sentence's cosine (long summaries).
     ``rrf_k``, ``dense_weight`` and ``lexical_weight``: hybrid reciprocal-rank fusion,
     score = Σ weight / (rrf_k + rank + 1) over the two full rankings.
     """
@@ -223,6 +231,11 @@ class RetrieverConfig:
     lexical_context_turns: int = 0
     dense_context_turns: int = 0
     lexical_date: bool = False
+    lexical_sources: bool = False
+    dense_sources: bool = False
+    bm25_k1: float = 1.5
+    bm25_b: float = 0.75
+    dense_sentences: bool = False
     rrf_k: int = 60
     dense_weight: float = 1.0
     lexical_weight: float = 1.0
@@ -231,14 +244,15 @@ class RetrieverConfig:
 #: Per unit, the configuration chosen on the development conversations.
 TUNED: dict[str, RetrieverConfig] = {
     "dialog": RetrieverConfig(lexical_context_turns=2, lexical_date=True, rrf_k=10, dense_weight=0.75),
-    "observation": RetrieverConfig(),
-    "summary": RetrieverConfig(lexical_date=True),
+    "observation": RetrieverConfig(lexical_sources=True, rrf_k=1, dense_weight=0.5),
+    "summary": RetrieverConfig(lexical_date=True, dense_sentences=True, rrf_k=1, dense_weight=0.5),
 }
 
 
-def indexed_texts(units: Sequence[RetrievalUnit], unit: str, context_turns: int = 0, date: bool = False) -> list[str]:
-    """What a retriever indexes for each unit: its protocol text, optionally with date and neighbours."""
-    texts = [u.text for u in units]
+def indexed_texts(units: Sequence[RetrievalUnit], unit: str, context_turns: int = 0, date: bool = False,
+                  sources: bool = False) -> list[str]:
+    """What a retriever indexes for each unit: its protocol text, optionally with date, neighbours or sources."""
+    texts = [f"{u.text} {u.sources}" if sources and u.sources else u.text for u in units]
     if unit == "dialog" and context_turns > 0:
         widened = []
         for i, u in enumerate(units):
@@ -250,6 +264,15 @@ def indexed_texts(units: Sequence[RetrievalUnit], unit: str, context_turns: int 
     if date and unit in ("dialog", "summary"):
         texts = [f"{u.date}. {t}" if u.date else t for u, t in zip(units, texts, strict=True)]
     return texts
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentences(text: str) -> list[str]:
+    """A text cut after ``.``, ``!`` or ``?`` followed by a space (empty pieces dropped; never empty)."""
+    pieces = [p.strip() for p in _SENTENCE_END.split(text) if p.strip()]
+    return pieces or [text]
 
 
 class UnitRanker:
@@ -267,15 +290,23 @@ class UnitRanker:
         self.config = config
         self.size = len(units)
         self._tokenize: Callable[[str], list[str]] = self._tokenizer(ENGLISH_STOPWORDS, config.stem)
-        self.lexical = LexicalIndex(tokenizer=self._tokenize)
+        self.lexical = LexicalIndex(tokenizer=self._tokenize, k1=config.bm25_k1, b=config.bm25_b)
         self.embedder = embedder
         self.matrix: np.ndarray | None = None
         if retriever != "dense":
-            for i, text in enumerate(indexed_texts(units, unit, config.lexical_context_turns, config.lexical_date)):
+            for i, text in enumerate(indexed_texts(units, unit, config.lexical_context_turns, config.lexical_date,
+                                                       config.lexical_sources)):
                 self.lexical.add(str(i), text)
             self.lexical.build()
+        #: Which unit each row of ``matrix`` belongs to (several rows per unit with dense_sentences).
+        self.owner = np.arange(self.size)
         if retriever != "lexical" and embedder is not None and units:
-            self.matrix = embedder.embed(indexed_texts(units, unit, config.dense_context_turns))
+            texts = indexed_texts(units, unit, config.dense_context_turns, sources=config.dense_sources)
+            if config.dense_sentences:
+                pieces = [(i, piece) for i, text in enumerate(texts) for piece in sentences(text)]
+                self.owner = np.asarray([i for i, _ in pieces], dtype=np.int64)
+                texts = [piece for _, piece in pieces]
+            self.matrix = embedder.embed(texts)
 
     @staticmethod
     def _tokenizer(stopwords: frozenset[str], stem: bool) -> Callable[[str], list[str]]:
@@ -295,7 +326,12 @@ class UnitRanker:
 
         assert self.matrix is not None and self.embedder is not None
         vector = embed_query(self.embedder, [question])[0]
-        return np.argsort(-(self.matrix @ vector), kind="stable")
+        rows = self.matrix @ vector
+        if len(rows) == self.size and not self.config.dense_sentences:
+            return np.argsort(-rows, kind="stable")
+        best = np.full(self.size, -np.inf)
+        np.maximum.at(best, self.owner, rows)
+        return np.argsort(-best, kind="stable")
 
     def rank(self, question: str) -> list[int]:
         """Every unit index, best first (ties: earlier in the conversation)."""

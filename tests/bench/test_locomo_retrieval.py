@@ -235,7 +235,7 @@ def test_tuning_grid_runs_on_the_dev_conversations_only() -> None:
     assert {c.data.conversation.sample_id for c in cases} == {"conv-26"}  # conv-99 is held out
     rows = tuning.tune("summary", "lexical", {"stem": [False, True]})
     assert len(rows) == 2 and rows[0]["mean"] >= rows[1]["mean"]
-    assert set(rows[0]) == {"config", "mean", "@2", "@5", "@10"}
+    assert set(rows[0]) == {"config", "margin", "mean", "@2", "@5", "@10"}
 
 
 def test_indexed_text_adds_neighbours_of_the_same_session_and_the_date() -> None:
@@ -259,3 +259,26 @@ def test_cli_unit_missing_from_the_data_is_one_line(monkeypatch: pytest.MonkeyPa
                            "--db", str(tmp_path / "r.duckdb"))
     assert code == 2 and err.count("\n") == 1, err
     assert "conv-26 has no observation units in the data file" in err
+
+
+def test_observation_sources_and_summary_sentences() -> None:
+    conversation = parse_conversation(RAW, "fixture")
+    observations = lr.protocol_units(conversation, "observation")
+    # An observation's sources are the protocol texts of the turns it cites, in citation order.
+    assert observations[1].sources == ('Melanie said, "I painted a sunrise at the lake." and shared a photo of a '
+                                       'painting Caroline said, "I went to a support group yesterday."')
+    assert lr.indexed_texts(observations, "observation", sources=True)[0] == (
+        '1:56 pm on 8 May, 2023. Caroline attended a support group. Caroline said, "I went to a support group '
+        'yesterday."')
+    assert lr.sentences("Caroline adopted Oscar; Melanie's kids go camping. They hike! Who? ") == [
+        "Caroline adopted Oscar; Melanie's kids go camping.", "They hike!", "Who?"]
+    assert lr.sentences("no end") == ["no end"]
+    # With sentences, a summary scores its best sentence: the vector of "puppy" matches one sentence only.
+    summaries = [lr.RetrievalUnit("Caroline went to a support group. Melanie painted a sunrise at the lake.", ("S1",),
+                                  1, ""),
+                 lr.RetrievalUnit("They talked about many things, work and weather and news and a puppy.", ("S2",),
+                                  2, "")]
+    config = lr.RetrieverConfig(dense_sentences=True)
+    ranker = lr.UnitRanker(summaries, "summary", "dense", config, HashEmbedder())
+    assert ranker.matrix is not None and ranker.matrix.shape[0] == 3 and list(ranker.owner) == [0, 0, 1]
+    assert ranker.rank("Melanie painted a sunrise at the lake")[0] == 0
