@@ -222,7 +222,8 @@ class RetrieverConfig:
     ``lexical_sources`` / ``dense_sources``: an observation is indexed together with the text of the
     turns it cites (document expansion; what retrieving it yields does not change). ``bm25_k1``,
     ``bm25_b``: BM25's term-frequency saturation and length normalisation. ``dense_sentences``: each
-    sentence of a unit is embedded and the unit scores its best sentence's cosine (long summaries).
+    sentence of a unit is embedded and the unit scores its best sentence's cosine (long summaries);
+    ``whole_weight``: with it, the ranking by the whole text's vector joins the fusion with this weight.
     ``rrf_k``, ``dense_weight`` and ``lexical_weight``: hybrid reciprocal-rank fusion,
     score = Σ weight / (rrf_k + rank + 1) over the two full rankings.
     """
@@ -236,6 +237,7 @@ class RetrieverConfig:
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
     dense_sentences: bool = False
+    whole_weight: float = 0.0
     rrf_k: int = 60
     dense_weight: float = 1.0
     lexical_weight: float = 1.0
@@ -243,9 +245,10 @@ class RetrieverConfig:
 
 #: Per unit, the configuration chosen on the development conversations.
 TUNED: dict[str, RetrieverConfig] = {
-    "dialog": RetrieverConfig(lexical_context_turns=2, lexical_date=True, rrf_k=10, dense_weight=0.75),
+    "dialog": RetrieverConfig(lexical_context_turns=2, lexical_date=True, rrf_k=5, dense_weight=0.75),
     "observation": RetrieverConfig(lexical_sources=True, rrf_k=1, dense_weight=0.5),
-    "summary": RetrieverConfig(lexical_date=True, dense_sentences=True, rrf_k=1, dense_weight=0.5),
+    "summary": RetrieverConfig(lexical_date=True, bm25_k1=3.0, dense_sentences=True, whole_weight=0.5, rrf_k=1,
+                               dense_weight=0.75),
 }
 
 
@@ -300,9 +303,12 @@ class UnitRanker:
             self.lexical.build()
         #: Which unit each row of ``matrix`` belongs to (several rows per unit with dense_sentences).
         self.owner = np.arange(self.size)
+        self.whole: np.ndarray | None = None
         if retriever != "lexical" and embedder is not None and units:
             texts = indexed_texts(units, unit, config.dense_context_turns, sources=config.dense_sources)
             if config.dense_sentences:
+                if config.whole_weight > 0:
+                    self.whole = embedder.embed(texts)
                 pieces = [(i, piece) for i, text in enumerate(texts) for piece in sentences(text)]
                 self.owner = np.asarray([i for i, _ in pieces], dtype=np.int64)
                 texts = [piece for _, piece in pieces]
@@ -343,8 +349,15 @@ class UnitRanker:
             return [int(i) for i in self._dense_order(question)]
         fused = np.zeros(self.size, dtype=np.float64)
         ranks = np.arange(self.size, dtype=np.float64)
-        for order, weight in ((self._dense_order(question), self.config.dense_weight),
-                              (self._lexical_order(question), self.config.lexical_weight)):
+        lists = [(self._dense_order(question), self.config.dense_weight),
+                 (self._lexical_order(question), self.config.lexical_weight)]
+        if self.whole is not None:
+            from agentlab.recall.embed import embed_query
+
+            assert self.embedder is not None
+            vector = embed_query(self.embedder, [question])[0]
+            lists.append((np.argsort(-(self.whole @ vector), kind="stable"), self.config.whole_weight))
+        for order, weight in lists:
             fused[order] += weight / (self.config.rrf_k + ranks + 1.0)
         return [int(i) for i in np.argsort(-fused, kind="stable")]
 
