@@ -54,6 +54,9 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
                    help="override a setting from benchmarks/<benchmark>.toml (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="build every prompt and count tokens; call no model")
     p.add_argument("--retrieval-only", action="store_true", help="LLM-free evidence recall@k of the retrieval")
+    p.add_argument("--unit", help="with --retrieval-only: the benchmark's published retrieval protocol on these units "
+                                  "(locomo: dialog, observation, summary); stored in --db")
+    p.add_argument("--retriever", choices=("lexical", "dense", "hybrid"), help="with --unit: the retriever (default hybrid)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--published-settings", action="store_true",

@@ -14,7 +14,7 @@ import dataclasses
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from agentlab.bench.cli_common import (
     EMBEDDED_DEFAULT_LIMIT,
@@ -93,6 +93,18 @@ def _prepare_model(model: Any, spec: str, what: str, *, window: bool) -> Any:
     return info
 
 
+def _check_unit(task: Task, args: argparse.Namespace) -> None:
+    """``--unit`` / ``--retriever`` need ``--retrieval-only`` and a unit the benchmark's protocol knows."""
+    units = tuple(getattr(task, "retrieval_units", ()))
+    if args.retriever is not None and args.unit is None:
+        raise CliError("--retriever applies with --unit (the published retrieval protocol)")
+    if args.unit is not None and not args.retrieval_only:
+        raise CliError("--unit applies with --retrieval-only")
+    if args.unit is not None and args.unit not in units:
+        known = f"use one of {', '.join(units)}" if units else "it has no published retrieval protocol"
+        raise CliError(f"{task.name} --unit {args.unit!r}: {known}")
+
+
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     """Run (or resume) one mode and, unless ``--no-baselines``, the modes it is compared with.
 
@@ -101,9 +113,12 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     check that can refuse the run happens before the results file is opened.
     """
     spec = spec_of(args)
+    task = spec.task if spec.task is not None else get_task(spec.benchmark)
+    _check_unit(task, args)
     if spec.action == "run":
         write_smoke_banner(spec, out if not args.json else sys.stderr)
-    return run_spec(spec, out, json_output=args.json, db=args.db, executor_args=args)
+    return run_spec(spec, out, json_output=args.json, db=args.db, executor_args=args,
+                    unit=args.unit, retriever=args.retriever)
 
 
 def spec_of(args: argparse.Namespace) -> RunSpec:
@@ -117,10 +132,13 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
 
 
 def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any = DEFAULT_DB,
-             executor_args: argparse.Namespace | None = None) -> int:
+             executor_args: argparse.Namespace | None = None, unit: str | None = None,
+             retriever: str | None = None) -> int:
     """Carry out a resolved :class:`RunSpec`: a dry run, a retrieval measurement, or the runs and their report.
 
-    ``executor_args``: the ``--executor`` flags (default: in-process). Returns the exit status.
+    ``executor_args``: the ``--executor`` flags (default: in-process). ``unit`` / ``retriever``: the
+    published retrieval protocol of ``--retrieval-only --unit`` (checked by the caller). Returns the
+    exit status.
     """
     from agentlab.bench import executor
 
@@ -140,10 +158,22 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
     if spec.action == "retrieval_only":
         selection = load_selection(task, settings)
         cases = executor.select(selection, spec.limit)
-        result = task.retrieval_only(cases, mode, settings)
+        if unit is None:
+            result = task.retrieval_only(cases, mode, settings)
+        else:
+            from agentlab.bench.retrieval_protocol_store import format_protocol, write_protocol_result
+
+            # Tasks with ``retrieval_units`` take the unit (checked by _check_unit); the base signature does not.
+            try:
+                result = cast(Any, task).retrieval_only(cases, mode, settings, unit=unit, retriever=retriever)
+            except ValueError as exc:  # e.g. a data file without the unit's field, or no embedder
+                raise CliError(f"{task.name} --unit {unit}: {exc}") from exc
+            write_protocol_result(db, result, task.name)
         result = {"benchmark": task.name, "mode": mode, "cases": len(cases), **result}
         if json_output:
             _print_json(result, out)
+        elif unit is not None:
+            out.write(format_protocol(result))
         else:
             for key, value in result.items():
                 out.write(f"{key}: {value}\n")
