@@ -4,10 +4,12 @@ The rule, first hit wins:
 
 1. **header**: ``X-Agentlab-Conversation-Id`` (or ``X-Session-ID``, as the seed's server reads it);
 2. **body**: ``metadata.agentlab_conversation_id``;
-3. **prefix**: the longest chain of already-seen messages (see :func:`agentlab.serve.wire.chain_hashes`)
+3. **retry**: the same body as a call of the last ten minutes, when that call failed or the client
+   says it retries (``x-stainless-retry-count`` > 0); a first turn has no prefix to match yet;
+4. **prefix**: the longest chain of already-seen messages (see :func:`agentlab.serve.wire.chain_hashes`)
    that covers at least the first user message and one message after it, when exactly one
    conversation has it (two would be a guess: the request starts a new conversation instead);
-4. **new**: a fresh id.
+5. **new**: a fresh id.
 
 An explicit id that is not 1-128 characters of ``A-Za-z0-9._:-`` is refused (HTTP 400), never
 passed over. Every key lives in a *tenant*: a hash of the caller's credentials (the

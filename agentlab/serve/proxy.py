@@ -27,6 +27,7 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +67,10 @@ log = logging.getLogger(__name__)
 APP_NAME = "agentlab-serve"
 #: Window assumed for the arm's triggers when neither ``--context-window`` nor the upstream states one.
 FALLBACK_WINDOW = 8192
+#: Seconds within which the same request body again counts as a retry of the first.
+RETRY_WINDOW = 600.0
+#: Request bodies remembered for that.
+RECENT_BODIES = 10_000
 
 
 @dataclass
@@ -146,6 +151,8 @@ class ProxyBackend:
         self._models: dict[str, OpenAICompatModel] = {}
         self._summary_workers: dict[str, Any] = {}
         self._token_cache: dict[str, int] = {}
+        #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.
+        self._recent: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -280,8 +287,17 @@ class ProxyBackend:
         tenant = keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
         messages: list[dict[str, Any]] = body["messages"]
         chain = chain_hashes(messages, tenant)
+        body_hash = chain[-1] + json.dumps({k: v for k, v in body.items() if k != "messages"}, sort_keys=True,
+                                           default=str)
+        retry_header = request.headers.get("x-stainless-retry-count", "0")
+        retried = retry_header.isdigit() and int(retry_header) > 0
+        recent = self._recent.get(body_hash)
         if explicit is not None:
             conversation_id, key_source = explicit
+        elif recent is not None and (retried or not recent[1]) and time.time() - recent[2] < RETRY_WINDOW:
+            # The same body again: a retry (the client says so, or the earlier attempt failed). A first
+            # turn has no prefix to match yet, so without this its retry would start a new conversation.
+            conversation_id, key_source = recent[0], "retry"
         else:
             match = keys.match_prefix(self.store.prefixes, tenant, chain, keys.min_prefix_length(messages))
             if match.conversation_id is not None:
@@ -290,8 +306,13 @@ class ProxyBackend:
                 conversation_id = keys.new_conversation_id()
                 key_source = "new-ambiguous" if match.ambiguous else "new"
         conv = await self._conversation(tenant, conversation_id, key_source)
+        self._recent[body_hash] = (conversation_id, False, time.time())
+        self._recent.move_to_end(body_hash)
+        while len(self._recent) > RECENT_BODIES:
+            self._recent.popitem(last=False)
         await conv.lock.acquire()
         call = _Call(self, request, body, conv, chain, key_source, started, started_at)
+        call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
         self._in_flight += 1
         self._idle.clear()
         call.on_done = self._call_done
@@ -384,11 +405,6 @@ class _Call:
             self.ledger_mode = "branch"
             await self.proxy._branch(conv)
             shared = 0
-        body_hash = chain[-1] + json.dumps({k: v for k, v in self.body.items() if k != "messages"}, sort_keys=True,
-                                           default=str)
-        self.body_hash = body_hash
-        retry_header = self.request.headers.get("x-stainless-retry-count", "0")
-        self.row["retry"] = (retry_header.isdigit() and int(retry_header) > 0) or body_hash in conv.answered
         for i in range(shared, len(chain)):
             await self.proxy._append(conv, messages[i], chain[i], author="client")
             self.row["events_appended"] += 1
@@ -539,12 +555,23 @@ class _Call:
         response.on_close = done
         return response
 
-    async def _post(self, upstream: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, upstream: dict[str, Any]) -> tuple[httpx.Response, bytes | None]:
+        """Send one upstream request: the response and, unless it is an event stream, its whole body.
+
+        A transport failure or a non-200 status is an :class:`_UpstreamFailure` carrying what the
+        client gets (504 on a timeout, 502 when unreachable, else the upstream's status and error).
+        """
         began = time.perf_counter()
         self.row["upstream_calls"] += 1
+        client = self.proxy.client()
         try:
-            resp = await self.proxy.client().post(self.proxy.upstream + "/chat/completions", json=upstream,
-                                                  headers=self.proxy._upstream_headers(self.request))
+            resp = await client.send(client.build_request(
+                "POST", self.proxy.upstream + "/chat/completions", json=upstream,
+                headers=self.proxy._upstream_headers(self.request)), stream=True)
+            raw = None
+            if "text/event-stream" not in resp.headers.get("content-type", "") or resp.status_code != 200:
+                raw = await resp.aread()
+                await resp.aclose()
         except httpx.TimeoutException as exc:
             raise _UpstreamFailure(504, error_body(f"upstream timed out: {exc!r}", "timeout", code=504),
                                    "timeout") from None
@@ -555,17 +582,24 @@ class _Call:
             self.row["upstream_ms"] += (time.perf_counter() - began) * 1000
         if resp.status_code != 200:
             headers = {"retry-after": resp.headers["retry-after"]} if "retry-after" in resp.headers else {}
-            raise _UpstreamFailure(resp.status_code, _openai_error(resp.status_code, resp.content), "upstream_error",
+            raise _UpstreamFailure(resp.status_code, _openai_error(resp.status_code, raw or b""), "upstream_error",
                                    headers)
+        return resp, raw
+
+    async def _post(self, upstream: dict[str, Any]) -> dict[str, Any]:
+        resp, raw = await self._send(upstream)
+        if raw is None:  # an event stream to a request that did not ask for one
+            raw = await resp.aread()
+            await resp.aclose()
         try:
-            data = json.loads(resp.content)
+            data = json.loads(raw)
             message = data["choices"][0]["message"]
             if not isinstance(message, dict):
                 raise TypeError("message is not an object")
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as exc:
             raise _UpstreamFailure(502, error_body(
                 f"upstream answered 200 with a body that is not a chat completion ({type(exc).__name__}: "
-                f"{resp.content[:120]!r})", "bad_upstream_response", code=502), "bad_upstream") from None
+                f"{raw[:120]!r})", "bad_upstream_response", code=502), "bad_upstream") from None
         self._add_usage(data.get("usage"))
         return data
 
@@ -593,28 +627,8 @@ class _Call:
     # -------------------------------------------------------------- streams
 
     async def _open(self, upstream: dict[str, Any]) -> httpx.Response:
-        began = time.perf_counter()
-        self.row["upstream_calls"] += 1
-        client = self.proxy.client()
-        try:
-            resp = await client.send(client.build_request(
-                "POST", self.proxy.upstream + "/chat/completions", json=upstream,
-                headers=self.proxy._upstream_headers(self.request)), stream=True)
-        except httpx.TimeoutException as exc:
-            raise _UpstreamFailure(504, error_body(f"upstream timed out: {exc!r}", "timeout", code=504),
-                                   "timeout") from None
-        except httpx.HTTPError as exc:
-            raise _UpstreamFailure(502, error_body(f"upstream unreachable: {exc!r}", "upstream_error", code=502),
-                                   "unreachable") from None
-        finally:
-            self.row["upstream_ms"] += (time.perf_counter() - began) * 1000
-        if resp.status_code != 200 or "text/event-stream" not in resp.headers.get("content-type", ""):
-            raw = await resp.aread()
-            await resp.aclose()
-            if resp.status_code != 200:
-                headers = {"retry-after": resp.headers["retry-after"]} if "retry-after" in resp.headers else {}
-                raise _UpstreamFailure(resp.status_code, _openai_error(resp.status_code, raw), "upstream_error",
-                                       headers)
+        resp, raw = await self._send(upstream)
+        if raw is not None:
             raise _UpstreamFailure(502, error_body(
                 f"upstream answered a stream request with {resp.headers.get('content-type')!r}, not an event "
                 f"stream ({raw[:120]!r})", "bad_upstream_response", code=502), "bad_upstream")
@@ -729,6 +743,7 @@ class _Call:
         self.row["events_appended"] += 1
         await self.proxy.store.index_prefixes(conv.tenant, conv.id, conv.chain)
         conv.answered.add(self.body_hash)
+        self.proxy._recent[self.body_hash] = (conv.id, True, time.time())
         worker = self.proxy._summary_workers.get(str(self.body.get("model") or "default"))
         if worker is not None:
             model = await self.proxy._model(str(self.body.get("model") or "default"))
