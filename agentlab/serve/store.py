@@ -57,7 +57,7 @@ _SCHEMA = (
 )
 
 
-def duckdb_config(fsync: bool) -> dict[str, str]:
+def duckdb_config(fsync: bool) -> dict[str, str | bool | int | float | list[str]]:
     """The connection config the session service uses too (DuckDB refuses a second connection to
     one file with another config, so both sides must agree).
     """

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentlab.events import Message, ToolCall
+from agentlab.events import Message, Role, ToolCall
 
 #: Roles a client may send; ``developer`` is the newer name of ``system`` and is read as one.
 CLIENT_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -153,7 +153,7 @@ def _arguments_text(arguments: Any) -> str:
 
 def to_message(m: dict[str, Any]) -> Message:
     """An agentlab message from a (checked) wire message; ``developer`` becomes ``system``."""
-    role = "system" if m["role"] == "developer" else m["role"]
+    role: Role = "system" if m["role"] == "developer" else m["role"]
     calls = tuple(
         ToolCall(id=c["id"], name=c["function"]["name"], arguments=_arguments_text(c["function"].get("arguments")))
         for c in m.get("tool_calls") or ()
