@@ -28,7 +28,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,10 @@ class _Conversation:
     chain: list[str]
     #: Request unit of the latest user turn.
     unit: str
+    #: The ledger as this server knows it: the session's events plus the writes still in flight.
+    events: list[Event] = field(default_factory=list)
+    #: The latest ledger write (each write starts after the one before: the ledger keeps its order).
+    last_write: asyncio.Future[None] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: (chain hash, cumulative tokens) of the previous call's client and upstream messages.
     last_client: list[tuple[str, int]] = field(default_factory=list)
@@ -116,6 +120,12 @@ def _openai_error(status: int, raw: bytes) -> dict[str, Any]:
         return error_body(str(data["message"]), str(data.get("type") or "upstream_error"), code=status)
     text = raw.decode("utf-8", "replace").strip()[:300] or f"HTTP {status}"
     return error_body(f"upstream answered HTTP {status}: {text}", "upstream_error", code=status)
+
+
+def _consume(future: asyncio.Future[None]) -> None:
+    """Mark a background write's failure as seen (whoever needs it awaits the future itself)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _prefix_tokens(previous: Sequence[tuple[str, int]], current: Sequence[tuple[str, int]]) -> int:
@@ -153,6 +163,7 @@ class ProxyBackend:
         self._token_cache: dict[str, int] = {}
         #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.
         self._recent: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()
+        self._background: set[asyncio.Future[Any]] = set()
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -168,11 +179,8 @@ class ProxyBackend:
         return self._client
 
     async def close(self) -> None:
-        """Let pending summaries finish, then close the upstream client and the summary workers."""
-        for conv in list(self._live.values()):
-            if conv.summary_task is not None:
-                with contextlib.suppress(Exception):
-                    await conv.summary_task
+        """Let pending writes and summaries finish, then close the upstream client and the summary workers."""
+        await self.settle()
         for worker in self._summary_workers.values():
             await worker.close()
         for model in self._models.values():
@@ -246,32 +254,82 @@ class ProxyBackend:
             session = None
             if session_id is not None:
                 session = await self.sessions.get_session(APP_NAME, tenant, session_id)
+            created = session is None
             if session is None:
-                session = await self.sessions.create_session(APP_NAME, tenant, conversation_id)
-                await self.store.save_conversation(tenant, conversation_id, session.id, key_source)
+                session = Session(app_name=APP_NAME, user_id=tenant, id=conversation_id)
+                self.store.save_conversation(tenant, conversation_id, session.id, key_source)
             chain = [e.metadata["chain"] for e in session.events if "chain" in e.metadata]
             unit = next((e.request_id for e in reversed(session.events) if e.role == "user"), "")
-            conv = self._live[key] = _Conversation(tenant, conversation_id, session, chain, unit)
+            conv = self._live[key] = _Conversation(tenant, conversation_id, session, chain, unit,
+                                                   events=list(session.events))
+            if created:
+                self._create(conv)
             return conv
+
+    def _create(self, conv: _Conversation) -> None:
+        """Create the conversation's session in the background, first in its chain of writes."""
+        session = conv.session
+
+        async def create() -> None:
+            await self.sessions.create_session(session.app_name, session.user_id, session.id)
+
+        self._chain(conv, create())
 
     async def _branch(self, conv: _Conversation) -> None:
         """Move the conversation to a fresh session (its history diverged from the ledger)."""
         session_id = f"{conv.id}~{uuid.uuid4().hex[:8]}"
-        conv.session = await self.sessions.create_session(APP_NAME, conv.tenant, session_id)
-        conv.chain, conv.unit = [], ""
-        await self.store.save_conversation(conv.tenant, conv.id, session_id, "branch")
+        conv.session = Session(app_name=APP_NAME, user_id=conv.tenant, id=session_id)
+        conv.chain, conv.unit, conv.events = [], "", []
+        self._create(conv)
+        self.store.save_conversation(conv.tenant, conv.id, session_id, "branch")
 
-    async def _append(self, conv: _Conversation, message: dict[str, Any], chain_hash: str, *, author: str,
-                      usage: Usage | None = None) -> Event:
+    @staticmethod
+    def _event(conv: _Conversation, message: dict[str, Any], chain_hash: str, *, author: str,
+               usage: Usage | None = None) -> Event:
+        """The ledger event of one message, added to the conversation's in-memory ledger (see :meth:`_write`)."""
         msg = to_message(message)
         if msg.role == "user":
             conv.unit = new_id("unit-")
         obj = OBJ_USER if msg.role == "user" else OBJ_TOOL_RESPONSE if msg.role == "tool" else OBJ_COMPLETION
         event = Event(author=author, choices=[msg], object=obj, invocation_id=conv.unit, request_id=conv.unit,
                       usage=usage, metadata={"chain": chain_hash, "raw": message})
-        await self.sessions.append_event(conv.session, event)
         conv.chain.append(chain_hash)
+        conv.events.append(event)
         return event
+
+    def _write(self, conv: _Conversation, events: Sequence[Event]) -> asyncio.Future[None]:
+        """Append ``events`` to the durable ledger in the background, after the conversation's previous write.
+
+        One write's events go in one group commit (one fsync). Callers that need the events durable
+        await the returned future (a turn is durable before its answer goes out).
+        """
+        session = conv.session
+
+        async def write() -> None:
+            if events:
+                await asyncio.gather(*(self.sessions.append_event(session, e) for e in events))
+
+        return self._chain(conv, write())
+
+    def _chain(self, conv: _Conversation, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        """Run ``work`` after the conversation's previous write (which must have succeeded)."""
+        previous = conv.last_write
+
+        async def run() -> None:
+            if previous is not None:
+                try:
+                    await previous  # a failed earlier write fails this one too: the ledger never has a gap
+                except BaseException:
+                    work.close()
+                    raise
+            await work
+
+        task = asyncio.ensure_future(run())
+        conv.last_write = task
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        task.add_done_callback(_consume)
+        return task
 
     # ------------------------------------------------------------------ the route
 
@@ -328,12 +386,11 @@ class ProxyBackend:
             self._idle.set()
 
     async def settle(self) -> None:
-        """Wait until no call is in flight and every pending summary has been written."""
+        """Wait until no call is in flight and every ledger write, summary and call row is committed."""
         await self._idle.wait()
-        for conv in list(self._live.values()):
-            if conv.summary_task is not None:
-                with contextlib.suppress(Exception):
-                    await conv.summary_task
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self.store.flush()
 
     async def models(self, request: HTTPRequest, model_id: str | None = None) -> HTTPResponse:
         """``GET /v1/models`` (and ``/v1/models/{id}``), answered by the upstream."""
@@ -381,6 +438,7 @@ class _Call:
         self._answer: dict[str, Any] | None = None
         self.on_done: Callable[[], None] | None = None
         self.body_hash = ""
+        self._turn_write: asyncio.Future[None] | None = None
         self._stream_result: dict[str, Any] = {"status": 200, "outcome": "client_disconnected"}
         self.view: Session = conv.session
 
@@ -405,19 +463,20 @@ class _Call:
             self.ledger_mode = "branch"
             await self.proxy._branch(conv)
             shared = 0
-        for i in range(shared, len(chain)):
-            await self.proxy._append(conv, messages[i], chain[i], author="client")
-            self.row["events_appended"] += 1
+        new = [self.proxy._event(conv, messages[i], chain[i], author="client") for i in range(shared, len(chain))]
+        self.row["events_appended"] += len(new)
+        # Durable in the background while the request is projected and sent; awaited before answering.
+        self._turn_write = self.proxy._write(conv, new)
         # The ledger event of the latest message: the projection's current input.
         position = len(chain) - 1
-        message_events = [e for e in conv.session.events if "chain" in e.metadata]
+        message_events = [e for e in conv.events if "chain" in e.metadata]
         self.current = message_events[position]
-        self.view = conv.session
-        if self.ledger_mode == "replay":
-            cut = conv.session.event_index(self.current.id) + 1
-            s = conv.session
-            self.view = Session(app_name=s.app_name, user_id=s.user_id, id=s.id, events=s.events[:cut],
-                                state=s.state, summaries=s.summaries, created_at=s.created_at)
+        cut = conv.events.index(self.current) + 1
+        s = conv.session
+        # The projection reads this view: the ledger with the writes in flight (up to the current
+        # message when the request replays an earlier point).
+        self.view = Session(app_name=s.app_name, user_id=s.user_id, id=s.id, events=conv.events[:cut],
+                            state=s.state, summaries=s.summaries, created_at=s.created_at)
         self.row["ledger_mode"] = self.ledger_mode
         self.row["session_id"] = conv.session.id
 
@@ -529,8 +588,9 @@ class _Call:
     async def run(self) -> HTTPResponse:
         """Update the ledger, project, send, answer (a stream or a body).
 
-        The answer and the call row are written once the response is out (``on_close``), so they
-        add nothing to the client's latency; the conversation stays locked until then.
+        The client's turn is written to the ledger while the request goes upstream and is durable
+        before any answer (or error) goes out; the answer and the call row are written once the
+        response is out (``on_close``), so they add nothing to the client's latency.
         """
         await self._update_ledger()
         upstream = await self._upstream_body()
@@ -540,13 +600,34 @@ class _Call:
         try:
             data = await self._complete(upstream)
         except _UpstreamFailure as exc:
-            done = functools.partial(self.finish, status=exc.status, outcome=exc.outcome,
-                                     error=exc.body["error"].get("message"))
-            return self._respond(exc.status, exc.body, exc.headers, done)
+            return await self._fail(exc)
+        problem = await self._turn_durable()
+        if problem is not None:
+            return await self._fail(problem)
         done = functools.partial(self.finish, status=200, outcome="ok",
                                  finish_reason=data["choices"][0].get("finish_reason"))
         self._prepare_answer()
         return self._respond(200, data, {}, done)
+
+    async def _turn_durable(self) -> _UpstreamFailure | None:
+        """Wait for the client's turn to be committed; the failure to answer with when it was not."""
+        if self._turn_write is None:
+            return None
+        try:
+            await self._turn_write
+        except Exception as exc:
+            log.error("the ledger could not store a turn of conversation %s: %s", self.conv.id, exc)
+            return _UpstreamFailure(500, error_body(f"the server could not store the conversation's turn: {exc}",
+                                                    "server_error", code=500), "ledger_error")
+        return None
+
+    async def _fail(self, exc: _UpstreamFailure) -> HTTPResponse:
+        if exc.outcome != "ledger_error":
+            problem = await self._turn_durable()
+            exc = problem or exc
+        done = functools.partial(self.finish, status=exc.status, outcome=exc.outcome,
+                                 error=exc.body["error"].get("message"))
+        return self._respond(exc.status, exc.body, exc.headers, done)
 
     def _respond(self, status: int, payload: dict[str, Any], headers: dict[str, str],
                  done: Callable[[], Awaitable[None]]) -> HTTPResponse:
@@ -638,9 +719,11 @@ class _Call:
         try:
             first = await self._open(upstream)
         except _UpstreamFailure as exc:
-            done = functools.partial(self.finish, status=exc.status, outcome=exc.outcome,
-                                     error=exc.body["error"].get("message"))
-            return self._respond(exc.status, exc.body, exc.headers, done)
+            return await self._fail(exc)
+        problem = await self._turn_durable()
+        if problem is not None:
+            await first.aclose()
+            return await self._fail(problem)
         headers = {**self.headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
         return HTTPResponse(200, self._events(upstream, first), headers, "text/event-stream",
                             on_close=self._finish_stream)
@@ -739,18 +822,22 @@ class _Call:
             return
         self._recorded = True
         usage = Usage(prompt_tokens=self.usage[0], completion_tokens=self.usage[1], cached_tokens=self.usage[2])
-        await self.proxy._append(conv, self._answer_wire, self._answer_hash, author="upstream", usage=usage)
+        event = self.proxy._event(conv, self._answer_wire, self._answer_hash, author="upstream", usage=usage)
+        written = self.proxy._write(conv, [event])
         self.row["events_appended"] += 1
-        await self.proxy.store.index_prefixes(conv.tenant, conv.id, conv.chain)
+        self.proxy.store.index_prefixes(conv.tenant, conv.id, conv.chain)
         conv.answered.add(self.body_hash)
         self.proxy._recent[self.body_hash] = (conv.id, True, time.time())
         worker = self.proxy._summary_workers.get(str(self.body.get("model") or "default"))
         if worker is not None:
             model = await self.proxy._model(str(self.body.get("model") or "default"))
-            conv.summary_task = asyncio.create_task(self._summarize(worker, model.info.context_window))
+            conv.summary_task = asyncio.ensure_future(self._summarize(worker, written, model.info.context_window))
+            self.proxy._background.add(conv.summary_task)
+            conv.summary_task.add_done_callback(self.proxy._background.discard)
 
-    async def _summarize(self, worker: Any, window: int) -> None:
+    async def _summarize(self, worker: Any, written: asyncio.Future[None], window: int) -> None:
         try:
+            await written  # the summariser reads the durable session, the answer included
             await worker.summarize(self.conv.session, FULL_SESSION_KEY, context_window=window)
         except Exception as exc:  # a failed summary leaves the ledger as it was; the next call retries
             log.warning("summary of conversation %s failed: %s: %s", self.conv.id, type(exc).__name__, exc)
@@ -771,10 +858,7 @@ class _Call:
                             usage_cached_tokens=self.usage[2])
             self.row.setdefault("ledger_mode", self.ledger_mode)
             self.row.setdefault("session_id", self.conv.session.id)
-            try:
-                await self.proxy.store.record_call(self.row)
-            except Exception as exc:  # the call log must never break the answer
-                log.warning("could not record call %s: %s", self.row["call_id"], exc)
+            self.proxy.store.record_call(self.row)
         finally:
             self.conv.lock.release()
             if self.on_done is not None:

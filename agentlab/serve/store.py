@@ -8,8 +8,12 @@ Tables (created on first use)::
 
 ``serve_prefixes`` indexes every prefix of every conversation's ledger by its chain hash, so a
 request without an explicit id finds its conversation by the longest known prefix; the index
-is also kept in memory (loaded at start) so that lookups cost no query. A call row is one INSERT,
-written after the call ended: a call is either recorded whole or not at all.
+is also kept in memory (loaded at start) so that lookups cost no query.
+
+Writes are queued and committed by one background writer, everything queued in one transaction
+(group commit: one fsync for many calls instead of one each), so no request waits for them; a call
+row is one INSERT, so a call is either recorded whole or not at all. :meth:`ServeStore.flush`
+waits for the queue to drain (the server does on settle and close).
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ _SCHEMA = (
 )
 
 
+_INSERT_CALL = f"INSERT INTO serve_calls VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+
+
 def duckdb_config(fsync: bool) -> dict[str, str | bool | int | float | list[str]]:
     """The connection config the session service uses too (DuckDB refuses a second connection to
     one file with another config, so both sides must agree).
@@ -78,6 +85,10 @@ class ServeStore:
         for statement in _SCHEMA:
             self._con.execute(statement)
         self._lock = threading.Lock()
+        self._queue: list[tuple[str, list[Any]]] = []
+        self._writer: asyncio.Future[None] | None = None
+        #: The last error of a background write (the writer logs it and carries on).
+        self.last_error: Exception | None = None
         #: (tenant, chain hash) -> conversation ids whose ledger has that prefix.
         self.prefixes: dict[tuple[str, str], set[str]] = {}
         for tenant, chain, conv in self._con.execute(
@@ -94,7 +105,7 @@ class ServeStore:
                 "SELECT tenant, conversation_id, session_id FROM serve_conversations").fetchall()}
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (after :meth:`flush`, or queued writes are lost)."""
         with self._lock:
             self._con.close()
 
@@ -106,30 +117,55 @@ class ServeStore:
         """Run ``work(connection)`` in a worker thread, under the lock."""
         return await asyncio.to_thread(self._locked, work)
 
+    def submit(self, sql: str, params: Sequence[Any]) -> None:
+        """Queue one statement for the background writer (starts it when idle)."""
+        self._queue.append((sql, list(params)))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+
+            def write(con: duckdb.DuckDBPyConnection, batch: list[tuple[str, list[Any]]] = batch) -> None:
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    for sql, params in batch:
+                        con.execute(sql, params)
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
+
+            try:
+                await self.run(write)
+            except Exception as exc:  # logged by the caller's flush; a lost call row must not stop serving
+                self.last_error = exc
+
+    async def flush(self) -> None:
+        """Wait until every queued write is committed."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """A pandas frame of ``sql`` on this connection (for in-process readers: notebooks, tests)."""
         return self._locked(lambda con: con.execute(sql, list(params)).df())
 
     # ------------------------------------------------------------------ conversations
 
-    async def save_conversation(self, tenant: str, conversation_id: str, session_id: str, key_source: str) -> None:
+    def save_conversation(self, tenant: str, conversation_id: str, session_id: str, key_source: str) -> None:
         """Insert or move a conversation to ``session_id`` (a branch moves it)."""
         self.conversations[(tenant, conversation_id)] = session_id
-
-        def write(con: duckdb.DuckDBPyConnection) -> None:
-            con.execute(
-                "INSERT INTO serve_conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, conversation_id)"
-                " DO UPDATE SET session_id = excluded.session_id",
-                [tenant, conversation_id, session_id, key_source, time.time()])
-
-        await self.run(write)
+        self.submit("INSERT INTO serve_conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, conversation_id)"
+                    " DO UPDATE SET session_id = excluded.session_id",
+                    [tenant, conversation_id, session_id, key_source, time.time()])
 
     def note_prefixes(self, tenant: str, conversation_id: str, chain: Sequence[str]) -> None:
         """Index ``chain``'s prefixes in memory now (:meth:`index_prefixes` makes them durable)."""
         for h in chain:
             self.prefixes.setdefault((tenant, h), set()).add(conversation_id)
 
-    async def index_prefixes(self, tenant: str, conversation_id: str, chain: Sequence[str]) -> None:
+    def index_prefixes(self, tenant: str, conversation_id: str, chain: Sequence[str]) -> None:
         """Record that ``conversation_id``'s ledger has every prefix in ``chain`` (hash i = length i + 1)."""
         written = self._written.setdefault((tenant, conversation_id), set())
         new = [(h, i + 1) for i, h in enumerate(chain) if h not in written]
@@ -138,18 +174,11 @@ class ServeStore:
         self.note_prefixes(tenant, conversation_id, chain)
         written.update(h for h, _ in new)
 
-        def write(con: duckdb.DuckDBPyConnection) -> None:
-            con.execute(
-                "INSERT INTO serve_prefixes SELECT ?, unnest(?::VARCHAR[]), ?, unnest(?::INTEGER[])"
-                " ON CONFLICT DO NOTHING",
-                [tenant, [h for h, _ in new], conversation_id, [n for _, n in new]])
-
-        await self.run(write)
+        self.submit("INSERT INTO serve_prefixes SELECT ?, unnest(?::VARCHAR[]), ?, unnest(?::INTEGER[])"
+                    " ON CONFLICT DO NOTHING", [tenant, [h for h, _ in new], conversation_id, [n for _, n in new]])
 
     # ------------------------------------------------------------------ calls
 
-    async def record_call(self, row: dict[str, Any]) -> None:
-        """Insert one call row (missing columns are NULL)."""
-        values = [row.get(name) for name, _ in CALL_COLUMNS]
-        sql = f"INSERT INTO serve_calls VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
-        await self.run(lambda con: con.execute(sql, values))
+    def record_call(self, row: dict[str, Any]) -> None:
+        """Queue one call row (missing columns are NULL)."""
+        self.submit(_INSERT_CALL, [row.get(name) for name, _ in CALL_COLUMNS])

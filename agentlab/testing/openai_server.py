@@ -159,6 +159,12 @@ class ServerStats:
                 "completions": len(self.prompt_tokens), "prompt_tokens_total": sum(self.prompt_tokens)}
 
 
+class _Server(ThreadingHTTPServer):
+    # The default backlog (5) resets connections when dozens of clients connect at once.
+    request_queue_size = 256
+    daemon_threads = True
+
+
 class OpenAITestServer:
     """An OpenAI-compatible chat-completions server on 127.0.0.1 (see the module docstring)."""
 
@@ -195,8 +201,7 @@ class OpenAITestServer:
         self._fault_queue: list[str] = []
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = _Server((host, port), self._handler_class())
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------ lifecycle
