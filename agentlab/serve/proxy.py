@@ -161,6 +161,7 @@ class ProxyBackend:
         self._models: dict[str, OpenAICompatModel] = {}
         self._summary_workers: dict[str, Any] = {}
         self._token_cache: dict[str, int] = {}
+        self._canon_cache: dict[int, tuple[dict[str, Any], str]] = {}
         #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.
         self._recent: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()
         self._background: set[asyncio.Future[Any]] = set()
@@ -206,16 +207,40 @@ class ProxyBackend:
             cached = self._token_cache[canon] = tokens.count_message(message)
         return cached
 
+    def canonical_of(self, m: dict[str, Any]) -> str:
+        """:func:`canonical` of ``m``, remembered for message objects that live on (the ledger's raw messages)."""
+        cached = self._canon_cache.get(id(m))
+        if cached is not None and cached[0] is m:
+            return cached[1]
+        if len(self._canon_cache) > 200_000:
+            self._canon_cache.clear()
+        text = canonical(m)
+        self._canon_cache[id(m)] = (m, text)
+        return text
+
     def _count(self, messages: Sequence[dict[str, Any]], tool_list: Sequence[dict[str, Any]] | None,
-               seed: str) -> tuple[int, list[tuple[str, int]]]:
+               seed: str, canon: Sequence[str] | None = None) -> tuple[int, list[tuple[str, int]]]:
         """Prompt tokens (local estimate, the same counter on both sides) and the cumulative chain."""
-        chain = chain_hashes(messages, seed)
+        canon = canon if canon is not None else [self.canonical_of(m) for m in messages]
+        chain = chain_hashes(messages, seed, canon)
         total = 0
         cumulative: list[tuple[str, int]] = []
-        for h, m in zip(chain, messages, strict=True):
-            total += self._message_tokens(canonical(m), to_message(m))
+        for h, text, m in zip(chain, canon, messages, strict=True):
+            counted = self._token_cache.get(text)
+            if counted is None:
+                counted = self._message_tokens(text, to_message(m))
+            total += counted
             cumulative.append((h, total))
-        return total + tokens.REPLY_PRIMING_TOKENS + tokens.count_tools(list(tool_list or []) or None), cumulative
+        return total + tokens.REPLY_PRIMING_TOKENS + self._tool_tokens(tool_list), cumulative
+
+    def _tool_tokens(self, tool_list: Sequence[dict[str, Any]] | None) -> int:
+        if not tool_list:
+            return 0
+        key = json.dumps(tool_list, sort_keys=True)
+        counted = self._token_cache.get(key)
+        if counted is None:
+            counted = self._token_cache[key] = tokens.count_tools(list(tool_list))
+        return counted
 
     async def _model(self, name: str) -> OpenAICompatModel:
         """The upstream as an agentlab model (it makes the summaries), its window resolved once."""
@@ -285,14 +310,15 @@ class ProxyBackend:
 
     @staticmethod
     def _event(conv: _Conversation, message: dict[str, Any], chain_hash: str, *, author: str,
-               usage: Usage | None = None) -> Event:
+               usage: Usage | None = None, token_count: int | None = None) -> Event:
         """The ledger event of one message, added to the conversation's in-memory ledger (see :meth:`_write`)."""
         msg = to_message(message)
         if msg.role == "user":
             conv.unit = new_id("unit-")
         obj = OBJ_USER if msg.role == "user" else OBJ_TOOL_RESPONSE if msg.role == "tool" else OBJ_COMPLETION
         event = Event(author=author, choices=[msg], object=obj, invocation_id=conv.unit, request_id=conv.unit,
-                      usage=usage, metadata={"chain": chain_hash, "raw": message})
+                      usage=usage, metadata={"chain": chain_hash, "raw": message},
+                      token_count=tokens.count_message(msg) if token_count is None else token_count)
         conv.chain.append(chain_hash)
         conv.events.append(event)
         return event
@@ -344,7 +370,8 @@ class ProxyBackend:
             return json_response(exc.status, exc.body(), {"x-should-retry": "false"})
         tenant = keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
         messages: list[dict[str, Any]] = body["messages"]
-        chain = chain_hashes(messages, tenant)
+        canon = [canonical(m) for m in messages]
+        chain = chain_hashes(messages, tenant, canon)
         body_hash = chain[-1] + json.dumps({k: v for k, v in body.items() if k != "messages"}, sort_keys=True,
                                            default=str)
         retry_header = request.headers.get("x-stainless-retry-count", "0")
@@ -371,6 +398,7 @@ class ProxyBackend:
         await conv.lock.acquire()
         call = _Call(self, request, body, conv, chain, key_source, started, started_at)
         call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
+        call.canon = canon
         self._in_flight += 1
         self._idle.clear()
         call.on_done = self._call_done
@@ -439,6 +467,7 @@ class _Call:
         self.on_done: Callable[[], None] | None = None
         self.body_hash = ""
         self._turn_write: asyncio.Future[None] | None = None
+        self.canon: list[str] | None = None
         self._stream_result: dict[str, Any] = {"status": 200, "outcome": "client_disconnected"}
         self.view: Session = conv.session
 
@@ -463,7 +492,10 @@ class _Call:
             self.ledger_mode = "branch"
             await self.proxy._branch(conv)
             shared = 0
-        new = [self.proxy._event(conv, messages[i], chain[i], author="client") for i in range(shared, len(chain))]
+        canon = self.canon or [canonical(m) for m in messages]
+        new = [self.proxy._event(conv, messages[i], chain[i], author="client",
+                                 token_count=self.proxy._message_tokens(canon[i], to_message(messages[i])))
+               for i in range(shared, len(chain))]
         self.row["events_appended"] += len(new)
         # Durable in the background while the request is projected and sent; awaited before answering.
         self._turn_write = self.proxy._write(conv, new)
@@ -529,8 +561,12 @@ class _Call:
 
     def _measure(self, upstream: dict[str, Any]) -> None:
         conv, proxy = self.conv, self.proxy
-        client_tokens, client_chain = proxy._count(self.body["messages"], self.body.get("tools"), conv.tenant)
-        up_tokens, up_chain = proxy._count(upstream["messages"], upstream.get("tools"), conv.tenant)
+        client_tokens, client_chain = proxy._count(self.body["messages"], self.body.get("tools"), conv.tenant,
+                                                   self.canon)
+        if upstream["messages"] is self.body["messages"] and upstream.get("tools") == self.body.get("tools"):
+            up_tokens, up_chain = client_tokens, client_chain  # sent as the client sent it
+        else:
+            up_tokens, up_chain = proxy._count(upstream["messages"], upstream.get("tools"), conv.tenant)
         self.row.update(client_prompt_tokens=client_tokens, upstream_prompt_tokens=up_tokens,
                         upstream_messages=len(upstream["messages"]),
                         client_prefix_tokens=_prefix_tokens(conv.last_client, client_chain),

@@ -194,12 +194,14 @@ def canonical(m: dict[str, Any]) -> str:
     return json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
 
 
-def chain_hashes(messages: Sequence[dict[str, Any]], seed: str = "") -> list[str]:
-    """``h[i]`` identifies ``messages[: i + 1]``: each hash folds the previous one and a canonical message."""
+def chain_hashes(messages: Sequence[dict[str, Any]], seed: str = "", canon: Sequence[str] | None = None) -> list[str]:
+    """``h[i]`` identifies ``messages[: i + 1]``: each hash folds the previous one and a canonical message
+    (``canon``: the messages' :func:`canonical` texts, when already known).
+    """
     out: list[str] = []
     previous = seed
-    for m in messages:
-        previous = hashlib.sha256(f"{previous}\x00{canonical(m)}".encode()).hexdigest()[:32]
+    for text in canon if canon is not None else map(canonical, messages):
+        previous = hashlib.sha256(f"{previous}\x00{text}".encode()).hexdigest()[:32]
         out.append(previous)
     return out
 

@@ -16,7 +16,9 @@ Printed per arm and C:
 * ``added p50/p99``: proxy percentile minus the direct one (what a client notices);
 * ``in-proxy p50/p99``: per call, the proxy's own latency minus the time it waited on the upstream
   (from ``serve_calls``: ``latency_ms - upstream_ms``), the overhead without client-side noise;
-* ``calls/s``: calls / wall time, direct and through the proxy.
+* ``calls/s``: calls / wall time, direct and through the proxy;
+* ``cpu ms/call``: CPU time the proxy process spent per proxied call (user + system, from
+  ``/proc``): the cost that does not depend on how loaded the machine is.
 
 The goal (on this machine): added p50 <= 5 ms and p99 <= 25 ms at 16 conversations. The load
 average is printed before and after; on a shared machine everything else running inflates the
@@ -115,6 +117,15 @@ async def load(url: str, concurrency: int, turns: int, run: str) -> tuple[list[f
     return latencies, wall
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def in_proxy_ms(db: str) -> list[float]:
     from agentlab.serve.analysis import serve_calls_df
 
@@ -137,7 +148,8 @@ def main() -> int:
     upstream, upstream_url = start(["-m", "agentlab.testing.openai_server", "--latency", str(args.latency),
                                     "--no-tool-calls"], r"serving (\S+/v1)")
     header = (f"{'arm':<12}{'C':>4}{'calls':>7}{'direct p50':>11}{'p99':>8}{'proxy p50':>11}{'p99':>8}"
-              f"{'added p50':>11}{'p99':>8}{'in-proxy p50':>14}{'p99':>8}{'direct/s':>10}{'proxy/s':>9}")
+              f"{'added p50':>11}{'p99':>8}{'in-proxy p50':>14}{'p99':>8}{'direct/s':>10}{'proxy/s':>9}"
+              f"{'cpu ms/call':>13}")
     rows: list[str] = []
     verdict: list[str] = []
     try:
@@ -152,7 +164,9 @@ def main() -> int:
                     try:
                         asyncio.run(load(proxy_url, 2, 2, "warm"))  # imports, tokenizer, first DuckDB writes
                         direct, direct_wall = asyncio.run(load(upstream_url, concurrency, args.turns, "d"))
+                        cpu_before = cpu_seconds(proxy.pid)
                         proxied, proxy_wall = asyncio.run(load(proxy_url, concurrency, args.turns, "p"))
+                        cpu_ms = (cpu_seconds(proxy.pid) - cpu_before) * 1000 / len(proxied)
                     finally:
                         stop(proxy)
                     inside = in_proxy_ms(db)[4:]  # the warm-up calls left out
@@ -162,7 +176,8 @@ def main() -> int:
                         f"{arm:<12}{concurrency:>4}{len(proxied):>7}{percentile(direct, .5):>11.1f}"
                         f"{percentile(direct, .99):>8.1f}{percentile(proxied, .5):>11.1f}{percentile(proxied, .99):>8.1f}"
                         f"{added50:>11.1f}{added99:>8.1f}{statistics.median(inside):>14.1f}"
-                        f"{percentile(inside, .99):>8.1f}{len(direct) / direct_wall:>10.1f}{len(proxied) / proxy_wall:>9.1f}")
+                        f"{percentile(inside, .99):>8.1f}{len(direct) / direct_wall:>10.1f}{len(proxied) / proxy_wall:>9.1f}"
+                        f"{cpu_ms:>13.2f}")
                     print(rows[-1] if len(rows) > 1 else header + "\n" + rows[-1], flush=True)
                     if concurrency == GOAL_CONCURRENCY:
                         met = added50 <= GOAL_P50_MS and added99 <= GOAL_P99_MS
