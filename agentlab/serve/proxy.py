@@ -158,8 +158,9 @@ class ProxyBackend:
         self._client: httpx.AsyncClient | None = None
         self._live: dict[tuple[str, str], _Conversation] = {}
         self._live_lock = asyncio.Lock()
-        self._models: dict[str, OpenAICompatModel] = {}
-        self._summary_workers: dict[str, Any] = {}
+        self._models: dict[tuple[str, str], OpenAICompatModel] = {}
+        #: Summary workers by ``id()`` of their model (the models live as long as this backend).
+        self._summary_workers: dict[int, Any] = {}
         self._token_cache: dict[str, int] = {}
         self._canon_cache: dict[int, tuple[dict[str, Any], str]] = {}
         #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.
@@ -242,29 +243,33 @@ class ProxyBackend:
             counted = self._token_cache[key] = tokens.count_tools(list(tool_list))
         return counted
 
-    async def _model(self, name: str) -> OpenAICompatModel:
-        """The upstream as an agentlab model (it makes the summaries), its window resolved once."""
-        model = self._models.get(name)
+    async def _model(self, name: str, request: HTTPRequest) -> OpenAICompatModel:
+        """The upstream as an agentlab model (it makes the summaries) with the key this caller's calls
+        go upstream with; its window resolved once.
+        """
+        authorization = self._upstream_headers(request).get("authorization", "")
+        api_key = authorization.removeprefix("Bearer ").strip() or "not-needed"
+        model = self._models.get((name, api_key))
         if model is None:
-            model = OpenAICompatModel(name, base_url=self.upstream, api_key=self.upstream_api_key or "not-needed",
+            model = OpenAICompatModel(name, base_url=self.upstream, api_key=api_key,
                                       context_window=self.context_window, timeout=self.timeout)
             try:
                 await asyncio.to_thread(model.resolve_info)
             except ContextWindowUnknown:
                 model.info = ModelInfo(name, FALLBACK_WINDOW, "agentlab-serve fallback")
-            self._models[name] = model
+            self._models[(name, api_key)] = model
         return model
 
     def _summary_worker(self, model: OpenAICompatModel, mechanisms: dict[str, Any]) -> Any:
         policy = mechanisms.get("summary")
         if policy is None:
             return None
-        worker = self._summary_workers.get(model.model)
+        worker = self._summary_workers.get(id(model))
         if worker is None:
             from agentlab.summary import SummaryWorker
             from agentlab.summary.summarizer import Summarizer
 
-            worker = self._summary_workers[model.model] = SummaryWorker(self.sessions, Summarizer(model, policy), policy)
+            worker = self._summary_workers[id(model)] = SummaryWorker(self.sessions, Summarizer(model, policy), policy)
         return worker
 
     # ------------------------------------------------------------------ conversations
@@ -468,6 +473,8 @@ class _Call:
         self.body_hash = ""
         self._turn_write: asyncio.Future[None] | None = None
         self.canon: list[str] | None = None
+        self._worker: Any = None
+        self._window = FALLBACK_WINDOW
         self._stream_result: dict[str, Any] = {"status": 200, "outcome": "client_disconnected"}
         self.view: Session = conv.session
 
@@ -528,7 +535,7 @@ class _Call:
         if not self.proxy.arm.rewrites:
             return body
         mechanisms = self.proxy.arm.mechanisms()
-        model = await self.proxy._model(str(body.get("model") or "default"))
+        model = await self.proxy._model(str(body.get("model") or "default"), self.request)
         messages = self.body["messages"]
         instruction = "\n\n".join(to_message(m).content for m in messages if m["role"] in ("system", "developer"))
         assert self.current is not None
@@ -538,6 +545,7 @@ class _Call:
                 mechanisms=mechanisms, session=self.view, session_service=self.proxy.sessions,
                 current=self.current, unit_id=self.current.request_id, context_window=model.info.context_window,
                 summary_worker=self.proxy._summary_worker(model, mechanisms))
+            self._worker, self._window = self.proxy._summary_worker(model, mechanisms), model.info.context_window
         except Exception as exc:  # a failing mechanism must not take the call down: send it unrewritten
             log.warning("projection failed (%s: %s); sending the request unrewritten", type(exc).__name__, exc)
             self.row["check_error"] = f"projection failed: {type(exc).__name__}: {exc}"
@@ -864,10 +872,8 @@ class _Call:
         self.proxy.store.index_prefixes(conv.tenant, conv.id, conv.chain)
         conv.answered.add(self.body_hash)
         self.proxy._recent[self.body_hash] = (conv.id, True, time.time())
-        worker = self.proxy._summary_workers.get(str(self.body.get("model") or "default"))
-        if worker is not None:
-            model = await self.proxy._model(str(self.body.get("model") or "default"))
-            conv.summary_task = asyncio.ensure_future(self._summarize(worker, written, model.info.context_window))
+        if self._worker is not None:
+            conv.summary_task = asyncio.ensure_future(self._summarize(self._worker, written, self._window))
             self.proxy._background.add(conv.summary_task)
             conv.summary_task.add_done_callback(self.proxy._background.discard)
 

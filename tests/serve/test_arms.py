@@ -122,3 +122,20 @@ def test_a_request_failing_the_check_goes_out_unrewritten(upstream, proxy, monke
     assert upstream.received[-1]["messages"] == messages  # the client's own request, not the broken one
     row = server.calls().iloc[-1]
     assert "call_1" in row["check_error"] and row["status"] == 200
+
+
+def test_summaries_go_upstream_with_the_callers_key(tmp_path) -> None:
+    from agentlab.serve import start_server
+    from agentlab.testing.openai_server import OpenAITestServer
+
+    with OpenAITestServer(api_key="sk-upstream", record_requests=True) as keyed, \
+            start_server(upstream=keyed.base_url, arm="summary", db=str(tmp_path / "k.duckdb")) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-upstream", max_retries=0)
+        messages: list[dict[str, Any]] = [SYSTEM]
+        for fact in FACTS[:2]:
+            messages.append({"role": "user", "content": fact})
+            messages.append({"role": "assistant", "content": client.chat.completions.create(
+                model="test-model", messages=messages).choices[0].message.content})
+        server.settle()
+        summaries = [b for b in keyed.received if not b["messages"][0]["content"].startswith(SYSTEM["content"])]
+        assert len(summaries) == 1 and keyed.stats.requests["POST /v1/chat/completions"] == 3

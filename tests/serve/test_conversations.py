@@ -126,3 +126,19 @@ def test_two_same_key_conversations_with_equal_histories_are_not_merged(proxy) -
     # Both conversations have this prefix: guessing would merge them, so it starts a new one.
     assert headers["x-agentlab-key-source"] == "new-ambiguous"
     assert headers["x-agentlab-conversation-id"] not in ids
+
+
+def test_a_restarted_server_continues_the_conversation_from_its_database(upstream, tmp_path) -> None:
+    from agentlab.serve import start_server
+
+    db = str(tmp_path / "durable.duckdb")
+    messages: list[dict[str, Any]] = [SYSTEM, FIRST]
+    with start_server(upstream=upstream.base_url, arm="compaction", db=db) as server:
+        answer, headers = _ask(_client(server, "caller"), messages)
+        conversation = headers["x-agentlab-conversation-id"]
+    messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "Is Lisbon by the river?"}]
+    with start_server(upstream=upstream.base_url, arm="compaction", db=db) as server:
+        _, headers = _ask(_client(server, "caller"), messages)
+        assert (headers["x-agentlab-conversation-id"], headers["x-agentlab-key-source"]) == (conversation, "prefix")
+        assert [e.role for e in server.ledger(conversation)] == ["system", "user", "assistant", "user", "assistant"]
+        assert list(server.calls()["ledger_mode"]) == ["append", "append"]
