@@ -32,8 +32,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from agentlab.events import OBJ_COMPLETION, OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message, Usage, new_id
 from agentlab.model import tokens
 from agentlab.model.base import ContextWindowUnknown, ModelInfo
@@ -44,6 +42,7 @@ from agentlab.serve.arms import get_arm
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.projection import CallerTool, project
 from agentlab.serve.store import ServeStore
+from agentlab.serve.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from agentlab.serve.wire import (
     SSE_DONE,
     RequestError,
@@ -155,7 +154,7 @@ class ProxyBackend:
         self.timeout = timeout
         self.max_recall_rounds = max_recall_rounds
         self.context_window = context_window
-        self._client: httpx.AsyncClient | None = None
+        self._client: UpstreamClient | None = None
         self._live: dict[tuple[str, str], _Conversation] = {}
         self._live_lock = asyncio.Lock()
         self._models: dict[tuple[str, str], OpenAICompatModel] = {}
@@ -172,12 +171,10 @@ class ProxyBackend:
 
     # ------------------------------------------------------------------ plumbing
 
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> UpstreamClient:
         """The pooled HTTP client to the upstream (made on first use, on the serving loop)."""
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
-                limits=httpx.Limits(max_connections=256, max_keepalive_connections=256))
+            self._client = UpstreamClient(self.upstream, timeout=self.timeout)
         return self._client
 
     async def close(self) -> None:
@@ -189,7 +186,7 @@ class ProxyBackend:
             with contextlib.suppress(Exception):
                 await model.aclose()
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None
 
     def _upstream_headers(self, request: HTTPRequest) -> dict[str, str]:
@@ -429,12 +426,13 @@ class ProxyBackend:
         """``GET /v1/models`` (and ``/v1/models/{id}``), answered by the upstream."""
         path = "/models" + (f"/{model_id}" if model_id else "")
         try:
-            resp = await self.client().get(self.upstream + path, headers=self._upstream_headers(request))
-        except httpx.HTTPError as exc:
+            resp = await self.client().request("GET", path, self._upstream_headers(request))
+            raw = await resp.read()
+        except UpstreamError as exc:
             return json_response(502, error_body(f"upstream {self.upstream} unreachable: {exc}", "upstream_error"))
-        if resp.status_code != 200:
-            return json_response(resp.status_code, _openai_error(resp.status_code, resp.content))
-        return HTTPResponse(200, resp.content)
+        if resp.status != 200:
+            return json_response(resp.status, _openai_error(resp.status, raw))
+        return HTTPResponse(200, raw)
 
 
 class _Call:
@@ -680,7 +678,7 @@ class _Call:
         response.on_close = done
         return response
 
-    async def _send(self, upstream: dict[str, Any]) -> tuple[httpx.Response, bytes | None]:
+    async def _send(self, upstream: dict[str, Any]) -> tuple[UpstreamResponse, bytes | None]:
         """Send one upstream request: the response and, unless it is an event stream, its whole body.
 
         A transport failure or a non-200 status is an :class:`_UpstreamFailure` carrying what the
@@ -688,34 +686,33 @@ class _Call:
         """
         began = time.perf_counter()
         self.row["upstream_calls"] += 1
-        client = self.proxy.client()
+        headers = self.proxy._upstream_headers(self.request)
         try:
-            resp = await client.send(client.build_request(
-                "POST", self.proxy.upstream + "/chat/completions", json=upstream,
-                headers=self.proxy._upstream_headers(self.request)), stream=True)
+            resp = await self.proxy.client().request(
+                "POST", "/chat/completions", headers, json.dumps(upstream, ensure_ascii=False).encode())
             raw = None
-            if "text/event-stream" not in resp.headers.get("content-type", "") or resp.status_code != 200:
-                raw = await resp.aread()
-                await resp.aclose()
-        except httpx.TimeoutException as exc:
-            raise _UpstreamFailure(504, error_body(f"upstream timed out: {exc!r}", "timeout", code=504),
-                                   "timeout") from None
-        except httpx.HTTPError as exc:
-            raise _UpstreamFailure(502, error_body(f"upstream unreachable: {exc!r}", "upstream_error", code=502),
+            if "text/event-stream" not in resp.headers.get("content-type", "") or resp.status != 200:
+                raw = await resp.read()
+        except UpstreamError as exc:
+            if exc.timeout:
+                raise _UpstreamFailure(504, error_body(f"upstream timed out: {exc}", "timeout", code=504),
+                                       "timeout") from None
+            raise _UpstreamFailure(502, error_body(f"upstream unreachable: {exc}", "upstream_error", code=502),
                                    "unreachable") from None
         finally:
             self.row["upstream_ms"] += (time.perf_counter() - began) * 1000
-        if resp.status_code != 200:
-            headers = {"retry-after": resp.headers["retry-after"]} if "retry-after" in resp.headers else {}
-            raise _UpstreamFailure(resp.status_code, _openai_error(resp.status_code, raw or b""), "upstream_error",
-                                   headers)
+        if resp.status != 200:
+            retry = {"retry-after": resp.headers["retry-after"]} if "retry-after" in resp.headers else {}
+            raise _UpstreamFailure(resp.status, _openai_error(resp.status, raw or b""), "upstream_error", retry)
         return resp, raw
 
     async def _post(self, upstream: dict[str, Any]) -> dict[str, Any]:
         resp, raw = await self._send(upstream)
         if raw is None:  # an event stream to a request that did not ask for one
-            raw = await resp.aread()
-            await resp.aclose()
+            try:
+                raw = await resp.read()
+            except UpstreamError as exc:
+                raise _UpstreamFailure(502, error_body(str(exc), "upstream_error", code=502), "unreachable") from None
         try:
             data = json.loads(raw)
             message = data["choices"][0]["message"]
@@ -751,7 +748,7 @@ class _Call:
 
     # -------------------------------------------------------------- streams
 
-    async def _open(self, upstream: dict[str, Any]) -> httpx.Response:
+    async def _open(self, upstream: dict[str, Any]) -> UpstreamResponse:
         resp, raw = await self._send(upstream)
         if raw is not None:
             raise _UpstreamFailure(502, error_body(
@@ -766,13 +763,13 @@ class _Call:
             return await self._fail(exc)
         problem = await self._turn_durable()
         if problem is not None:
-            await first.aclose()
+            await first.close()
             return await self._fail(problem)
         headers = {**self.headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
         return HTTPResponse(200, self._events(upstream, first), headers, "text/event-stream",
                             on_close=self._finish_stream)
 
-    async def _events(self, upstream: dict[str, Any], resp: httpx.Response) -> AsyncIterator[bytes]:
+    async def _events(self, upstream: dict[str, Any], resp: UpstreamResponse) -> AsyncIterator[bytes]:
         hold = bool(self.server_tools)
         ids: dict[str, Any] = {}
         text: list[str] = []
@@ -782,17 +779,17 @@ class _Call:
                 round_ = _StreamRound(hold=hold, first_round=self.row["upstream_calls"] == 1)
                 began = time.perf_counter()
                 try:
-                    async for line in resp.aiter_lines():
+                    async for line in resp.lines():
                         for piece in round_.feed(line):
                             if "ttft_ms" not in self.row:
                                 self.row["ttft_ms"] = (time.perf_counter() - self.started) * 1000
                             yield piece
                         if round_.done:
                             break
-                except httpx.HTTPError as exc:
+                except UpstreamError as exc:
                     round_.failure = f"upstream stream broke: {type(exc).__name__}: {exc}"
                 finally:
-                    await resp.aclose()
+                    await resp.close()
                     self.row["upstream_ms"] += (time.perf_counter() - began) * 1000
                 for usage in round_.usages:
                     self._add_usage(usage)
