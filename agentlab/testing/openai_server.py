@@ -375,6 +375,9 @@ class OpenAITestServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle on, the body waits for the client's
+            # delayed ACK (~40 ms) on every reused connection, which no real server makes clients wait.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:  # quiet: tests read stats instead
                 pass
