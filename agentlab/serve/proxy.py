@@ -318,8 +318,13 @@ class ProxyBackend:
         if msg.role == "user":
             conv.unit = new_id("unit-")
         obj = OBJ_USER if msg.role == "user" else OBJ_TOOL_RESPONSE if msg.role == "tool" else OBJ_COMPLETION
+        metadata: dict[str, Any] = {"chain": chain_hash}
+        if message != to_wire(msg):
+            # Fields the agentlab message cannot hold (content parts, reasoning, names...): kept, so
+            # the message goes upstream again exactly as the client sent it.
+            metadata["raw"] = message
         event = Event(author=author, choices=[msg], object=obj, invocation_id=conv.unit, request_id=conv.unit,
-                      usage=usage, metadata={"chain": chain_hash, "raw": message},
+                      usage=usage, metadata=metadata,
                       token_count=tokens.count_message(msg) if token_count is None else token_count)
         conv.chain.append(chain_hash)
         conv.events.append(event)

@@ -139,3 +139,14 @@ def test_summaries_go_upstream_with_the_callers_key(tmp_path) -> None:
         server.settle()
         summaries = [b for b in keyed.received if not b["messages"][0]["content"].startswith(SYSTEM["content"])]
         assert len(summaries) == 1 and keyed.stats.requests["POST /v1/chat/completions"] == 3
+
+
+def test_fields_agentlab_cannot_hold_reach_the_upstream_unchanged(upstream, proxy) -> None:
+    server = proxy("compaction")
+    parts = {"role": "user", "content": [{"type": "text", "text": "Where is Lisbon?"},
+                                         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+    thinking = {"role": "assistant", "content": "By the river.", "reasoning_content": "the docs say so"}
+    messages = [SYSTEM, parts, thinking, {"role": "user", "content": "Sure?", "name": "ana"}]
+    _client(server).chat.completions.create(model="test-model", messages=messages)
+    sent = upstream.received[-1]["messages"]
+    assert sent[1] == parts and sent[2] == thinking and sent[3] == messages[3]
