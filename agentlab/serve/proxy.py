@@ -402,12 +402,16 @@ class ProxyBackend:
         self._recent.move_to_end(body_hash)
         while len(self._recent) > RECENT_BODIES:
             self._recent.popitem(last=False)
-        await conv.lock.acquire()
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            await conv.lock.acquire()
+        except BaseException:
+            self._call_done()
+            raise
         call = _Call(self, request, body, conv, chain, key_source, started, started_at)
         call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
         call.canon = canon
-        self._in_flight += 1
-        self._idle.clear()
         call.on_done = self._call_done
         try:
             return await call.run()
@@ -510,10 +514,12 @@ class _Call:
         # Durable in the background while the request is projected and sent; awaited before answering.
         self._turn_write = self.proxy._write(conv, new)
         # The ledger event of the latest message: the projection's current input.
-        position = len(chain) - 1
-        message_events = [e for e in conv.events if "chain" in e.metadata]
-        self.current = message_events[position]
-        cut = conv.events.index(self.current) + 1
+        seen = cut = 0
+        for cut, event in enumerate(conv.events, 1):  # noqa: B007 - cut is used after the loop
+            seen += "chain" in event.metadata
+            if seen == len(chain):
+                break
+        self.current = conv.events[cut - 1]
         s = conv.session
         # The projection reads this view: the ledger with the writes in flight (up to the current
         # message when the request replays an earlier point).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -20,7 +21,7 @@ class ScriptedUpstream:
     """An upstream that answers each chat completion with the next scripted raw SSE body.
 
     A script entry is a list of ``data:`` payloads (dicts, or raw strings sent as they are); the
-    sentinel ``"<drop>"`` closes the connection mid-stream.
+    sentinel ``"<drop>"`` closes the connection mid-stream, ``"<sleep>"`` pauses half a second.
     """
 
     def __init__(self, scripts: list[list[Any]]) -> None:
@@ -44,6 +45,9 @@ class ScriptedUpstream:
                 self.send_header("connection", "close")
                 self.end_headers()
                 for item in script:
+                    if item == "<sleep>":
+                        time.sleep(0.5)
+                        continue
                     if item == "<drop>":
                         self.wfile.flush()
                         self.connection.shutdown(2)

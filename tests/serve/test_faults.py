@@ -150,3 +150,22 @@ def test_tool_call_deltas_without_index_are_given_one(scripted, proxy) -> None:
     calls = final.choices[0].message.tool_calls
     assert [(c.id, c.function.arguments) for c in calls] == [("call_a", '{"query": "Lisbon"}'),
                                                              ("call_b", '{"query": "x"}')]
+
+
+def test_a_client_leaving_mid_stream_frees_its_conversation(scripted, proxy) -> None:
+    slow = [delta_chunk({"role": "assistant", "content": ""}), delta_chunk({"content": "Lis"}), "<sleep>",
+            delta_chunk({"content": "bon"}), delta_chunk({}, "stop")]
+    upstream = scripted([slow, [delta_chunk({"role": "assistant", "content": "ok"}), delta_chunk({}, "stop")]])
+    server = proxy("passthrough", upstream=upstream.base_url)
+    client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+    headers = {"X-Agentlab-Conversation-Id": "leaver"}
+    stream = client.chat.completions.create(model="test-model", messages=[SYSTEM, USER], stream=True,
+                                            extra_headers=headers)
+    assert next(iter(stream)).choices[0].delta.role == "assistant"
+    stream.close()  # gone before the answer ended
+    again = client.chat.completions.create(model="test-model", messages=[SYSTEM, USER], stream=True,
+                                           extra_headers=headers)
+    assert "".join(c.choices[0].delta.content or "" for c in again if c.choices) == "ok"
+    calls = server.calls()
+    assert list(calls["outcome"]) == ["client_disconnected", "ok"]
+    assert [e.role for e in server.ledger("leaver")] == ["system", "user", "assistant"]  # one answer: the second
