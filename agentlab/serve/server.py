@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import signal
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -145,10 +146,14 @@ async def serve_forever(config: ServeConfig, ready: Any = None) -> None:
     """Serve until cancelled (``python -m agentlab.serve`` runs this); ``ready(app)`` once bound."""
     app = ServeApp(config)
     await app.start()
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
+        # SIGTERM (a supervisor, ``timeout``) ends the server like Ctrl-C does: the queued writes are committed.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     if ready is not None:
         ready(app)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await app.close()
 
