@@ -64,12 +64,18 @@ def serve_calls_df(source: Any) -> pd.DataFrame:
 def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> pd.DataFrame:
     """Per group (default: arm and conversation): calls, tokens sent and saved, and the cache beside them.
 
-    Token sums cover the answered calls (status 200). ``net_saved_uncached`` is the saving once the
-    prefix cache is taken into account (uncached client tokens minus uncached upstream tokens): it can
-    be smaller than ``saved_tokens``, or negative, when the rewriting breaks the cached prefix.
+    Token sums cover the answered client calls (status 200). ``net_saved_uncached`` is the saving
+    once the prefix cache is taken into account (uncached client tokens minus uncached upstream
+    tokens): it can be smaller than ``saved_tokens``, or negative, when the rewriting breaks the
+    cached prefix. ``summary_tokens`` are what the arm's summariser spent upstream (prompt +
+    completion), a cost the savings have to pay for.
     """
-    df = serve_calls_df(source)
+    calls = serve_calls_df(source)
     keys = list(by)
+    summaries = calls[calls["purpose"] == "summary"]
+    summary_tokens = (summaries.assign(tokens=summaries["usage_prompt_tokens"] + summaries["usage_completion_tokens"])
+                      .groupby(keys, dropna=False)["tokens"].sum().rename("summary_tokens"))
+    df = calls[calls["purpose"] != "summary"]
     ok = df[df["status"] == 200]
     grouped = ok.groupby(keys, dropna=False)
     out = grouped.agg(
@@ -87,13 +93,15 @@ def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> p
         p50_proxy_ms=("proxy_ms", "median"),
     )
     failed = df[df["status"] != 200].groupby(keys, dropna=False)["call_id"].count().rename("failed_calls")
-    out = out.join(failed, how="outer").fillna({"failed_calls": 0, "calls": 0})
-    out["failed_calls"] = out["failed_calls"].astype("int64")
+    out = out.join(failed, how="outer").join(summary_tokens, how="left")
+    out = out.fillna({"failed_calls": 0, "calls": 0, "summary_tokens": 0})
+    for column in ("failed_calls", "calls", "summary_tokens"):
+        out[column] = out[column].astype("int64")
     out["saved_pct"] = (100.0 * out["saved_tokens"] / out["client_tokens"].where(out["client_tokens"] > 0)).round(1)
     out["cache_hit_pct"] = (100.0 * out["usage_cached_tokens"]
                             / out["usage_prompt_tokens"].where(out["usage_prompt_tokens"] > 0)).round(1)
     out["net_saved_uncached"] = out["uncached_client"] - out["uncached_upstream"]
     columns = ["calls", "failed_calls", "client_tokens", "upstream_tokens", "saved_tokens", "saved_pct",
-               "cache_loss_tokens", "net_saved_uncached", "usage_prompt_tokens", "usage_cached_tokens",
+               "cache_loss_tokens", "net_saved_uncached", "summary_tokens", "usage_prompt_tokens", "usage_cached_tokens",
                "cache_hit_pct", "recall_rounds", "p50_latency_ms", "p50_proxy_ms"]
     return out[columns].reset_index()

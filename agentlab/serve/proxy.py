@@ -34,7 +34,7 @@ from typing import Any
 
 from agentlab.events import OBJ_COMPLETION, OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message, Usage, new_id
 from agentlab.model import tokens
-from agentlab.model.base import ContextWindowUnknown, ModelInfo
+from agentlab.model.base import CallRecord, ContextWindowUnknown, ModelInfo, observe_calls
 from agentlab.model.openai_compat import OpenAICompatModel
 from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
 from agentlab.serve import keys
@@ -459,7 +459,7 @@ class _Call:
         self.stream = bool(body.get("stream"))
         self.client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self.row: dict[str, Any] = {
-            "call_id": new_id("call-"), "started_at": started_at, "tenant": conv.tenant,
+            "call_id": new_id("call-"), "started_at": started_at, "tenant": conv.tenant, "purpose": "answer",
             "conversation_id": conv.id, "key_source": key_source, "arm": proxy.arm.name,
             "model": body.get("model"), "stream": self.stream, "client_messages": len(body["messages"]),
             "upstream_calls": 0, "recall_rounds": 0, "upstream_ms": 0.0, "events_appended": 0,
@@ -888,9 +888,23 @@ class _Call:
     async def _summarize(self, worker: Any, written: asyncio.Future[None], window: int) -> None:
         try:
             await written  # the summariser reads the durable session, the answer included
-            await worker.summarize(self.conv.session, FULL_SESSION_KEY, context_window=window)
+            with observe_calls(self._record_summary_call):
+                await worker.summarize(self.conv.session, FULL_SESSION_KEY, context_window=window)
         except Exception as exc:  # a failed summary leaves the ledger as it was; the next call retries
             log.warning("summary of conversation %s failed: %s: %s", self.conv.id, type(exc).__name__, exc)
+
+    def _record_summary_call(self, record: CallRecord) -> None:
+        """A call the summariser made upstream: a ``serve_calls`` row of purpose ``summary``."""
+        self.proxy.store.record_call({
+            "call_id": new_id("call-"), "started_at": time.time() - record.latency_ms / 1000,
+            "tenant": self.conv.tenant, "conversation_id": self.conv.id, "session_id": self.conv.session.id,
+            "key_source": self.key_source, "arm": self.proxy.arm.name, "model": record.model, "purpose": "summary",
+            "stream": False, "usage_prompt_tokens": record.usage.prompt_tokens,
+            "usage_completion_tokens": record.usage.completion_tokens,
+            "usage_cached_tokens": record.usage.cached_tokens, "upstream_calls": record.attempts,
+            "latency_ms": record.latency_ms, "upstream_ms": record.latency_ms,
+            "status": 200 if record.error is None else 502, "outcome": "ok" if record.error is None else "error",
+            "error": record.error})
 
     async def finish(self, *, status: int | None = None, outcome: str | None = None, error: str | None = None,
                      finish_reason: str | None = None) -> None:

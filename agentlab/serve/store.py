@@ -33,6 +33,8 @@ _T = TypeVar("_T")
 CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("call_id", "VARCHAR"), ("started_at", "DOUBLE"), ("tenant", "VARCHAR"), ("conversation_id", "VARCHAR"),
     ("session_id", "VARCHAR"), ("key_source", "VARCHAR"), ("arm", "VARCHAR"), ("model", "VARCHAR"),
+    # "answer": the client's call; "summary": a call the arm's summariser made upstream.
+    ("purpose", "VARCHAR"),
     ("stream", "BOOLEAN"), ("ledger_mode", "VARCHAR"), ("retry", "BOOLEAN"), ("events_appended", "INTEGER"),
     ("client_messages", "INTEGER"), ("upstream_messages", "INTEGER"),
     ("client_prompt_tokens", "INTEGER"), ("upstream_prompt_tokens", "INTEGER"),

@@ -10,8 +10,9 @@ import pytest
 from serve_helpers import SEARCH_TOOL
 
 from agentlab.projection import ContextMechanism
-from agentlab.serve import arms
+from agentlab.serve import arms, savings_df
 from agentlab.serve.wire import pairing_problem
+from agentlab.testing.openai_server import prompt_tokens
 
 SYSTEM = {"role": "system", "content": "You answer questions about the company's offices."}
 FACTS = [
@@ -54,9 +55,19 @@ def test_summary_arm_replaces_old_turns_with_an_upstream_summary(upstream, proxy
     assert last[0]["content"].startswith(SYSTEM["content"]) and "summary" in last[0]["content"]
     assert [m["role"] for m in last] == ["system", "user", "assistant", "user"]
     assert not any(FACTS[0] in m["content"] for m in last[1:])
-    calls = server.calls()
+    rows = server.calls()
+    calls = rows[rows["purpose"] == "answer"]
     assert list(calls["upstream_messages"]) == [2, 4, 2, 4]
     assert calls.iloc[-1]["upstream_prompt_tokens"] < calls.iloc[-1]["client_prompt_tokens"]
+    # The summariser's calls are in the call log too, so the savings can be set against their cost.
+    summary_rows = rows[rows["purpose"] == "summary"]
+    assert len(summary_rows) == 2 and (summary_rows["usage_prompt_tokens"] > 0).all()
+    assert list(summary_rows["usage_prompt_tokens"]) == [
+        prompt_tokens(b["messages"]) for b in summary_calls]
+    table = savings_df(server)
+    assert table.iloc[0]["summary_tokens"] == (summary_rows["usage_prompt_tokens"]
+                                               + summary_rows["usage_completion_tokens"]).sum()
+    assert table.iloc[0]["calls"] == 4
 
 
 def test_recall_runs_on_the_server_and_never_reaches_the_client(upstream, proxy) -> None:
@@ -86,6 +97,7 @@ def test_recall_runs_on_the_server_and_never_reaches_the_client(upstream, proxy)
             assert pairing_problem(body["messages"]) is None
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "And about Porto?"}]
     calls = server.calls()
+    calls = calls[calls["purpose"] == "answer"]
     assert list(calls["recall_rounds"]) == [1, 1] and list(calls["upstream_calls"]) == [2, 2]
     # The ledger holds what the client saw: no recall exchange in it.
     ledger = server.ledger(calls.iloc[0]["conversation_id"])
