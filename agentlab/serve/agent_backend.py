@@ -6,7 +6,8 @@ The contract, as the seed's server has it: the last message is the run's input (
 history); ``X-Session-ID`` (or ``X-Agentlab-Conversation-Id``) names the session, else each
 request is a new one; the body's ``user`` is the user (default ``"default"``). Tools in the
 request are the caller's: declared to the model, executed by the caller: a call to one ends the
-run and goes back to the client as ``tool_calls``.
+run and goes back to the client as ``tool_calls``. Each run is a ``serve_calls`` row (arm
+``agent:<name>``; the user is the tenant, the session the conversation).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentlab.events import OBJ_CHUNK, OBJ_TOOL_RESPONSE, Event, Message
+from agentlab.events import OBJ_CHUNK, OBJ_TOOL_RESPONSE, Event, Message, new_id
+from agentlab.model import tokens
 from agentlab.runtime.invocation import RunOptions
 from agentlab.runtime.runner import Runner
 from agentlab.serve import keys
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.projection import CallerTool
+from agentlab.serve.store import ServeStore
 from agentlab.serve.wire import (
     SSE_DONE,
     RequestError,
@@ -60,14 +63,21 @@ class AgentBackend:
 
     kind = "agent"
 
-    def __init__(self, spec: str, *, sessions: SessionService) -> None:
+    def __init__(self, spec: str, *, sessions: SessionService, store: ServeStore | None = None) -> None:
         self.agent = load_agent(spec)
         self.sessions = sessions
+        self.store = store
         self.runner = Runner(self.agent.name, self.agent, sessions)
 
     async def close(self) -> None:
-        """Let the runner's background work finish."""
+        """Let the runner's background work finish, then the call log."""
         await self.runner.close()
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Wait until the call rows are committed."""
+        if self.store is not None:
+            await self.store.flush()
 
     async def models(self, request: HTTPRequest, model_id: str | None = None) -> HTTPResponse:
         """The agent, listed as the one model."""
@@ -119,13 +129,21 @@ class AgentBackend:
         headers = {"x-session-id": session_id, keys.CONVERSATION_HEADER: session_id}
         run = _AgentRun(runner, user_id, session_id, inputs[-1], caller_names, bool(body.get("stream")),
                         str(body.get("model") or self.agent.name))
+        run.row = {"call_id": new_id("call-"), "started_at": time.time(), "tenant": user_id,
+                   "conversation_id": session_id, "session_id": session_id, "key_source": named[1] if named else "new",
+                   "arm": f"agent:{self.agent.name}", "model": run.model, "purpose": "answer", "stream": run.stream,
+                   "client_messages": len(messages),
+                   "client_prompt_tokens": tokens.count_messages([to_message(m) for m in messages])}
+        run.store = self.store
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return HTTPResponse(200, run.sse(include_usage), {**headers, "cache-control": "no-cache"},
                                 "text/event-stream")
         result = await run.collect()
         if result.get("error"):
+            run.record(502, "agent_error", result["error"], result)
             return json_response(502, error_body(result["error"], "agent_error"), headers)
+        run.record(200, "ok", None, result)
         return json_response(200, run.completion(result), headers)
 
 
@@ -143,6 +161,20 @@ class _AgentRun:
         self.model = model
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
+        self.started = time.perf_counter()
+        #: The ``serve_calls`` row of this run (written by :meth:`record` when a store is set).
+        self.row: dict[str, Any] = {}
+        self.store: ServeStore | None = None
+
+    def record(self, status: int, outcome: str, error: str | None, result: dict[str, Any]) -> None:
+        """Queue this run's ``serve_calls`` row."""
+        if self.store is None:
+            return
+        self.store.record_call({**self.row, "status": status, "outcome": outcome, "error": error,
+                                "latency_ms": (time.perf_counter() - self.started) * 1000,
+                                "usage_prompt_tokens": result.get("prompt", 0),
+                                "usage_completion_tokens": result.get("completion", 0),
+                                "finish_reason": "tool_calls" if result.get("calls") else "stop"})
 
     async def events(self) -> AsyncIterator[tuple[str, Any]]:
         """``("delta", text)``, ``("calls", [...])``, ``("final", text)``, ``("usage", Usage)``, ``("error", text)``."""
@@ -210,8 +242,10 @@ class _AgentRun:
                 prompt += value.prompt_tokens
                 completion += value.completion_tokens
             elif kind == "error":
+                self.record(200, "stream_error", value, {"prompt": prompt, "completion": completion})
                 yield sse(error_body(value, "agent_error"))
                 return
+        self.record(200, "ok", None, {"prompt": prompt, "completion": completion, "calls": calls})
         if calls:
             yield sse(chunk(self.id, self.model, self.created, {"tool_calls": tool_call_deltas(calls)}))
         yield sse(chunk(self.id, self.model, self.created, {}, "tool_calls" if calls else "stop"))

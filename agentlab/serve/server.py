@@ -95,7 +95,7 @@ class ServeApp:
             from agentlab.serve.agent_backend import AgentBackend
 
             assert config.agent is not None
-            self.backend = AgentBackend(config.agent, sessions=self.sessions)
+            self.backend = AgentBackend(config.agent, sessions=self.sessions, store=self.store)
         self.http = HTTPServer(self.handle, config.host, config.port)
 
     async def start(self) -> None:

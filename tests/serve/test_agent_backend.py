@@ -46,6 +46,10 @@ def test_three_turns_with_a_caller_tool(upstream, agent_server) -> None:
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == upstream.reply_message(upstream.received[-1])["content"]
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
+    calls = agent_server.calls()
+    assert list(calls["arm"]) == ["agent:office-agent"] * 3 and list(calls["status"]) == [200] * 3
+    assert list(calls["finish_reason"]) == ["tool_calls", "stop", "stop"]
+    assert (calls["usage_prompt_tokens"] > 0).all() and calls["conversation_id"].eq("s-1").all()
     session = _session(agent_server, "ana", "s-1")
     # The re-sent history was not appended again: the ledger has each turn once.
     assert [e.role for e in session.events if e.role] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
