@@ -169,3 +169,17 @@ def test_a_client_leaving_mid_stream_frees_its_conversation(scripted, proxy) -> 
     calls = server.calls()
     assert list(calls["outcome"]) == ["client_disconnected", "ok"]
     assert [e.role for e in server.ledger("leaver")] == ["system", "user", "assistant"]  # one answer: the second
+
+
+def test_routes(proxy) -> None:
+    server = proxy("passthrough")
+    root = server.base_url.removesuffix("/v1")
+    assert httpx.get(root + "/healthz").json() == {"status": "ok", "backend": "proxy", "arm": "passthrough"}
+    wrong_method = httpx.get(server.base_url + "/chat/completions")
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert httpx.get(root + "/v2/nothing").status_code == 404
+    # /v1/models/{id} goes to the upstream; this one has no such route, and its 404 comes back OpenAI-shaped.
+    missing = httpx.get(server.base_url + "/models/test-model")
+    assert missing.status_code == 404 and "no route" in missing.json()["error"]["message"]
+    listed = httpx.get(server.base_url + "/models").json()
+    assert [m["id"] for m in listed["data"]] == ["test-model"] and listed["data"][0]["max_model_len"] == 131_072
