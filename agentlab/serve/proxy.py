@@ -162,6 +162,7 @@ class ProxyBackend:
         self._summary_workers: dict[int, Any] = {}
         self._token_cache: dict[str, int] = {}
         self._canon_cache: dict[int, tuple[dict[str, Any], str]] = {}
+        self._wire_cache: dict[int, tuple[Message, dict[str, Any]]] = {}
         #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.
         self._recent: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()
         self._background: set[asyncio.Future[Any]] = set()
@@ -204,6 +205,19 @@ class ProxyBackend:
                 self._token_cache.clear()
             cached = self._token_cache[canon] = tokens.count_message(message)
         return cached
+
+    def wire_of(self, m: Message) -> dict[str, Any]:
+        """:func:`to_wire` of ``m``, the same dict every time for a message that lives on (a ledger
+        message), so its canonical text and token count are computed once, not every call.
+        """
+        cached = self._wire_cache.get(id(m))
+        if cached is not None and cached[0] is m:
+            return cached[1]
+        if len(self._wire_cache) > 200_000:
+            self._wire_cache.clear()
+        wire = to_wire(m)
+        self._wire_cache[id(m)] = (m, wire)
+        return wire
 
     def canonical_of(self, m: dict[str, Any]) -> str:
         """:func:`canonical` of ``m``, remembered for message objects that live on (the ledger's raw messages)."""
@@ -561,7 +575,7 @@ class _Call:
             return body
         raw = {id(e.message): e.metadata["raw"] for e in self.view.events
                if e.message is not None and "raw" in e.metadata}
-        projected = [raw.get(id(m)) or to_wire(m) for m in request.messages]
+        projected = [raw.get(id(m)) or self.proxy.wire_of(m) for m in request.messages]
         problem = pairing_problem(projected)
         if problem is not None:
             self.row["check_error"] = problem
