@@ -228,3 +228,31 @@ async def test_a_summarising_arm_needs_a_model_and_reports_rouge_of_the_evidence
     row = await one(list(td.events), question, arm, tools=td.tools, model=model)
     assert row.retained == 1.0  # the scripted summary repeats the evidence turn verbatim
     assert row.evidence_rouge_recall == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------ whole benchmarks
+
+
+async def test_longmemeval_groups_in_both_deliveries(tmp_path: Path) -> None:
+    from agentlab.bench.datasets.longmemeval import parse_file, write_longmemeval_fixture
+    from agentlab.bench.delivery import Delivery
+    from agentlab.bench.retention import longmemeval_groups, measure_groups
+    from agentlab.bench.tasks.longmemeval import haystack_events
+
+    items = [q for q in parse_file(write_longmemeval_fixture(tmp_path / "lme.json", 4)).questions
+             if not q.is_abstention]
+    with pytest.raises(ValueError, match="seed"):
+        longmemeval_groups(items, Delivery("turns"))
+    turns = longmemeval_groups(items, Delivery("turns"), seed=haystack_events)
+    tools = longmemeval_groups(items, Delivery("tool_results"))
+    # the evidence sits in the middle one of three sessions; keep=1 keeps only the last one opened
+    clear = Arm("clear", lambda: [mechanism("langchain_clear_tool_uses", trigger=50, keep=1)], "test")
+    timed = await measure_groups([*turns, *tools], [LONG, clear], context_window=8192)
+    by: dict[tuple[str, str], list[float | None]] = {}
+    for r in timed.rows:
+        by.setdefault((r.delivery, r.arm), []).append(r.retained)
+    n = len(items)
+    assert by[("turns", "long_context")] == by[("tool_results", "long_context")] == [1.0] * n
+    assert by[("turns", "clear")] == [1.0] * n  # no tool result to clear in turn delivery
+    assert by[("tool_results", "clear")] == [0.0] * n
+    assert timed.seconds > 0
