@@ -25,7 +25,10 @@ Definitions (the columns of :class:`RetentionRow`):
   ``session_search`` runs with ``scope=current_hidden``; here the scope is what this projection
   left out, since a clearing policy writes no summary boundary). So ``recoverable@k >= retained``,
   and ``recoverable@k - retained`` is what one search would bring back to a model that then calls
-  ``session_load`` on the hit. ``None`` when the arm offers no ``session_search`` tool.
+  ``session_load`` on the hit. ``None`` when the arm offers no ``session_search`` tool. The hit is
+  counted at event granularity: in tool delivery one result holds a whole chunk or session, so a
+  hit recovers every unit in it, and with ~25 reads per history ``k = 10`` hits cover a large share
+  of the history — an optimistic figure there, stricter in turn delivery (one turn per event).
 * **peak_prompt_tokens** — the largest prompt of the case, over every request a live agent sends
   (ACON's peak: each tool round is one request). In tool delivery that is the request before each
   scripted read (the agent decides the next read) and the final answer request; in turn delivery
