@@ -150,6 +150,20 @@ def calls_df(benchmark: str | None = None, mode: str | None = None, *, db: str |
         return s.df(sql, params)
 
 
+def retention_df(benchmark: str | None = None, arm: str | None = None, *, delivery: str | None = None,
+                 db: str | Path | None = None, store: ResultStore | None = None) -> pd.DataFrame:
+    """The LLM-free retention rows of ``python -m agentlab.bench retention``: one per benchmark,
+    delivery, budget, arm and case (columns in :mod:`agentlab.bench.retention_store`).
+
+    Empty, with the columns, when nothing was measured yet. ``chunk_turns`` is missing where it
+    does not apply (turn delivery, or whole-session reads).
+    """
+    from agentlab.bench.retention_store import read_retention
+
+    with _open(db, store) as s:
+        return read_retention(s.conn, benchmark=benchmark, arm=arm, delivery=delivery)
+
+
 def mode_means_df(benchmark: str, *, db: str | Path | None = None, store: ResultStore | None = None) -> pd.DataFrame:
     """Mean of every metric per run (each (mode, variant) its own row); failed cases count as 0."""
     with _open(db, store) as s:

@@ -8,6 +8,8 @@
     python -m agentlab.bench sweep <benchmark> --mode M --grid SECTION.FIELD=V1,V2 [--grid ...] [run flags]
     python -m agentlab.bench report <benchmark> [--db PATH] [--json] [--run ID] [--variant NAME]
                                     [--between VARIANT_A VARIANT_B]
+    python -m agentlab.bench retention <benchmark> [--arms a,b|all] [--limit N] [--context-budget N]
+                                       [--set dataset.delivery=turns|tool_results] [--db PATH] [--json]
     python -m agentlab.bench list [--json]
     python -m agentlab.bench fixture longmemeval PATH [--questions N] [--sessions N] [--turns N]
 
@@ -123,6 +125,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if argv[0] == "sweep":
             sweep_args, run_flags = _sweep_parser(prog).parse_known_args(argv[1:])
             return cmd_sweep(sweep_args, run_flags, out)
+        if argv[0] == "retention":
+            from agentlab.bench.cli_retention import cmd_retention, retention_parser
+
+            return cmd_retention(retention_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "fixture":
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)
