@@ -153,6 +153,17 @@ class ServerStats:
                 "completions": len(self.prompt_tokens), "prompt_tokens_total": sum(self.prompt_tokens)}
 
 
+class _Listener(ThreadingHTTPServer):
+    """The HTTP server with a listen backlog like a real server's (socketserver's default is 5).
+
+    With 5, a burst of more than five new connections (16 dialogues in flight, each request on its
+    own HTTP/1.0 connection) overflows the accept queue and some clients see their connection
+    reset: a fault the test server did not mean to inject.
+    """
+
+    request_queue_size = 128
+
+
 class OpenAITestServer:
     """An OpenAI-compatible chat-completions server on 127.0.0.1 (see the module docstring)."""
 
@@ -182,7 +193,7 @@ class OpenAITestServer:
         self.stats = ServerStats()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
+        self._httpd = _Listener((host, port), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
