@@ -19,14 +19,16 @@ made back with each case, and the driver merges them into its file, so a replay 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentlab.duckdb_files import connect
 from agentlab.events import Message, Usage
@@ -73,6 +75,24 @@ ENTRY_COLUMNS = ("cache_key", "model", "purpose", "sample_index", "request_json"
 CacheEntry = tuple
 
 
+#: Stored answers wait in memory until this many are pending, then go to the file in one statement.
+FLUSH_ROWS = 256
+#: Rows per INSERT statement when pending answers are written.
+_INSERT_CHUNK = 64
+
+_OPEN_CACHES: weakref.WeakSet[CallCache] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_caches() -> None:
+    """Write what every cache still holds in memory when the interpreter exits (best effort)."""
+    for cache in list(_OPEN_CACHES):
+        try:
+            cache.flush()
+        except Exception:  # a closed or broken file at exit: nothing left to do
+            pass
+
+
 def default_cache_path() -> Path:
     """``$AGENTLAB_CACHE_DB`` if set, else ``results/cache.duckdb`` (relative to the working dir)."""
     return Path(os.environ.get(CACHE_PATH_ENV) or DEFAULT_CACHE_PATH)
@@ -93,8 +113,13 @@ class CachedCall:
 class CallCache:
     """A DuckDB table of finished calls keyed by request hash; safe to share across asyncio tasks.
 
-    One connection guarded by a thread lock: DuckDB statements here are sub-millisecond, so
-    holding the lock briefly on the event loop is cheaper than a thread hop per lookup.
+    One connection guarded by a thread lock. A stored answer is first kept in memory (``get``
+    sees it at once) and written with others in one transaction: when :data:`FLUSH_ROWS` are
+    pending, on :meth:`flush` (the executor's writer thread flushes before it writes finished
+    cases, so a stored case's calls are always in the file), on :meth:`close` and at interpreter
+    exit. A flush writes through its own cursor without holding the lock, so lookups on the event
+    loop do not wait for the file's commit (an fsync: tens of milliseconds on a busy disk, which
+    a commit per answer made every call in flight wait for).
     """
 
     _shared: dict[str, CallCache] = {}
@@ -107,8 +132,16 @@ class CallCache:
         self._conn: duckdb.DuckDBPyConnection | None = connect(self.path, what="call cache",
                                                                  fix=f"set {CACHE_PATH_ENV} to another file")
         self._lock = threading.Lock()
+        #: Answers stored but not yet written: cache key -> row in ENTRY_COLUMNS order.
+        self._pending: dict[str, CacheEntry] = {}
+        #: Answers a flush is writing right now (still answered from memory until committed).
+        self._flushing: dict[str, CacheEntry] = {}
+        #: One flush (or merge, or clear) writes at a time, through ``_writer``.
+        self._flush_lock = threading.Lock()
+        self._writer: duckdb.DuckDBPyConnection | None = None
         with self._lock:
             self._open().execute(_SCHEMA)
+        _OPEN_CACHES.add(self)
 
     @classmethod
     def default(cls) -> CallCache:
@@ -134,11 +167,16 @@ class CallCache:
     def get(self, key: str) -> CachedCall | None:
         """The stored answer for ``key``, or ``None`` on a miss."""
         with self._lock:
-            row = self._open().execute(
-                "SELECT message_json, prompt_tokens, completion_tokens, cached_tokens, model, "
-                "finish_reason, latency_ms, created FROM call_cache WHERE cache_key = ?",
-                [key],
-            ).fetchone()
+            entry = self._pending.get(key) or self._flushing.get(key)
+            if entry is not None:
+                row: tuple[Any, ...] | None = (entry[5], entry[6], entry[7], entry[8], entry[1], entry[9],
+                                                  entry[10], entry[11])
+            else:
+                row = self._open().execute(
+                    "SELECT message_json, prompt_tokens, completion_tokens, cached_tokens, model, "
+                    "finish_reason, latency_ms, created FROM call_cache WHERE cache_key = ?",
+                    [key],
+                ).fetchone()
         if row is None:
             return None
         message_json, prompt, completion, cached, model, finish, latency, created = row
@@ -154,24 +192,54 @@ class CallCache:
     def put(self, key: str, response: ModelResponse, request: ModelRequest, model_name: str) -> None:
         """Store (or replace) the answer for ``key``."""
         payload = json.dumps(request.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
+        row = (key, model_name, request.purpose, request.sample_index, payload,
+               json.dumps(response.message.to_dict(), ensure_ascii=False), response.usage.prompt_tokens,
+               response.usage.completion_tokens, response.usage.cached_tokens, response.finish_reason,
+               response.latency_ms, time.time())
         with self._lock:
-            self._open().execute(
-                "INSERT OR REPLACE INTO call_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    key,
-                    model_name,
-                    request.purpose,
-                    request.sample_index,
-                    payload,
-                    json.dumps(response.message.to_dict(), ensure_ascii=False),
-                    response.usage.prompt_tokens,
-                    response.usage.completion_tokens,
-                    response.usage.cached_tokens,
-                    response.finish_reason,
-                    response.latency_ms,
-                    time.time(),
-                ],
-            )
+            self._open()  # a closed cache refuses now, not at the next flush
+            self._pending[key] = row
+            full = len(self._pending) >= FLUSH_ROWS
+        if full:
+            self.flush()
+
+    def flush(self) -> int:
+        """Write the answers kept in memory to the file (one transaction); returns how many.
+
+        Safe from any thread; the lock is held only to take the rows, not while they are written.
+        """
+        with self._flush_lock:
+            return self._flush_now()
+
+    def _flush_now(self) -> int:
+        with self._lock:
+            if not self._pending:
+                return 0
+            batch, self._pending, self._flushing = self._pending, {}, self._pending
+            if self._writer is None:
+                self._writer = self._open().cursor()
+            writer = self._writer
+        rows = list(batch.values())
+        placeholders = "(" + ", ".join("?" for _ in ENTRY_COLUMNS) + ")"
+        try:
+            writer.execute("BEGIN TRANSACTION")
+            try:
+                for i in range(0, len(rows), _INSERT_CHUNK):
+                    chunk = rows[i:i + _INSERT_CHUNK]
+                    writer.execute("INSERT OR REPLACE INTO call_cache VALUES "
+                                   + ", ".join([placeholders] * len(chunk)), [value for r in chunk for value in r])
+                writer.execute("COMMIT")
+            except BaseException:
+                writer.execute("ROLLBACK")
+                raise
+        except BaseException:
+            with self._lock:  # not written: kept for the next flush (newer answers win)
+                self._pending = {**batch, **self._pending}
+            raise
+        finally:
+            with self._lock:
+                self._flushing = {}
+        return len(rows)
 
     def entries(self, keys: Iterable[str] | None = None, *, models: Iterable[str] | None = None,
                 with_requests: bool = True) -> list[CacheEntry]:
@@ -193,6 +261,7 @@ class CallCache:
             where.append("model IN (SELECT unnest(?::VARCHAR[]))")
             params.append(sorted(set(models)))
         sql = f"SELECT {columns} FROM call_cache" + (" WHERE " + " AND ".join(where) if where else "")
+        self.flush()
         with self._lock:
             return [tuple(row) for row in self._open().execute(sql, params).fetchall()]
 
@@ -202,28 +271,41 @@ class CallCache:
         if not rows:
             return 0
         placeholders = ", ".join("?" for _ in ENTRY_COLUMNS)
-        with self._lock:
-            self._open().executemany(f"INSERT OR IGNORE INTO call_cache VALUES ({placeholders})", rows)
+        with self._flush_lock:
+            self._flush_now()
+            with self._lock:
+                self._open().executemany(f"INSERT OR IGNORE INTO call_cache VALUES ({placeholders})", rows)
         return len(rows)
 
     def __len__(self) -> int:
+        self.flush()
         with self._lock:
             row = self._open().execute("SELECT count(*) FROM call_cache").fetchone()
         return int(row[0]) if row else 0
 
     def clear(self) -> None:
         """Forget every stored call (the file stays); later calls go to the model again."""
-        with self._lock:
+        with self._flush_lock, self._lock:
+            self._pending.clear()
             self._open().execute("DELETE FROM call_cache")
 
     def close(self) -> None:
         """Close the file and drop this cache from the process-wide registry; :meth:`default` then opens a
         fresh one.
         """
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        with self._flush_lock:
+            try:
+                if self._conn is not None:
+                    self._flush_now()
+            finally:
+                with self._lock:
+                    if self._writer is not None:
+                        self._writer.close()
+                        self._writer = None
+                    if self._conn is not None:
+                        self._conn.close()
+                        self._conn = None
+        _OPEN_CACHES.discard(self)
         with CallCache._shared_lock:
             for path, cache in list(CallCache._shared.items()):
                 if cache is self:
