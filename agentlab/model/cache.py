@@ -79,8 +79,14 @@ CacheEntry = tuple
 FLUSH_ROWS = 256
 #: Rows per INSERT statement when pending answers are written.
 _INSERT_CHUNK = 64
+#: Up to this many stored answers, the cache holds their keys in memory, so a miss (every call of
+#: a new run) costs a set lookup instead of a DuckDB query (about a millisecond of the event loop).
+KEY_SET_LIMIT = 250_000
 
 _OPEN_CACHES: weakref.WeakSet[CallCache] = weakref.WeakSet()
+#: The key sets of the cache files open in this process, shared by every CallCache of one file
+#: (so what one stores another finds); None: the file holds more than KEY_SET_LIMIT answers.
+_KEY_SETS: dict[str, set[str] | None] = {}
 
 
 @atexit.register
@@ -139,6 +145,10 @@ class CallCache:
         #: One flush (or merge, or clear) writes at a time, through ``_writer``.
         self._flush_lock = threading.Lock()
         self._writer: duckdb.DuckDBPyConnection | None = None
+        #: Where this file's key set is kept: _KEY_SETS, shared by the caches of one file (in memory:
+        #: this cache's own).
+        self._key_sets: dict[str, set[str] | None] = _KEY_SETS if self.path is not None else {}
+        self._keys_slot = str(self.path.resolve()) if self.path is not None else ":memory:"
         with self._lock:
             self._open().execute(_SCHEMA)
         _OPEN_CACHES.add(self)
@@ -171,6 +181,8 @@ class CallCache:
             if entry is not None:
                 row: tuple[Any, ...] | None = (entry[5], entry[6], entry[7], entry[8], entry[1], entry[9],
                                                   entry[10], entry[11])
+            elif not self._may_hold(key):
+                return None
             else:
                 row = self._open().execute(
                     "SELECT message_json, prompt_tokens, completion_tokens, cached_tokens, model, "
@@ -189,6 +201,30 @@ class CallCache:
             created=float(created or 0.0),
         )
 
+    def _key_set(self) -> set[str] | None:
+        """Every key in the file or pending (None: too many to hold); loaded once per file. Lock held."""
+        if self._keys_slot not in self._key_sets:
+            conn = self._open()
+            count = conn.execute("SELECT count(*) FROM call_cache").fetchone()
+            keys = None
+            if count is not None and int(count[0]) <= KEY_SET_LIMIT:
+                keys = {str(r[0]) for r in conn.execute("SELECT cache_key FROM call_cache").fetchall()}
+            self._key_sets.setdefault(self._keys_slot, keys)
+        return self._key_sets[self._keys_slot]
+
+    def _may_hold(self, key: str) -> bool:
+        """Whether the file may hold ``key`` (False is certain). Lock held."""
+        keys = self._key_set()
+        return keys is None or key in keys
+
+    def _known(self, keys: Iterable[str]) -> None:
+        """Record keys now stored (or pending). Lock held."""
+        known = self._key_set()
+        if known is not None:
+            known.update(keys)
+            if len(known) > KEY_SET_LIMIT:
+                self._key_sets[self._keys_slot] = None
+
     def put(self, key: str, response: ModelResponse, request: ModelRequest, model_name: str) -> None:
         """Store (or replace) the answer for ``key``."""
         payload = json.dumps(request.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
@@ -199,6 +235,7 @@ class CallCache:
         with self._lock:
             self._open()  # a closed cache refuses now, not at the next flush
             self._pending[key] = row
+            self._known((key,))
             full = len(self._pending) >= FLUSH_ROWS
         if full:
             self.flush()
@@ -275,6 +312,7 @@ class CallCache:
             self._flush_now()
             with self._lock:
                 self._open().executemany(f"INSERT OR IGNORE INTO call_cache VALUES ({placeholders})", rows)
+                self._known(str(r[0]) for r in rows)
         return len(rows)
 
     def __len__(self) -> int:
@@ -288,6 +326,7 @@ class CallCache:
         with self._flush_lock, self._lock:
             self._pending.clear()
             self._open().execute("DELETE FROM call_cache")
+            self._key_sets[self._keys_slot] = set()
 
     def close(self) -> None:
         """Close the file and drop this cache from the process-wide registry; :meth:`default` then opens a
@@ -306,6 +345,8 @@ class CallCache:
                         self._conn.close()
                         self._conn = None
         _OPEN_CACHES.discard(self)
+        if all(c._key_sets is not self._key_sets or c._keys_slot != self._keys_slot for c in _OPEN_CACHES):
+            self._key_sets.pop(self._keys_slot, None)  # the next opening reads the file again
         with CallCache._shared_lock:
             for path, cache in list(CallCache._shared.items()):
                 if cache is self:

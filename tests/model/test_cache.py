@@ -207,3 +207,40 @@ async def test_merge_entries_and_clear_see_pending_answers(tmp_path: Path) -> No
     cache.clear()
     assert len(cache) == 0 and not cache._pending
     cache.close()
+
+
+async def test_a_miss_is_answered_from_the_key_set_without_a_query(tmp_path: Path) -> None:
+    path = tmp_path / "c.duckdb"
+    cache = CallCache(path)
+    model = CachedModel(ScriptedModel([], default_reply="ok"), cache)
+    await model.generate(_request("stored"))
+    cache.flush()
+    assert cache.get("no-such-key") is None  # loads the key set once
+    opened = cache._open
+    cache._open = lambda: pytest.fail("a miss queried the file")  # type: ignore[method-assign]
+    assert cache.get("another-missing-key") is None
+    cache._open = opened  # type: ignore[method-assign]
+    assert cache.get(_request("stored").cache_key("scripted")) is not None
+    # A second cache object on the same file shares the key set: what one stores, the other finds.
+    second = CallCache(path)
+    await model.generate(_request("later"))
+    cache.flush()
+    assert second.get(_request("later").cache_key("scripted")) is not None
+    second.close()
+    cache.close()
+
+
+async def test_past_the_key_set_limit_every_lookup_asks_the_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentlab.model.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "KEY_SET_LIMIT", 2)
+    cache = CallCache(tmp_path / "c.duckdb")
+    model = CachedModel(ScriptedModel([], default_reply="ok"), cache)
+    for i in range(3):
+        await model.generate(_request(f"q{i}"))
+    cache.close()
+    reopened = CallCache(tmp_path / "c.duckdb")
+    assert reopened.get("missing") is None and reopened._key_set() is None  # 3 > 2: not held
+    assert all(reopened.get(_request(f"q{i}").cache_key("scripted")) is not None for i in range(3))
+    reopened.close()
