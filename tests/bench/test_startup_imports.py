@@ -39,3 +39,16 @@ def test_a_rouge_score_loads_rouge_score_when_needed() -> None:
     loaded = _loaded_after("from agentlab.bench.metrics import rouge\nrouge('the cat sat', 'a cat sat')")
     assert "rouge_score" in loaded
     assert rouge("the cat sat", "a cat sat")["rouge1"] == pytest.approx(2 / 3)
+
+
+def test_a_run_of_one_benchmark_imports_only_its_task_module() -> None:
+    loaded = _loaded_after("from agentlab.bench.tasks import get_task\nget_task('mtbench101')")
+    assert "agentlab.bench.tasks.mtbench101" in loaded
+    assert not {"agentlab.bench.tasks.locomo", "agentlab.bench.tasks.qmsum", "agentlab.memory"} & loaded
+
+
+def test_an_unknown_benchmark_still_names_every_known_one() -> None:
+    from agentlab.bench.tasks import UnknownBenchmark, get_task
+
+    with pytest.raises(UnknownBenchmark, match="locomo.*longmemeval.*mtbench101.*qmsum"):
+        get_task("no_such_benchmark")
