@@ -286,6 +286,7 @@ def mtbench101_comparison(args: argparse.Namespace, spec: str) -> None:
                       f"{teardown:>10} {row['calls']:>5} {cached:>6} {row['prompt_tokens']:>10} {row['load']:>5.2f}",
                       flush=True)
     bare = statistics.median(r["calls_s"] for r in results["bare"])
+    bare_process = statistics.median(r["wall_s"] for r in results["bare"])
     print(f"\nbare openai client: median {bare:.2f} s for the calls ({turns} calls; its own process start and "
           f"import, not counted: median {statistics.median(r['wall_s'] - r['calls_s'] for r in results['bare']):.2f} s)")
     for arm in arms[1:]:
@@ -299,6 +300,8 @@ def mtbench101_comparison(args: argparse.Namespace, spec: str) -> None:
         print(f"{arm}: median wall {wall:.2f} s (start-up {startup:.2f} s, cases {cases:.2f} s, after the run "
               f"{teardown:.2f} s); ratio {wall / bare:.3f} = {overhead:+.1%} overhead incl. start-up "
               f"(cases alone {cases / bare - 1:+.1%}); goal <= {OVERHEAD_GOAL:.0%} overhead incl. start-up: {verdict}")
+        print(f"{'':<{len(arm)}}  (against the bare client's whole process, its own start and import included: "
+              f"ratio {wall / bare_process:.3f} = {wall / bare_process - 1:+.1%}; not what the goal is judged on)")
 
 
 def main() -> None:
