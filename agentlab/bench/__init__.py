@@ -5,7 +5,8 @@ notebook use :mod:`agentlab.bench.analysis` (``*_df()`` functions). A new benchm
 :mod:`agentlab.bench.tasks` implementing :class:`Task` (the interface is documented there).
 """
 
-from agentlab.bench.config import MODE_ROLES, ModeRoles, Settings, load_settings
+from agentlab.bench.config import Settings, load_settings
+from agentlab.bench.facts import ModeRoles
 from agentlab.bench.judge import Judge, JudgeResult
 from agentlab.bench.metrics import Score
 from agentlab.bench.store import DEFAULT_DB, ResultStore
@@ -23,7 +24,6 @@ from agentlab.bench.tasks import (
 
 __all__ = [
     "DEFAULT_DB",
-    "MODE_ROLES",
     "Case",
     "CaseError",
     "CaseResult",

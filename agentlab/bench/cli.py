@@ -1,7 +1,8 @@
 """``python -m agentlab.bench``: run a benchmark mode, print a report, list benchmarks.
 
     python -m agentlab.bench <benchmark> [--mode MODE] [--limit N] [--model SPEC] [--judge-model SPEC]
-                                         [--context-window N] [--concurrency K] [--db PATH] [--set section.field=value ...]
+                                         [--context-window N] [--context-budget N] [--concurrency K] [--db PATH]
+                                         [--set section.field=value ...]
                                          [--dry-run] [--retrieval-only] [--json] [--no-progress]
                                          [--executor in-process|ray] [--ray-address ADDR] [--workers N]
     python -m agentlab.bench sweep <benchmark> --mode M --grid SECTION.FIELD=V1,V2 [--grid ...] [run flags]
@@ -44,7 +45,6 @@ from agentlab.bench.cli_common import (
 from agentlab.bench.cli_report import COMPARISON_SECTIONS, REPORT_RULES, cmd_report
 from agentlab.bench.cli_run import (
     cmd_run,
-    comparison_modes,
     executor_from_args,
     run_with_baselines,
 )
@@ -52,6 +52,7 @@ from agentlab.bench.cli_sweep import cmd_sweep
 from agentlab.bench.config import SettingsError, settings_path
 from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.distributed import ExecutorError
+from agentlab.bench.spec import comparison_modes
 from agentlab.bench.tasks import UnknownBenchmark, discover
 from agentlab.duckdb_files import DatabaseFileError
 

@@ -43,6 +43,10 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--context-window", type=int, default=None, metavar="N",
                    help="the answer model's context window in tokens (default: what its server states, else the "
                         "known-model table; a model neither knows stops the run)")
+    p.add_argument("--context-budget", type=int, default=None, metavar="N",
+                   help="the window the mechanisms see (summary triggers, the 70%% pressure path, compaction "
+                        "thresholds), below the model's real one, to compare policies at one pressure; part of "
+                        "the run id when given (default: the model's window)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="cases run at once (per worker with --executor ray; default [run] concurrency or 4)")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"results DuckDB file (default {DEFAULT_DB})")
@@ -50,6 +54,9 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
                    help="override a setting from benchmarks/<benchmark>.toml (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="build every prompt and count tokens; call no model")
     p.add_argument("--retrieval-only", action="store_true", help="LLM-free evidence recall@k of the retrieval")
+    p.add_argument("--unit", help="with --retrieval-only: the benchmark's published retrieval protocol on these units "
+                                  "(locomo: dialog, observation, summary); stored in --db")
+    p.add_argument("--retriever", choices=("lexical", "dense", "hybrid"), help="with --unit: the retriever (default hybrid)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--published-settings", action="store_true",
@@ -95,7 +102,8 @@ def _sweep_parser(prog: str) -> argparse.ArgumentParser:
         description="Run one mode over the cartesian product of --grid settings, each point a resumable variant "
                     "run named by its settings; the baseline mode runs once first (skip with --no-baseline). "
                     "Interrupted and rerun, it finishes only what is missing.",
-        epilog="Every other flag of a run (--limit, --model, --judge-model, --context-window, --concurrency, --db, "
+        epilog="Every other flag of a run (--limit, --model, --judge-model, --context-window, --context-budget, "
+               "--concurrency, --db, "
                "--set for settings shared by every point, --published-settings, --json, --no-progress) is passed "
                "to each run.")
     p.add_argument("benchmark")

@@ -1,7 +1,8 @@
 """``python -m agentlab.bench <benchmark>``: one mode's run, with its baselines, on the chosen cases.
 
-Settings loading (task defaults < file < ``[smoke]`` < ``--set``), the checks that stop a run
-before anything is stored, the models, the case selection, and the run summary.
+The flags are resolved once into a :class:`~agentlab.bench.spec.RunSpec` (settings, modes, limit,
+variant, budget: :mod:`agentlab.bench.spec`); this module carries it out: the models, the case
+selection, the runs, and the run summary.
 """
 
 from __future__ import annotations
@@ -9,13 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from agentlab.bench.cli_common import (
-    _VARIANT_NAME,
     EMBEDDED_DEFAULT_LIMIT,
     SMOKE_LABEL,
     CliError,
@@ -24,10 +25,18 @@ from agentlab.bench.cli_common import (
     _records,
 )
 from agentlab.bench.cli_report import COMPARISON_SECTIONS, _report_payload, _write_report
-from agentlab.bench.config import apply_overrides, apply_smoke, code_version, load_settings, variant_settings
-from agentlab.bench.datasets.base import DatasetError
-from agentlab.bench.store import RUN_MEANS_SQL, ResultStore
-from agentlab.bench.tasks import Task, discover, get_task
+from agentlab.bench.config import code_version, load_settings
+from agentlab.bench.spec import (
+    RunSpec,
+    check_policies,
+    load_run_settings,
+    load_selection,
+    smoke_banner,
+    spec_from_args,
+    write_smoke_banner,
+)
+from agentlab.bench.store import DEFAULT_DB, RUN_MEANS_SQL, ResultStore
+from agentlab.bench.tasks import Task, get_task
 
 # ------------------------------------------------------------------------------- settings
 
@@ -39,79 +48,17 @@ def _load(task: Task, overrides: Sequence[str], smoke: bool = False, out: TextIO
 
 def _load_with_reference(task: Task, overrides: Sequence[str], *, smoke: bool = False, embedded: bool = False,
                          out: TextIO | None = None) -> tuple[Any, Any]:
-    """The run's settings, and the reference its variant is named against.
-
-    The reference is what the plain command uses with this model: the file, plus its ``[smoke]``
-    settings on the embedded model. So an embedded smoke run is the ``default`` variant, while
-    ``--published-settings`` on the embedded model is a variant named by the published values.
-    """
-    file_settings = load_settings(task.name, task.default_settings())
-    settings = reference = file_settings
-    if (smoke or embedded) and file_settings.smoke:
-        smoked, changed = apply_smoke(file_settings)
-        if embedded:
-            reference = smoked
-        if smoke:
-            settings = smoked
-            if changed and out is not None:
-                shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
-                _banner(f"smoke settings for the embedded model (benchmarks/{task.name}.toml [smoke]; "
-                        f"--published-settings keeps the published values): {shown}", out)
-    return apply_overrides(settings, overrides), reference
-
+    """The run's settings and the reference its variant is named against (:func:`spec.load_run_settings`)."""
+    settings, reference, changes = load_run_settings(task, overrides, smoke=smoke, embedded=embedded,
+                                                     loader=load_settings)
+    if changes and out is not None:
+        _banner(smoke_banner(task.name, changes), out)
+    return settings, reference
 
 
 # ---------------------------------------------------------------------------------- checks
 
-
-def _is_embedded(model_spec: str) -> bool:
-    return model_spec.strip() == "embedded"
-
-
-def _resolve_limit(args: argparse.Namespace, model_spec: str) -> tuple[int | None, bool]:
-    """(``--limit`` as a case count or None for all, whether this is a smoke test on the embedded model).
-
-    Without ``--limit`` the embedded model runs at most :data:`EMBEDDED_DEFAULT_LIMIT` cases
-    (see :func:`_choose_cases` for which).
-    """
-    smoke = _is_embedded(model_spec)
-    if args.limit is not None and args.limit < 0:
-        raise CliError(f"--limit must be >= 0 (0 = all cases), got {args.limit}")
-    if args.limit == 0:
-        return None, smoke
-    if args.limit is None and smoke:
-        return EMBEDDED_DEFAULT_LIMIT, smoke
-    return args.limit, smoke
-
-
-def _check_flags(args: argparse.Namespace) -> None:
-    """Numbers no run can use: one line before anything is loaded."""
-    if args.limit is not None and args.limit < 0:
-        raise CliError(f"--limit must be >= 0 (0 = all cases), got {args.limit}")
-    if args.concurrency is not None and args.concurrency < 1:
-        raise CliError(f"--concurrency must be >= 1, got {args.concurrency}")
-    if args.context_window is not None and args.context_window < 1:
-        raise CliError(f"--context-window must be a positive number of tokens, got {args.context_window}")
-
-
-def _check_policies(task: Task, mode: str, settings: Any) -> None:
-    """Build the mode's policies now, so a value one rejects stops the run before any case."""
-    try:
-        task.policies(mode, settings)
-    except (ValueError, TypeError, KeyError) as exc:
-        detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        raise CliError(f"{task.name}/{mode} settings rejected: {detail} (fix the --set value or "
-                       f"benchmarks/{task.name}.toml)") from exc
-
-
-def _load_selection(task: Task, settings: Any) -> Any:
-    try:
-        return task.load_cases(settings)
-    except (ValueError, KeyError) as exc:
-        if isinstance(exc, DatasetError):
-            raise
-        detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        raise CliError(f"{task.name}: {detail} (fix the --set value or benchmarks/{task.name}.toml)") from exc
+_check_policies = check_policies
 
 
 def _build_model(spec: str, what: str, context_window: int | None = None) -> Any:
@@ -146,44 +93,60 @@ def _prepare_model(model: Any, spec: str, what: str, *, window: bool) -> Any:
     return info
 
 
-def _has_retrieval(task: Task) -> bool:
-    return type(task).retrieval_only is not Task.retrieval_only
+def _check_unit(task: Task, args: argparse.Namespace) -> None:
+    """``--unit`` / ``--retriever`` need ``--retrieval-only`` and a unit the benchmark's protocol knows."""
+    units = tuple(getattr(task, "retrieval_units", ()))
+    if args.retriever is not None and args.unit is None:
+        raise CliError("--retriever applies with --unit (the published retrieval protocol)")
+    if args.unit is not None and not args.retrieval_only:
+        raise CliError("--unit applies with --retrieval-only")
+    if args.unit is not None and args.unit not in units:
+        known = f"use one of {', '.join(units)}" if units else "it has no published retrieval protocol"
+        raise CliError(f"{task.name} --unit {args.unit!r}: {known}")
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     """Run (or resume) one mode and, unless ``--no-baselines``, the modes it is compared with.
 
-    Also ``--dry-run`` (prompts and token counts, no model) and ``--retrieval-only``. Every check
-    that can refuse the run happens before the results file is opened.
+    Also ``--dry-run`` (prompts and token counts, no model) and ``--retrieval-only``. The flags are
+    resolved into one :class:`~agentlab.bench.spec.RunSpec` first (:func:`spec_from_args`); every
+    check that can refuse the run happens before the results file is opened.
     """
-    from agentlab.model.registry import default_spec
+    spec = spec_of(args)
+    task = spec.task if spec.task is not None else get_task(spec.benchmark)
+    _check_unit(task, args)
+    if spec.action == "run":
+        write_smoke_banner(spec, out if not args.json else sys.stderr)
+    return run_spec(spec, out, json_output=args.json, db=args.db, executor_args=args,
+                    unit=args.unit, retriever=args.retriever)
 
-    _check_flags(args)
-    task = get_task(args.benchmark)
-    model_spec = args.model or default_spec()
-    calls_model = not (args.dry_run or args.retrieval_only)
-    smoke_settings = calls_model and _is_embedded(model_spec) and not args.published_settings
-    settings, reference = _load_with_reference(task, args.overrides, smoke=smoke_settings,
-                                               embedded=calls_model and _is_embedded(model_spec),
-                                               out=out if not args.json else sys.stderr)
-    variant_diff = variant_settings(settings, reference)
-    if args.variant is not None and not _VARIANT_NAME.fullmatch(args.variant):
-        raise CliError(f"--variant {args.variant!r}: use letters, digits and . _ - = ; : + , (no spaces)")
-    mode = args.mode or task.default_mode
-    if mode not in task.modes:
-        raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
-    if args.retrieval_only and not _has_retrieval(task):
-        with_retrieval = ", ".join(name for name, cls in sorted(discover().items()) if _has_retrieval(cls()))
-        raise CliError(f"{task.name} has no retrieval to measure, so --retrieval-only does not apply; "
-                       f"benchmarks with it: {with_retrieval}")
-    _check_policies(task, mode, settings)
 
+def spec_of(args: argparse.Namespace) -> RunSpec:
+    """The :class:`RunSpec` of the run command's flags (:func:`~agentlab.bench.spec.spec_from_args`).
+
+    This module's ``load_settings`` and ``code_version`` are looked up at each call, so tests can
+    point them at another settings folder or version.
+    """
+    return spec_from_args(args, loader=lambda name, schema: load_settings(name, schema),
+                          version=lambda: code_version())
+
+
+def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any = DEFAULT_DB,
+             executor_args: argparse.Namespace | None = None, unit: str | None = None,
+             retriever: str | None = None) -> int:
+    """Carry out a resolved :class:`RunSpec`: a dry run, a retrieval measurement, or the runs and their report.
+
+    ``executor_args``: the ``--executor`` flags (default: in-process). ``unit`` / ``retriever``: the
+    published retrieval protocol of ``--retrieval-only --unit`` (checked by the caller). Returns the
+    exit status.
+    """
     from agentlab.bench import executor
 
-    if args.dry_run:
-        limit = args.limit or None
-        result = executor.dry_run(task, mode, settings, limit=limit, selection=_load_selection(task, settings))
-        if args.json:
+    task = spec.task if spec.task is not None else get_task(spec.benchmark)
+    mode, settings = spec.mode, spec.settings
+    if spec.action == "dry_run":
+        result = executor.dry_run(task, mode, settings, limit=spec.limit, selection=load_selection(task, settings))
+        if json_output:
             _print_json(result, out)
         else:
             out.write(f"{task.name}/{mode} dry run (no model called): {result['cases']} cases"
@@ -192,13 +155,25 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                       f"max {result['max_prompt_tokens']}, {result['prompts']} prompts, {result['encoding']})\n")
         return 0
 
-    if args.retrieval_only:
-        selection = _load_selection(task, settings)
-        cases = executor.select(selection, args.limit or None)
-        result = task.retrieval_only(cases, mode, settings)
+    if spec.action == "retrieval_only":
+        selection = load_selection(task, settings)
+        cases = executor.select(selection, spec.limit)
+        if unit is None:
+            result = task.retrieval_only(cases, mode, settings)
+        else:
+            from agentlab.bench.retrieval_protocol_store import format_protocol, write_protocol_result
+
+            # Tasks with ``retrieval_units`` take the unit (checked by _check_unit); the base signature does not.
+            try:
+                result = cast(Any, task).retrieval_only(cases, mode, settings, unit=unit, retriever=retriever)
+            except ValueError as exc:  # e.g. a data file without the unit's field, or no embedder
+                raise CliError(f"{task.name} --unit {unit}: {exc}") from exc
+            write_protocol_result(db, result, task.name)
         result = {"benchmark": task.name, "mode": mode, "cases": len(cases), **result}
-        if args.json:
+        if json_output:
             _print_json(result, out)
+        elif unit is not None:
+            out.write(format_protocol(result))
         else:
             for key, value in result.items():
                 out.write(f"{key}: {value}\n")
@@ -206,37 +181,25 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
     from agentlab.bench.judge import Judge
 
-    notes = out if not args.json else sys.stderr
-    limit, smoke = _resolve_limit(args, model_spec)
-    judge_spec = args.judge_model or settings.get("judge", "model") or model_spec
-    judge_enabled = bool(settings.get("judge", "enabled", True))
-    concurrency = args.concurrency or int(settings.get("run", "concurrency", 4))
-    modes = [mode] if args.no_baselines else comparison_modes(task, mode)
-    for compared in modes[:-1]:  # the baseline and lossy runs use the same settings
-        _check_policies(task, compared, settings)
-    chosen = executor_from_args(args)  # flag errors stop the run before anything is stored
+    notes = out if not json_output else sys.stderr
+    chosen = executor_from_args(executor_args) if executor_args is not None else executor.InProcessExecutor()
     # Every check that can stop the run happens here, before the results file is touched.
-    model = _build_model(model_spec, "--model", args.context_window)
-    info = _prepare_model(model, model_spec, "--model", window=True)
+    model = _build_model(spec.model_spec, "--model", spec.context_window_flag)
+    info = _prepare_model(model, spec.model_spec, "--model", window=True)
     judge = None
-    if judge_enabled:
+    if spec.judge_spec is not None:
         judge_model = model
-        if judge_spec != model_spec:
-            judge_model = _build_model(judge_spec, "--judge-model")
-            _prepare_model(judge_model, judge_spec, "--judge-model", window=False)
-        judge = Judge(judge_model, judge_spec)
-    selection, rule = _choose_cases(task, settings, model, args, smoke, notes)
-    requests = [executor.RunRequest(
-        benchmark=task.name, mode=m, model_spec=model_spec, settings=settings,
-        judge_spec=judge_spec if judge_enabled else None, limit=limit if rule is None else None,
-        concurrency=concurrency, smoke_test=smoke, progress=not args.no_progress, code_version=code_version(),
-        # Remote workers build their own models (executor.build_models): the same window for them.
-        model_options={} if args.context_window is None else {"context_window": args.context_window},
-        variant=args.variant, variant_settings=variant_diff)
-        for m in modes]
-    store = ResultStore(args.db)
-    notes.write(f"{task.name}/{', '.join(modes)}: model {model_spec}, context window {info.context_window} tokens "
-                f"({info.context_window_source or 'stated by the model'})\n")
+        if spec.judge_spec != spec.model_spec:
+            judge_model = _build_model(spec.judge_spec, "--judge-model")
+            _prepare_model(judge_model, spec.judge_spec, "--judge-model", window=False)
+        judge = Judge(judge_model, spec.judge_spec)
+    selection, rule = _choose_cases(task, settings, model, spec, notes)
+    spec = spec.bind(info, selection.dataset_sha256)  # a budget above the window stops here
+    # The demo selection is already cut to its cases; --limit is not part of the run id either way.
+    requests = [r if rule is None else dataclasses.replace(r, limit=None) for r in spec.requests()]
+    modes = list(spec.modes)
+    store = ResultStore(db)
+    notes.write(spec.header() + "\n")
     executor_notes = getattr(chosen, "notes", None)
     if executor_notes is not None:
         for line in executor_notes.info:
@@ -258,20 +221,21 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     means = {s.run_id: _run_means(store, s.run_id) for s in summaries}
     store.close()
     workers = list(getattr(chosen, "started", []))
-    runs = [{"benchmark": task.name, "mode": r.mode, "model": model_spec, "judge_model": r.judge_spec,
-             "variant": r.variant_label, "variant_settings": variant_diff,
+    runs = [{"benchmark": task.name, "mode": r.mode, "model": spec.model_spec, "judge_model": r.judge_spec,
+             "variant": r.variant_label, "variant_settings": dict(spec.variant_settings),
              "context_window": info.context_window, "context_window_source": info.context_window_source,
-             "smoke_test": smoke, "db": str(args.db), **s.to_dict(), "scores": _records(means[s.run_id]),
+             "context_budget": spec.context_budget,
+             "smoke_test": spec.smoke_test, "db": str(db), **s.to_dict(), "scores": _records(means[s.run_id]),
              "executor": chosen.name, "workers": workers}
             for r, s in zip(requests, summaries, strict=True)]
-    if args.json:
+    if json_output:
         payload: dict[str, Any] = {**runs[-1], "selection": rule or "published"}
         if len(runs) > 1:
             payload["runs"] = runs
-            payload["report"] = _report_payload(task.name, args.db)
+            payload["report"] = _report_payload(task.name, db)
         _print_json(payload, out)
         return 0
-    if smoke:
+    if spec.smoke_test:
         _banner(SMOKE_LABEL, out)
     for r, s in zip(requests, summaries, strict=True):
         _write_run_summary(task.name, r.mode, s, means[s.run_id], out)
@@ -279,25 +243,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"  executor: {chosen.name}, {len(workers)} worker{'s' if len(workers) != 1 else ''} "
                   f"({', '.join(workers)})\n")
     if len(modes) > 1:
-        _write_report(_report_payload(task.name, args.db, frames=True), out, sections=COMPARISON_SECTIONS)
+        _write_report(_report_payload(task.name, db, frames=True), out, sections=COMPARISON_SECTIONS)
     else:
-        out.write(f"  stored in {args.db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
+        out.write(f"  stored in {db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
     return 0
-
-
-def comparison_modes(task: Task, mode: str) -> list[str]:
-    """The modes a run of ``mode`` is compared with, then ``mode``: baseline [, lossy], mode.
-
-    A recovered mode needs its baseline and its lossy mode (recovery); any other non-baseline
-    mode needs the baseline (token savings, quality loss); the baseline needs nothing.
-    """
-    roles = task.roles()
-    if roles is None or mode == roles.baseline or roles.baseline not in task.modes:
-        return [mode]
-    modes = [roles.baseline]
-    if mode == roles.recovered and roles.lossy and roles.lossy in task.modes:
-        modes.append(roles.lossy)
-    return [*modes, mode]
 
 
 async def run_with_baselines(task: Task, requests: Sequence[Any], *, model: Any, store: ResultStore,
@@ -340,18 +289,18 @@ async def _close_clients(*models: Any) -> None:
             model = getattr(model, "inner", None)
 
 
-def _choose_cases(task: Task, settings: Any, model: Any, args: argparse.Namespace, smoke: bool,
-                  out: TextIO) -> tuple[Any, str | None]:
+def _choose_cases(task: Task, settings: Any, model: Any, spec: RunSpec, out: TextIO) -> tuple[Any, str | None]:
     """The published selection, or on the embedded model without ``--limit`` the demo selection.
 
     Returns the selection and the rule to store with the runs (``None`` = published).
     """
     from agentlab.bench.selection import FITS_WINDOW_RULE, model_prompt_counter, select_fitting
+    from agentlab.model.window import resolve_context_window
 
-    selection = _load_selection(task, settings)
-    if not (smoke and args.limit is None):
+    selection = load_selection(task, settings)
+    if not spec.demo_selection:
         return selection, None
-    window = int(getattr(model.info, "context_window", 0) or 0)
+    window = resolve_context_window(model)
     roles = task.roles()
     if not window or roles is None:
         _banner(f"embedded model without --limit: running the first {EMBEDDED_DEFAULT_LIMIT} published cases "

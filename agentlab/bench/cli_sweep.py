@@ -1,7 +1,8 @@
 """``python -m agentlab.bench sweep``: one mode over a grid of settings, each point an ordinary run.
 
-The sweep stores nothing of its own: every point is a resumable variant run made by
-:func:`agentlab.bench.cli_run.cmd_run`, so a rerun finishes only what is missing.
+The sweep stores nothing of its own: every point is a resumable variant run, resolved into its
+:class:`~agentlab.bench.spec.RunSpec` before the first one starts and carried out by
+:func:`agentlab.bench.cli_run.run_spec`, so a rerun finishes only what is missing.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from agentlab.bench.cli_common import CliError, _print_json, _run_parser
-from agentlab.bench.cli_run import cmd_run
-from agentlab.bench.config import apply_overrides, load_settings
+from agentlab.bench.cli_run import run_spec, spec_of
+from agentlab.bench.spec import write_smoke_banner
 from agentlab.bench.tasks import get_task
 
 
@@ -57,18 +58,20 @@ def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -
         if used:
             raise CliError(f"sweep: {flag} is not for sweeps (each point's variant is named by its --grid settings)")
     points = _grid_points(args.grid, shared.overrides)
-    for point in points:  # every point's settings are checked before the first model call
-        apply_overrides(load_settings(task.name, task.default_settings()), [*shared.overrides, *point])
     roles = task.roles()
     plan: list[tuple[str, list[str]]] = []
     if roles is not None and mode != roles.baseline and not args.no_baseline:
         plan.append((roles.baseline, []))
     plan += [(mode, [a for assignment in point for a in ("--set", assignment)]) for point in points]
+    # Every step is resolved (settings, policies, budget, variant) before the first model call.
+    steps = [parser.parse_args([task.name, *run_flags, *point_flags, "--mode", step_mode, "--json", "--no-baselines"])
+             for step_mode, point_flags in plan]
+    specs = [spec_of(step_args) for step_args in steps]
     results = []
-    for step, (step_mode, point_flags) in enumerate(plan, 1):
+    for step, ((step_mode, point_flags), step_args, spec) in enumerate(zip(plan, steps, specs, strict=True), 1):
         buffer = io.StringIO()
-        status = cmd_run(parser.parse_args([task.name, *run_flags, *point_flags, "--mode", step_mode, "--json",
-                                            "--no-baselines"]), buffer)
+        write_smoke_banner(spec, sys.stderr)
+        status = run_spec(spec, buffer, json_output=True, db=step_args.db, executor_args=step_args)
         if status != 0:
             sys.stderr.write(f"sweep stopped at step {step} of {len(plan)} ({step_mode} "
                              f"{' '.join(point_flags[1::2]) or 'default'}); rerun the same command to finish the rest\n")

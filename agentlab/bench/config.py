@@ -33,9 +33,10 @@ differing ``section.field`` values and :func:`variant_name` turns them into a na
 ``summary.max_output_tokens=512``; no difference is the variant ``default``. ``--variant NAME``
 names a run explicitly (and makes the name part of its id).
 
-Mode roles: every benchmark names its baseline mode (full context), its lossy mode (summary) and
-its recovered mode (summary + recall). The derived report tables read these roles from a table
-(:data:`MODE_ROLES`, written into DuckDB by ``report``) instead of hard-coding mode names in SQL.
+Mode roles (baseline / lossy / recovered) and the published token rule are facts of each task
+class (``Task.mode_roles``, ``Task.published_token_rule``; :mod:`agentlab.bench.facts`). This
+module does not import the task registry: a schema it is not given is looked up through
+:func:`agentlab.bench.facts.registered_task`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentlab.bench.facts import ModeRoles as ModeRoles  # re-exported: tasks and tests import it from here
+from agentlab.bench.facts import registered_roles, registered_task
 from agentlab.model.base import GenerationConfig
 from agentlab.policy import (
     FieldError,
@@ -59,6 +62,7 @@ from agentlab.policy import (
     from_dict,
     is_dataclass_type,
     parse_value_text,
+    renamed_fields,
     to_dict,
 )
 
@@ -79,47 +83,6 @@ EXECUTION_SECTIONS = frozenset({"run"})
 
 class SettingsError(ValueError):
     """A settings file or ``--set`` override is wrong; the message says which and why."""
-
-
-# ------------------------------------------------------------------------------------ roles
-
-
-@dataclass(frozen=True)
-class ModeRoles:
-    """Which mode plays which part in the quality-loss and recovery tables."""
-
-    #: Full-context mode every other mode is compared with (quality loss, token savings).
-    baseline: str
-    #: The mode that loses information (summary); ``None`` when the benchmark has none.
-    lossy: str | None = None
-    #: The mode that wins it back (summary + recall); recovery = (recovered − lossy)/(baseline − lossy).
-    recovered: str | None = None
-
-
-MODE_ROLES: dict[str, ModeRoles] = {
-    "qmsum": ModeRoles(baseline="long_context", lossy="summary", recovered="recall"),
-    "longmemeval": ModeRoles(baseline="long_context", lossy="summary", recovered="recall"),
-    "mtbench101": ModeRoles(baseline="baseline", lossy="summary"),
-    # LoCoMo compares session_recall and memory with the long context; no lossy/recovered pair.
-    "locomo": ModeRoles(baseline="long_context"),
-}
-
-#: Which answer calls a published report counts as one case's tokens, so the columns compared
-#: with it use the same rule (the store keeps both; README "Token accounting"):
-#: * ``last_answer_call`` — the summary benchmark's harness takes the provider usage of the last
-#:   answer call of each run (docs/sources.md#summary-benchmark-metrics): a recall run's search
-#:   and load rounds are not added up, only the final prompt, which already carries the tool results.
-#: * ``sum_answer_calls`` — every answer call of the case. MT-Bench-101's published totals sum the
-#:   turns, and each turn is one run with one answer call (no tools), so the sum over a dialogue's
-#:   answer calls *is* the sum of each run's last usage; LoCoMo's Tokens/QA and Calls/QA count
-#:   every call of a question (e.g. 3 calls and 17,182 tokens per question for two memory_search
-#:   passes, docs/sources.md#locomo-results).
-PUBLISHED_TOKEN_RULES: dict[str, str] = {
-    "qmsum": "last_answer_call",
-    "longmemeval": "last_answer_call",
-    "mtbench101": "sum_answer_calls",
-    "locomo": "sum_answer_calls",
-}
 
 
 # ------------------------------------------------------------------------- shared sections
@@ -302,7 +265,8 @@ def _build(benchmark: str, name: str, cls: type[Any], values: Mapping[str, Any],
     declared = field_names(cls)
     unknown = sorted(set(values) - set(declared))
     if unknown:
-        hint = _did_you_mean(unknown[0], declared)
+        new = renamed_fields(cls).get(unknown[0])
+        hint = f" (renamed to {new!r})" if new else _did_you_mean(unknown[0], declared)
         raise SettingsError(f"{_where(benchmark, name)} has no field {unknown[0]!r}{hint} ({origin}); "
                             f"valid fields: {', '.join(sorted(declared))}")
     try:
@@ -326,9 +290,20 @@ def settings_path(benchmark: str, directory: str | Path | None = None) -> Path:
 
 
 def _task_schema(benchmark: str) -> Schema:
-    from agentlab.bench.tasks import get_task
+    try:
+        cls = registered_task(benchmark)
+    except LookupError as exc:
+        raise SettingsError(str(exc.args[0])) from None
+    schema: Schema = cls().default_settings()
+    return schema
 
-    return get_task(benchmark).default_settings()
+
+def __getattr__(name: str) -> Any:
+    # ``config.MODE_ROLES`` (benchmark → roles) was a table here; the roles are the task classes' now.
+    if name == "MODE_ROLES":
+        return registered_roles()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 
 def load_settings(benchmark: str, defaults: Schema | Mapping[str, Mapping[str, Any]] | None = None, *,

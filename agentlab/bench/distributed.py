@@ -285,7 +285,8 @@ class CaseWorker:
         self.cache.merge(seed)
         model, judge = build_models(request, cache=self.cache)
         self.ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
-                              model_spec=request.model_spec, judge=judge, run_id=run_id)
+                              model_spec=request.model_spec, judge=judge, run_id=run_id,
+                              context_budget=request.context_budget)
 
     async def ready(self) -> str:
         """``host:pid`` of this worker, reported once it has built its models."""

@@ -2,7 +2,7 @@
 
 * **Identity and resume.** A run is identified by :func:`run_config`'s hash (benchmark, mode, model
   spec, judge spec, settings, dataset sha256, task version, the model's context window and its
-  source, an explicit ``--variant`` name; not ``--limit``, ``--concurrency`` or the ``[run]``
+  source, a ``--context-budget`` when set, an explicit ``--variant`` name; not ``--limit``, ``--concurrency`` or the ``[run]``
   settings section). So ``--limit 3`` and ``--limit 0`` of the same command are ONE run: the larger
   limit extends it, the smaller reuses its first cases.
   Rerunning the same command skips cases already stored with status ``ok``; cases stored as
@@ -78,6 +78,9 @@ class RunRequest:
     variant: str | None = None
     #: The ``section.field`` settings that differ from the benchmark's file (``variant_settings()``).
     variant_settings: Mapping[str, Any] = field(default_factory=dict)
+    #: ``--context-budget``: the window the mechanisms see, below the model's (``None``: the model's).
+    #: Part of the run id only when set; the tasks pass it on as ``RunOptions.context_window``.
+    context_budget: int | None = None
 
     @property
     def variant_label(self) -> str:
@@ -178,6 +181,9 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: Model
     if info is not None:
         config["context_window"] = info.context_window
         config["context_window_source"] = info.context_window_source
+    # Only when set: every run made without a budget keeps the id it had before budgets existed.
+    if request.context_budget is not None:
+        config["context_budget"] = request.context_budget
     # A derived variant name is a function of the settings, already hashed; only an explicit
     # --variant NAME adds to the identity (so runs made before variants existed keep their ids).
     if request.variant:
@@ -464,7 +470,8 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     summary = RunSummary(run_id, "running", len(cases), len(cases) - len(todo))
     ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
                      model_spec=request.model_spec, judge=judge, run_id=run_id,
-                     session_service_factory=session_service_factory, store=store)
+                     session_service_factory=session_service_factory, store=store,
+                     context_budget=request.context_budget)
     cache = getattr(model, "cache", None)
     job = Job(task, request, run_id, ctx, cache if isinstance(cache, CallCache) else None)
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",

@@ -26,7 +26,7 @@ hold, so a partial run is compared on its own cases and the row counts them (``n
 Wilcoxon p-value (``ci_low``, ``ci_high``, ``p_value``, ``n_pairs``, ``stats_method``,
 ``stats_seed``, ``stats_note``; see :mod:`agentlab.bench.stats`).
 
-* ``mode_roles``      the per-benchmark baseline / lossy / recovered mode names (from config).
+* ``mode_roles``      the per-benchmark baseline / lossy / recovered mode names (``Task.mode_roles``).
 * ``report_runs``     run id, variant, role, baseline (and lossy) run id and variant, pairing rule.
 * ``token_savings``   per case (``level = 'case'``) and per mode (``level = 'aggregate'``): prompt
                       tokens of the ``answer`` calls vs the baseline mode, as the mean of per-case
@@ -35,7 +35,7 @@ Wilcoxon p-value (``ci_low``, ``ci_high``, ``p_value``, ``n_pairs``, ``stats_met
                       A case's answer tokens are the sum over all its answer calls; the ``*_last``
                       columns take only the last answer call's prompt, the rule of the published
                       summary benchmark; ``published_token_rule`` names the rule the benchmark's
-                      published report uses (``config.PUBLISHED_TOKEN_RULES``).
+                      published report uses (``Task.published_token_rule``).
                       Only cases that are ``ok`` in both runs are compared. The interval and test
                       of an aggregate row are those of ``prompt_savings`` (mean of per-case savings).
 * ``quality_loss``    per metric, each mode vs its benchmark's baseline mode on the cases both runs
@@ -52,13 +52,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentlab.bench.config import DEFAULT_VARIANT, MODE_ROLES, PUBLISHED_TOKEN_RULES, ModeRoles
+from agentlab.bench.config import DEFAULT_VARIANT
+from agentlab.bench.facts import ModeRoles, registered_roles, registered_token_rules
 from agentlab.bench.metrics import Score
 from agentlab.bench.queries import (
     CURRENT_RUNS_CTE,
@@ -443,17 +443,20 @@ class ResultStore:
 
     # --------------------------------------------------------------------------- derived
 
-    def rebuild_derived(self, roles: Mapping[str, ModeRoles] | None = None) -> None:
+    def rebuild_derived(self, roles: Mapping[str, ModeRoles] | None = None,
+                        token_rules: Mapping[str, str] | None = None) -> None:
         """Recreate ``mode_roles``, ``report_runs``, ``token_savings``, ``quality_loss`` and ``recovery``.
 
-        ``roles``: benchmark → its mode roles; by default every registered task's
-        (:func:`registered_mode_roles`), so a plugin benchmark's runs pair wherever the tables are built.
+        ``roles``: benchmark → its mode roles; ``token_rules``: benchmark → its published token rule.
+        By default every registered task's (``Task.mode_roles``, ``Task.published_token_rule``, read
+        through :mod:`agentlab.bench.facts`), so a plugin benchmark's runs pair wherever the tables are built.
 
         ``report_runs`` pairs every run with the run it is compared with (:func:`pair_runs`); the
         SQL of the other tables reads only that pairing, so which runs meet is decided in one place.
         Then each savings, loss and recovery row gets its paired interval and p-value (:mod:`stats`).
         """
-        roles = dict(registered_mode_roles() if roles is None else roles)
+        roles = dict(registered_roles() if roles is None else roles)
+        token_rules = dict(registered_token_rules() if token_rules is None else token_rules)
         with self._lock:
             self.conn.execute("BEGIN TRANSACTION")
             try:
@@ -463,7 +466,7 @@ class ResultStore:
                 )
                 if roles:
                     self.conn.executemany("INSERT INTO mode_roles VALUES (?, ?, ?, ?, ?)",
-                                          [[b, r.baseline, r.lossy, r.recovered, PUBLISHED_TOKEN_RULES.get(b)]
+                                          [[b, r.baseline, r.lossy, r.recovered, token_rules.get(b)]
                                            for b, r in roles.items()])
                 self._write_report_runs(roles)
                 for statement in DERIVED_TABLES_SQL:
@@ -479,10 +482,11 @@ class ResultStore:
             "SELECT r.run_id, r.benchmark, r.mode, r.model, r.judge_model, r.dataset_sha256, r.task_version, "
             "r.status, r.started, r.variant, r.variant_settings, "
             "(SELECT count(*) FROM cases c WHERE c.run_id = r.run_id AND c.status = 'ok') AS n_ok, "
-            "json_extract_string(r.config, '$.context_window') AS context_window "
+            "json_extract_string(r.config, '$.context_window') AS context_window, "
+            "json_extract_string(r.config, '$.context_budget') AS context_budget "
             "FROM runs r").fetchall()
         names = ["run_id", "benchmark", "mode", "model", "judge_model", "dataset_sha256", "task_version", "status",
-                 "started", "variant", "variant_settings", "n_ok", "context_window"]
+                 "started", "variant", "variant_settings", "n_ok", "context_window", "context_budget"]
         runs = []
         for row in rows:
             run = dict(zip(names, row, strict=True))
@@ -561,24 +565,10 @@ def _role(mode: str, roles: ModeRoles | None) -> str:
     return {roles.baseline: ROLE_BASELINE, roles.lossy: ROLE_LOSSY, roles.recovered: ROLE_RECOVERED}.get(mode, ROLE_OTHER)
 
 
-def registered_mode_roles() -> dict[str, ModeRoles]:
-    """Every registered benchmark's mode roles; the built-in table when a task module fails to load.
-
-    The fallback keeps stored results reportable when one task module is broken, and says so.
-    """
-    from agentlab.bench.tasks import mode_roles
-
-    try:
-        return mode_roles()
-    except Exception as exc:  # a broken task module must not prevent reporting stored results
-        warnings.warn(f"a task module failed to load ({type(exc).__name__}: {exc}); the derived tables use "
-                      "the built-in mode roles", RuntimeWarning, stacklevel=2)
-        return dict(MODE_ROLES)
-
-
 def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The ``mode`` run ``run`` is compared with: same benchmark, model, context window (which prompts
-    fit depends on it; ``--context-window`` is not a setting, so the variant does not show it), judge
+    fit depends on it; ``--context-window`` is not a setting, so the variant does not show it) and
+    context budget (the pressure the mechanisms were under), judge
     (or either unjudged: the judge's metrics then simply do not pair), data and task version, whose
     variant settings are a subset of ``run``'s; the most specific such run wins (its own
     variant name first, then the most shared settings, then ``default``), and among equals the one
@@ -592,6 +582,7 @@ def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mappi
         r for r in runs
         if r["mode"] == mode and r["benchmark"] == run["benchmark"] and r["model"] == run["model"]
         and r.get("context_window") == run.get("context_window")
+        and r.get("context_budget") == run.get("context_budget")
         and (r["judge_model"] == run["judge_model"] or r["judge_model"] is None or run["judge_model"] is None)
         and r["dataset_sha256"] == run["dataset_sha256"]
         and r["task_version"] == run["task_version"]

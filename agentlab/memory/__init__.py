@@ -7,6 +7,8 @@
 * :class:`MemoryExtractor` and :class:`MemoryWorker` (:func:`memory_worker_for`) — automatic
   extraction after a run, on a background queue.
 * :func:`memory_tools` (``memory_search``) and :class:`MemoryPreloadProcessor` — memory in the request.
+* :class:`MemoryMechanism` — what ``LLMAgent(memory=policy)`` runs: preload, the tool, and the
+  extraction worker after completed runs; it reaches the store through ``inv.services``.
 
 "The reference" in this package is trpc-agent-go's auto memory (docs/sources.md#auto-memory).
 """
@@ -21,6 +23,7 @@ from agentlab.memory.extractor import (
     ExtractionResult,
     MemoryExtractor,
 )
+from agentlab.memory.mechanism import MemoryMechanism
 from agentlab.memory.policies import Decision, MemoryOperation, MemoryPolicy
 from agentlab.memory.preload import MemoryPreloadProcessor
 from agentlab.memory.service import InMemoryMemoryService, Memory, MemoryHit, MemoryService, MemoryVersion
@@ -40,6 +43,7 @@ __all__ = [
     "Memory",
     "MemoryExtractor",
     "MemoryHit",
+    "MemoryMechanism",
     "MemoryOperation",
     "MemoryPolicy",
     "MemoryPreloadProcessor",

@@ -32,15 +32,11 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from agentlab.memory.service import MEMORY_KINDS as MEMORY_KINDS  # re-exported: callers import it from here
+from agentlab.memory.service import SEARCH_MODES, Memory, MemoryService
 from agentlab.policy import PolicyJSON
-from agentlab.projection import PRELOAD_MEMORY, ContextMechanism, StagedProcessor
-
-if TYPE_CHECKING:
-    from agentlab.memory.service import Memory, MemoryService
-    from agentlab.runtime.invocation import Invocation
-    from agentlab.runtime.tools import Tool
 
 UpdatePolicyName = Literal["merge_similar", "preserve_history", "append_only"]
 SearchMode = Literal["lexical", "dense", "hybrid"]
@@ -48,15 +44,13 @@ TriggerCombine = Literal["all", "any"]
 PreloadOrder = Literal["recent", "relevant"]
 
 UPDATE_POLICIES: tuple[str, ...] = ("merge_similar", "preserve_history", "append_only")
-SEARCH_MODES: tuple[str, ...] = ("lexical", "dense", "hybrid")
-MEMORY_KINDS: tuple[str, ...] = ("fact", "episode")
 
 
 # ---------------------------------------------------------------------------------- the policy
 
 
 @dataclass(frozen=True)
-class MemoryPolicy(PolicyJSON, ContextMechanism):
+class MemoryPolicy(PolicyJSON):
     """Every knob of cross-session memory. Defaults follow the reference implementation."""
 
     # -- automatic extraction after a run -----------------------------------------------------
@@ -145,22 +139,6 @@ class MemoryPolicy(PolicyJSON, ContextMechanism):
     def needs_embedder(self) -> bool:
         """Whether search (and so similarity) needs the embedder: any mode but lexical."""
         return self.search_mode != "lexical"
-
-    def request_processors(self) -> list[StagedProcessor]:
-        """Memory preload, when ``preload_limit`` > 0."""
-        if not self.preload_limit:
-            return []
-        from agentlab.memory.preload import MemoryPreloadProcessor
-
-        return [StagedProcessor(PRELOAD_MEMORY, MemoryPreloadProcessor(self))]
-
-    def request_tools(self, inv: Invocation) -> Sequence[Tool]:
-        """``memory_search``, when the policy offers it and the run has a memory service."""
-        if not self.search_tool or not inv.memory_service:
-            return ()
-        from agentlab.memory.tools import memory_tools
-
-        return memory_tools(self)
 
 
 def policy_problems(policy: MemoryPolicy) -> list[str]:

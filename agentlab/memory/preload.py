@@ -15,14 +15,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentlab.core.projection import EventsRole
 from agentlab.memory.policies import MemoryPolicy
+from agentlab.memory.service import memory_service_of
 from agentlab.memory.tools import search_memories
-from agentlab.projection import EventsRole
 
 if TYPE_CHECKING:
+    from agentlab.core.invocation import Invocation
+    from agentlab.core.projection import RequestDraft
     from agentlab.memory.service import Memory
-    from agentlab.projection import RequestDraft
-    from agentlab.runtime.invocation import Invocation
 
 PRELOAD_OPEN = "<stored_memories>"
 PRELOAD_CLOSE = "</stored_memories>"
@@ -65,7 +66,7 @@ class MemoryPreloadProcessor:
     async def process(self, inv: Invocation, draft: RequestDraft) -> None:
         """Append the memory block (computed once per run) to the system text."""
         limit = self.policy.preload_limit
-        service = inv.memory_service
+        service = memory_service_of(inv)
         if limit <= 0 or service is None:
             return
         block = inv.scratch.get(_SCRATCH_KEY)
@@ -76,7 +77,8 @@ class MemoryPreloadProcessor:
             draft.system_parts.append(block)
 
     async def _select(self, inv: Invocation, limit: int) -> list[Memory]:
-        service = inv.memory_service
+        service = memory_service_of(inv)
+        assert service is not None  # process() checked
         if self.policy.preload_order == "relevant" and inv.message.content.strip():
             hits = await search_memories(service, inv.app_name, inv.user_id, inv.message.content,
                                          policy=self.policy, top_k=min(limit, self.policy.search_max_top_k))

@@ -27,11 +27,22 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from agentlab.events import new_id
-from agentlab.memory.policies import MEMORY_KINDS, SEARCH_MODES
 
 if TYPE_CHECKING:
+    from agentlab.core.invocation import Invocation
     from agentlab.recall.embed import Embedder
     from agentlab.recall.index import SearchIndex
+
+#: Memory search modes (``MemoryPolicy.search_mode``).
+SEARCH_MODES: tuple[str, ...] = ("lexical", "dense", "hybrid")
+#: The kinds of memory: stable facts about the user, and dated episodes.
+MEMORY_KINDS: tuple[str, ...] = ("fact", "episode")
+
+
+def memory_service_of(inv: Invocation) -> MemoryService | None:
+    """The run's memory store, if one is registered in its services (``inv.services.get(MemoryService)``)."""
+    return inv.services.get(MemoryService)  # type: ignore[type-abstract]
+
 
 def new_memory_id() -> str:
     """A unique memory id (``mem-`` and 16 hex digits), reproducible under :func:`~agentlab.events.reproducible_ids`.

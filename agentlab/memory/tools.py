@@ -10,11 +10,13 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from agentlab.core.tools import check_arguments, function_declaration
 from agentlab.memory.policies import MEMORY_KINDS, MemoryPolicy
+from agentlab.memory.service import memory_service_of
 
 if TYPE_CHECKING:
+    from agentlab.core.tools import Tool, ToolContext
     from agentlab.memory.service import Memory, MemoryHit, MemoryService
-    from agentlab.runtime.tools import Tool, ToolContext
 
 MEMORY_SEARCH_TOOL = "memory_search"
 
@@ -82,31 +84,18 @@ class MemorySearchTool:
 
     def declaration(self) -> dict[str, Any]:
         """The chat-completions declaration: query, optional top_k and kind."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "query": {"type": "string", "description": "What to look for, in a few words."},
-                        "top_k": {"type": "integer",
-                                  "description": f"How many memories to return (default {self.policy.search_top_k}, "
-                                                 f"at most {self.policy.search_max_top_k})."},
-                        "kind": {"type": "string", "enum": list(MEMORY_KINDS),
-                                 "description": "Only facts or only episodes (optional)."},
-                    },
-                    "required": ["query"],
-                },
-            },
-        }
+        return function_declaration(self.name, self.description, {
+            "query": {"type": "string", "description": "What to look for, in a few words."},
+            "top_k": {"type": "integer",
+                      "description": f"How many memories to return (default {self.policy.search_top_k}, "
+                                     f"at most {self.policy.search_max_top_k})."},
+            "kind": {"type": "string", "enum": list(MEMORY_KINDS),
+                     "description": "Only facts or only episodes (optional)."},
+        }, ["query"])
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
         """Search the user's memories; bad arguments raise a ``ValueError`` the model reads."""
-        unknown = set(arguments) - {"query", "top_k", "kind"}
-        if unknown:
-            raise ValueError(f"unknown argument(s) for memory_search: {', '.join(sorted(unknown))}")
+        check_arguments(self.name, arguments, ("query", "top_k", "kind"), ("query",))
         query = str(arguments.get("query") or "").strip()
         if not query:
             raise ValueError("memory_search needs a non-empty query")
@@ -120,7 +109,7 @@ class MemorySearchTool:
             except (TypeError, ValueError):
                 raise ValueError(f"memory_search top_k must be an integer, got {top_k!r}") from None
         inv = ctx.invocation
-        service = inv.memory_service
+        service = memory_service_of(inv)
         if service is None:
             raise ValueError("no memory service is configured for this run")
         hits = await search_memories(service, inv.app_name, inv.user_id, query, policy=self.policy,

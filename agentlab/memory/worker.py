@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 from agentlab.memory.extractor import ExtractionResult, MemoryExtractor
 
 if TYPE_CHECKING:
+    from agentlab.core.invocation import Invocation
     from agentlab.memory.policies import MemoryPolicy
     from agentlab.memory.service import MemoryService
     from agentlab.model.base import Model
-    from agentlab.runtime.invocation import Invocation
     from agentlab.session.base import Session, SessionService
 
 log = logging.getLogger(__name__)

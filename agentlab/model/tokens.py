@@ -121,3 +121,12 @@ def count_event(event: Event, encoding: str | None = None) -> int:
     """Tokens of an event's choice-0 message as one chat message; 0 for an event without one."""
     message = event.message
     return count_message(message, encoding) if message is not None else 0
+
+
+def event_tokens(event: Event) -> int:
+    """An event's tokens: the count stored when it was appended, else :func:`count_event` now.
+
+    The one per-event count that summary triggers, compaction stats and the incremental
+    projection share (a copy made by compaction carries its own count).
+    """
+    return event.token_count if event.token_count is not None else count_event(event)

@@ -18,6 +18,12 @@ all ends the probe: the server is unreachable, and the caller says so instead of
 Nothing here guesses: when no endpoint names the model's window, :func:`probe_window` returns no
 window and the caller either uses a window it knows for certain (the known-model table) or stops
 with an error that names ``--context-window``.
+
+Which window a run works with is decided here too, in one function: :func:`resolve_context_window`
+takes what the caller knows, most specific first (a run's override such as
+``RunOptions.context_window`` / ``--context-budget``, the agent's model, the summary model) and
+returns the first one stated, else the caller's fallback. The runtime, the summary worker and
+summariser, compaction's pressure path and the harness's prompt checks all ask it.
 """
 
 from __future__ import annotations
@@ -65,6 +71,28 @@ def _positive_int(value: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return number if number > 0 else None
+
+
+def stated_window(source: Any) -> int:
+    """The window ``source`` states: a positive int itself, a model's or ``ModelInfo``'s ``context_window``; else 0."""
+    if source is None or isinstance(source, int | str):
+        return _positive_int(source) or 0
+    info = getattr(source, "info", source)
+    return _positive_int(getattr(info, "context_window", None)) or 0
+
+
+def resolve_context_window(*sources: Any, fallback: int = 0) -> int:
+    """The first window stated by ``sources`` (in order; see :func:`stated_window`), else ``fallback``.
+
+    Pass the most specific first: a run's override (``None`` when not set), then the models whose
+    window applies. ``fallback`` is the policy's window for a custom model that states none (0:
+    unknown).
+    """
+    for source in sources:
+        window = stated_window(source)
+        if window:
+            return window
+    return fallback
 
 
 def server_root(base_url: str) -> str:

@@ -6,17 +6,16 @@ pipeline runs.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import html
 import os
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pandas as pd
 
-T = TypeVar("T")
+# Coroutines from notebook cells (a running loop) run through the harness's one helper.
+from agentlab.bench.loops import run_sync as run_sync
 
 #: The checkout this package runs from (``agentlab/notebooks/`` is two levels below it).
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -81,20 +80,6 @@ def smoke_banner(model_spec: str) -> Any:
         return HTML(f"<p><b>Model:</b> {html.escape(model_spec)}</p>")
     return HTML('<div style="border:2px solid #c44e52;background:#fbeaea;padding:8px;margin:4px 0">'
                 f"<b>{html.escape(SMOKE_LABEL)}</b></div>")
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from synchronous code, also inside a running event loop.
-
-    Jupyter runs an event loop in the kernel's thread, where ``asyncio.run`` is refused; then the
-    coroutine gets a fresh loop in a worker thread.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def side_by_side(frames: Mapping[str, pd.DataFrame | str], *, max_rows: int = 40) -> Any:

@@ -1,7 +1,8 @@
 """The runs a notebook shows: made through the CLI (resumable, so a rerun only reports), then read per run.
 
 Notebooks call the CLI in-process rather than the executor directly, so a notebook's runs are
-exactly the runs the documented command makes, with the same ids.
+exactly the runs the documented command makes, with the same ids: each goes through the one
+resolution of a run (:func:`agentlab.bench.spec.resolve_run`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def run_cli(args: Sequence[str]) -> tuple[int, str]:
 
 
 def ensure_results(benchmark: str, modes: Sequence[str], *, model: str, limit: int, db: str | os.PathLike[str],
-                   overrides: Iterable[str] = (), judge_model: str | None = None, echo: bool = True) -> pd.DataFrame:
+                   overrides: Iterable[str] = (), judge_model: str | None = None, context_budget: int | None = None,
+                   echo: bool = True) -> pd.DataFrame:
     """Make sure ``db`` holds results of every mode: run the CLI once per mode.
 
     Runs are identified by their configuration and resumable, so the CLI itself decides what is
@@ -66,6 +68,8 @@ def ensure_results(benchmark: str, modes: Sequence[str], *, model: str, limit: i
                 "--no-progress", "--json"]
         if judge_model:
             args += ["--judge-model", judge_model]
+        if context_budget is not None:
+            args += ["--context-budget", str(context_budget)]
         for assignment in overrides:
             args += ["--set", assignment]
         status, out, err = _run_cli(args)
@@ -91,7 +95,7 @@ def ensure_results(benchmark: str, modes: Sequence[str], *, model: str, limit: i
 
 def ensure_sweep(benchmark: str, mode: str, grid: Sequence[str], *, model: str, limit: int,
                  db: str | os.PathLike[str], overrides: Iterable[str] = (), context_window: int | None = None,
-                 echo: bool = True) -> pd.DataFrame:
+                 context_budget: int | None = None, echo: bool = True) -> pd.DataFrame:
     """Run ``python -m agentlab.bench sweep`` (the baseline once, then every grid point); one row per run.
 
     Resumable: a second call only reports what is stored. Raises with the CLI's error line when the
@@ -108,6 +112,8 @@ def ensure_sweep(benchmark: str, mode: str, grid: Sequence[str], *, model: str, 
         args += ["--set", assignment]
     if context_window is not None:
         args += ["--context-window", str(context_window)]
+    if context_budget is not None:
+        args += ["--context-budget", str(context_budget)]
     if echo:
         print(f"$ python -m agentlab.bench {' '.join(args)}")
     status, out, err = _run_cli(args)

@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentlab.core.projection import PRELOAD_RECALL, TOOL_GUIDE, ContextMechanism, StagedProcessor
 from agentlab.policy import PolicyJSON
-from agentlab.projection import PRELOAD_RECALL, TOOL_GUIDE, ContextMechanism, StagedProcessor
 from agentlab.recall.embed import check_embedder_spec
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
-    from agentlab.runtime.tools import Tool
+    from agentlab.core.invocation import Invocation
+    from agentlab.core.tools import Tool
 
 __all__ = ["SCOPES", "SEARCH_MODES", "RecallPolicy"]
 
@@ -152,6 +152,10 @@ class RecallPolicy(PolicyJSON, ContextMechanism):
         return tuple(names)
 
     # ------------------------------------------------------------------- request contributions
+
+    def describe(self) -> str:
+        """``"recall"``."""
+        return "recall"
 
     def request_processors(self) -> list[StagedProcessor]:
         """Preload recall (when ``preload_limit`` > 0) and the tool overview (when tools are on)."""

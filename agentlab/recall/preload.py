@@ -14,13 +14,13 @@ import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from agentlab.projection import EventsRole, in_filter
+from agentlab.core.projection import EventsRole, in_filter
 from agentlab.recall import RecallPolicy
 from agentlab.recall.search import EventHit, EventRef, compact_text, index_for_invocation
 
 if TYPE_CHECKING:
-    from agentlab.projection import RequestDraft
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
+    from agentlab.core.projection import RequestDraft
 
 __all__ = ["PRELOAD_HEADER", "PreloadRecallProcessor", "preload_hits", "render_preload_block"]
 

@@ -9,17 +9,17 @@ loading the event is worth a call.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentlab.events import Event
 from agentlab.recall import RecallPolicy
 from agentlab.recall.hits import MESSAGE_ROLES, EventHit, compact_text, iso_time, message_text
+from agentlab.session.base import Session
 
 if TYPE_CHECKING:
-    from agentlab.recall.search import UserEventIndex
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
-__all__ = ["render_hit", "window_around", "window_snippet"]
+__all__ = ["SessionSnapshots", "loaded_message", "render_hit", "utf8_page", "window_around", "window_snippet"]
 
 
 def _hit_scope(inv: Invocation, hit: EventHit, requested: str) -> str:
@@ -28,7 +28,15 @@ def _hit_scope(inv: Invocation, hit: EventHit, requested: str) -> str:
     return "other_sessions"
 
 
-def _session_events(inv: Invocation, index: UserEventIndex, session_id: str) -> list[Event]:
+class SessionSnapshots(Protocol):
+    """What rendering needs of the event index (``agentlab.recall.search.UserEventIndex``): a session by id."""
+
+    def session(self, session_id: str) -> Session | None:
+        """The indexed snapshot of a session, or ``None``."""
+        ...
+
+
+def _session_events(inv: Invocation, index: SessionSnapshots, session_id: str) -> list[Event]:
     if session_id == inv.session.id:
         return inv.session.events
     snapshot = index.session(session_id)
@@ -89,14 +97,12 @@ def window_snippet(window: Sequence[tuple[int, Event]], anchor_id: str, policy: 
     return out.strip()
 
 
-def render_hit(inv: Invocation, policy: RecallPolicy, index: UserEventIndex, hit: EventHit,
+def render_hit(inv: Invocation, policy: RecallPolicy, index: SessionSnapshots, hit: EventHit,
                 rank: int, requested_scope: str) -> dict[str, Any]:
     """One result entry of ``session_search``: where the hit is, its score, and what it says.
 
     The first ``policy.expanded_hits`` ranks carry a message window around the hit (``context``).
     """
-    from agentlab.recall.tools import loaded_message  # shared message rendering with session_load
-
     ref = hit.ref
     payload: dict[str, Any] = {
         "scope": _hit_scope(inv, hit, requested_scope),
@@ -133,3 +139,60 @@ def render_hit(inv: Invocation, policy: RecallPolicy, index: UserEventIndex, hit
         payload["content_bytes"] = len(content.encode("utf-8"))
         payload["content_truncated"] = not shown_fully
     return payload
+
+
+def utf8_page(data: bytes, offset: int, limit: int) -> tuple[int, int]:
+    """``[start, end)`` byte range of a page that starts and ends on UTF-8 character boundaries.
+
+    An offset inside a character moves back to that character's first byte (nothing is skipped);
+    an end inside a character moves back too, so the next page starts exactly there. A page
+    always holds at least one whole character when any content remains.
+    """
+    size = len(data)
+    start = min(max(offset, 0), size)
+    while 0 < start < size and (data[start] & 0xC0) == 0x80:
+        start -= 1
+    end = min(start + max(limit, 1), size)
+    while start < end < size and (data[end] & 0xC0) == 0x80:
+        end -= 1
+    if end == start and start < size:
+        end = start + 1
+        while end < size and (data[end] & 0xC0) == 0x80:
+            end += 1
+    return start, end
+
+
+def loaded_message(event: Event, *, anchor: bool, offset: int, limit: int) -> dict[str, Any] | None:
+    """One history message as the tools return it, with byte paging of its content.
+
+    Tool results carry ``tool_call_id``, ``tool_name`` and the paging fields and read
+    ``toolname: content``; other messages carry paging fields only when cut. Assistant messages
+    that carry tool calls (and empty or failed events) are left out (``None``).
+    """
+    m = event.message
+    if m is None or m.tool_calls or event.partial or event.error is not None:
+        return None
+    role = "tool" if (m.role == "tool" or m.tool_call_id) else m.role
+    if role not in MESSAGE_ROLES or not m.content:
+        return None
+    data = m.content.encode("utf-8")
+    start, end = utf8_page(data, offset, limit)
+    page = data[start:end].decode("utf-8")
+    entry: dict[str, Any] = {"event_id": event.id, "role": role, "created": iso_time(event.timestamp)}
+    if anchor:
+        entry["anchor"] = True
+    truncated = start > 0 or end < len(data)
+    if role == "tool":
+        entry["content"] = f"{m.name}: {page}" if m.name else page
+        entry["tool_call_id"] = m.tool_call_id
+        entry["tool_name"] = m.name
+    else:
+        entry["content"] = page
+    if role == "tool" or truncated:
+        entry["content_offset"] = start
+        entry["content_bytes"] = len(data)
+        entry["returned_bytes"] = end - start
+        entry["content_truncated"] = truncated
+        if end < len(data):
+            entry["next_offset"] = end
+    return entry

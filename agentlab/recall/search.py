@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentlab.core.projection import in_filter
 from agentlab.events import Event
-from agentlab.projection import in_filter
 from agentlab.recall import SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.embed import Embedder, shared_embedder
 from agentlab.recall.hits import (
@@ -46,10 +46,10 @@ from agentlab.recall.query import (
     search_with_fallback,
 )
 from agentlab.recall.render import render_hit, window_around, window_snippet
-from agentlab.session.base import Session, SessionHead, SessionService, SummaryBoundary
+from agentlab.session.base import Session, SessionHead, SessionService, SummaryBoundary, ledger_extends
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 __all__ = [
     "MESSAGE_ROLES",
@@ -143,7 +143,7 @@ class UserEventIndex:
                 continue
             session: Session | None = None
             if (current is not None and current.id == session_id and len(current.events) == head.event_count
-                    and (not current.events or current.events[-1].id == head.last_event_id)):
+                    and ledger_extends(current.events, head.event_count, head.last_event_id)):
                 session = current
             else:
                 session = await self.service.get_session(self.app_name, self.user_id, session_id)
@@ -164,10 +164,7 @@ class UserEventIndex:
     def _sync_session(self, session: Session) -> None:
         state = self._sessions.get(session.id)
         events = session.events
-        if state is not None and (
-            len(events) < state.count
-            or (state.count and events[state.count - 1].id != state.last_event_id)
-        ):
+        if state is not None and not ledger_extends(events, state.count, state.last_event_id):
             # The ledger is append-only, so a shorter or different prefix means the session
             # was deleted and recreated under the same id: start it over.
             self._drop(session.id)

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentlab.core.projection import EventsRole
+from agentlab.core.tools import check_arguments, function_declaration
 from agentlab.events import Event
-from agentlab.projection import EventsRole
 from agentlab.recall import SCOPES, SEARCH_MODES, RecallPolicy
-from agentlab.recall.search import MESSAGE_ROLES, iso_time, session_search
+from agentlab.recall.render import loaded_message, utf8_page
+from agentlab.recall.search import MESSAGE_ROLES, session_search
 
 if TYPE_CHECKING:
-    from agentlab.projection import RequestDraft
-    from agentlab.runtime.invocation import Invocation
-    from agentlab.runtime.tools import Tool, ToolContext
+    from agentlab.core.invocation import Invocation
+    from agentlab.core.projection import RequestDraft
+    from agentlab.core.tools import Tool, ToolContext
 
 __all__ = [
     "LOAD_NOTE",
@@ -55,27 +57,6 @@ LOAD_DESCRIPTION = (
 # ================================================================================== helpers
 
 
-def utf8_page(data: bytes, offset: int, limit: int) -> tuple[int, int]:
-    """``[start, end)`` byte range of a page that starts and ends on UTF-8 character boundaries.
-
-    An offset inside a character moves back to that character's first byte (nothing is skipped);
-    an end inside a character moves back too, so the next page starts exactly there. A page
-    always holds at least one whole character when any content remains.
-    """
-    size = len(data)
-    start = min(max(offset, 0), size)
-    while 0 < start < size and (data[start] & 0xC0) == 0x80:
-        start -= 1
-    end = min(start + max(limit, 1), size)
-    while start < end < size and (data[end] & 0xC0) == 0x80:
-        end -= 1
-    if end == start and start < size:
-        end = start + 1
-        while end < size and (data[end] & 0xC0) == 0x80:
-            end += 1
-    return start, end
-
-
 def normalise_window(before: int | None, after: int | None, policy: RecallPolicy) -> tuple[int, int]:
     """Reference window rules: negatives -> 0; both 0 -> the defaults; then shrink to the span.
 
@@ -93,42 +74,6 @@ def normalise_window(before: int | None, after: int | None, policy: RecallPolicy
         else:
             break
     return b, a
-
-
-def loaded_message(event: Event, *, anchor: bool, offset: int, limit: int) -> dict[str, Any] | None:
-    """One history message as the tools return it, with byte paging of its content.
-
-    Tool results carry ``tool_call_id``, ``tool_name`` and the paging fields and read
-    ``toolname: content``; other messages carry paging fields only when cut. Assistant messages
-    that carry tool calls (and empty or failed events) are left out (``None``).
-    """
-    m = event.message
-    if m is None or m.tool_calls or event.partial or event.error is not None:
-        return None
-    role = "tool" if (m.role == "tool" or m.tool_call_id) else m.role
-    if role not in MESSAGE_ROLES or not m.content:
-        return None
-    data = m.content.encode("utf-8")
-    start, end = utf8_page(data, offset, limit)
-    page = data[start:end].decode("utf-8")
-    entry: dict[str, Any] = {"event_id": event.id, "role": role, "created": iso_time(event.timestamp)}
-    if anchor:
-        entry["anchor"] = True
-    truncated = start > 0 or end < len(data)
-    if role == "tool":
-        entry["content"] = f"{m.name}: {page}" if m.name else page
-        entry["tool_call_id"] = m.tool_call_id
-        entry["tool_name"] = m.name
-    else:
-        entry["content"] = page
-    if role == "tool" or truncated:
-        entry["content_offset"] = start
-        entry["content_bytes"] = len(data)
-        entry["returned_bytes"] = end - start
-        entry["content_truncated"] = truncated
-        if end < len(data):
-            entry["next_offset"] = end
-    return entry
 
 
 def _latest_tool_result_id(events: list[Event], tool_call_id: str) -> str:
@@ -233,23 +178,6 @@ async def session_load(inv: Invocation, policy: RecallPolicy, *, session_id: str
 # ===================================================================================== tools
 
 
-def _tool_declaration(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required},
-        },
-    }
-
-
-def _check_arguments(tool: str, arguments: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(arguments) - allowed)
-    if unknown:
-        raise ValueError(f"unknown argument(s) for {tool}: {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
-
-
 class SessionSearchTool:
     """The ``session_search`` tool: searches earlier history in one of four scopes."""
 
@@ -261,7 +189,7 @@ class SessionSearchTool:
 
     def declaration(self) -> dict[str, Any]:
         """The declaration of ``session_search``, with the policy's defaults stated."""
-        return _tool_declaration(
+        return function_declaration(
             self.name,
             self.description,
             {
@@ -282,7 +210,7 @@ class SessionSearchTool:
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Run ``session_search`` with the model's arguments (unknown ones are an error it reads)."""
-        _check_arguments(self.name, arguments, {"query", "scope", "top_k", "min_score", "search_mode"})
+        check_arguments(self.name, arguments, ("query", "scope", "top_k", "min_score", "search_mode"), ("query",))
         return await session_search(
             ctx.invocation,
             self.policy,
@@ -306,7 +234,7 @@ class SessionLoadTool:
     def declaration(self) -> dict[str, Any]:
         """The declaration of ``session_load``, with the policy's defaults stated."""
         p = self.policy
-        return _tool_declaration(
+        return function_declaration(
             self.name,
             self.description,
             {
@@ -326,8 +254,8 @@ class SessionLoadTool:
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Run ``session_load`` with the model's arguments (unknown ones are an error it reads)."""
-        _check_arguments(self.name, arguments, {"session_id", "event_id", "tool_call_id", "before", "after",
-                                                "content_offset", "content_limit"})
+        check_arguments(self.name, arguments, ("session_id", "event_id", "tool_call_id", "before", "after",
+                                               "content_offset", "content_limit"))
         return await session_load(
             ctx.invocation,
             self.policy,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
+from agentlab.core.build import TOOL_BUDGET_NOTE, build_draft, finish_request, request_chain, request_tools
+from agentlab.core.invocation import Agent, Invocation
+from agentlab.core.projection import ContextMechanism, RequestDraft, RequestProcessor, as_mechanism
+from agentlab.core.tools import Tool, ToolContext, render_tool_result
 from agentlab.events import (
     OBJ_CHUNK,
     OBJ_COMPACTION,
@@ -16,21 +21,7 @@ from agentlab.events import (
     ToolCall,
 )
 from agentlab.model.base import GenerationConfig, Model, ModelError, ModelRequest, ModelResponse
-from agentlab.projection import (
-    CURRENT_INPUT,
-    HISTORY,
-    INSTRUCTION,
-    ContextMechanism,
-    RequestDraft,
-    RequestProcessor,
-    StagedProcessor,
-    order_by_stage,
-    run_processors,
-)
-from agentlab.runtime.context import CurrentInputProcessor, HistoryProcessor, InstructionProcessor
-from agentlab.runtime.invocation import Invocation
 from agentlab.runtime.projection_cache import ProjectionCache, plan_for
-from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
 
 if TYPE_CHECKING:
     from agentlab.compaction import CompactionPolicy
@@ -38,33 +29,20 @@ if TYPE_CHECKING:
     from agentlab.recall import RecallPolicy
     from agentlab.summary import SummaryPolicy
 
-TOOL_BUDGET_NOTE = (
-    "The tool-call budget for this request is used up. Answer now from what you already have; "
-    "do not call tools."
-)
-
-
-@runtime_checkable
-class Agent(Protocol):
-    """What the Runner drives: takes a work order, streams the events of the run."""
-
-    name: str
-
-    def run(self, inv: Invocation) -> AsyncIterator[Event]:
-        """Run ``inv`` and yield its events (the Runner decides which ones are persisted)."""
-        ...
+__all__ = ["TOOL_BUDGET_NOTE", "Agent", "LLMAgent"]
 
 
 class LLMAgent:
     """Alternates model calls and tool calls until the model answers without calling a tool.
 
-    Every context-governance mechanism is a policy: ``summary`` (rolling summary injected with
-    its boundary), ``compaction`` (request-side tool-result compaction and the pre-model
-    pressure path), ``recall`` (session_search / session_load tools, preload recall) and
-    ``memory`` (memory_search tool, memory preload). ``None`` switches a mechanism off.
-    Further mechanisms go in ``mechanisms``. Each one contributes its processors at declared
-    stages, its tools and a last look at the request (:class:`agentlab.projection.ContextMechanism`);
-    the agent only orders what they contribute.
+    Context governance is a list of :class:`~agentlab.core.ContextMechanism` (``mechanisms=``).
+    ``summary=``, ``compaction=``, ``recall=`` and ``memory=`` are conveniences for the built-in
+    policies: each becomes a mechanism in front of ``mechanisms`` (in that order), bound to its
+    model through :meth:`~agentlab.core.ContextMechanism.for_model` (``summary_model`` for the
+    summary, else the agent's model). The agent never looks at which mechanism is which: it
+    orders their processors by stage, offers their tools after its own, and gives each the
+    finished request (:meth:`~agentlab.core.ContextMechanism.before_request`); the Runner calls
+    their lifecycle hooks.
     """
 
     def __init__(
@@ -95,8 +73,9 @@ class LLMAgent:
         self.compaction = compaction
         self.recall = recall
         self.memory = memory
-        #: Mechanisms beyond the four named policies; they contribute after them, in this order.
+        #: Mechanisms beyond the four convenience keywords; they contribute after them, in this order.
         self.mechanisms = list(mechanisms)
+        self._bound: tuple[tuple[Any, ...], list[ContextMechanism]] | None = None
         self.generation = generation or GenerationConfig()
         self.max_tool_iterations = max_tool_iterations
         self.stream = stream
@@ -109,31 +88,29 @@ class LLMAgent:
     # ---------------------------------------------------------------------------- projection
 
     def context_mechanisms(self) -> list[ContextMechanism]:
-        """The mechanisms switched on, in contribution order.
+        """The mechanisms switched on, in contribution order, each bound to its model.
 
-        That is summary, compaction, recall, memory, then ``mechanisms``: tools are offered in this
-        order; processors are ordered by stage (ties in this order).
+        That is the convenience keywords (summary, compaction, recall, memory), then ``mechanisms``:
+        tools are offered in this order; processors are ordered by stage (ties in this order).
+        Rebuilt only when one of those attributes was replaced.
         """
-        named = (self.summary, self.compaction, self.recall, self.memory)
-        return [m for m in named if m is not None] + self.mechanisms
+        key = (self.summary, self.summary_model, self.compaction, self.recall, self.memory, self.model,
+               *self.mechanisms)
+        bound = self._bound
+        if bound is None or len(bound[0]) != len(key) or not all(map(operator.is_, bound[0], key)):
+            specs = ((self.summary, self.summary_model), (self.compaction, self.model), (self.recall, self.model),
+                     (self.memory, self.model), *((m, self.model) for m in self.mechanisms))
+            bound = (key, [as_mechanism(spec, model) for spec, model in specs if spec is not None])
+            self._bound = bound
+        return bound[1]
 
     def default_processors(self) -> list[RequestProcessor]:
         """The request chain: the agent's own steps and what each mechanism contributes, by stage."""
-        staged = [
-            StagedProcessor(INSTRUCTION, InstructionProcessor()),
-            StagedProcessor(HISTORY, HistoryProcessor()),
-            StagedProcessor(CURRENT_INPUT, CurrentInputProcessor()),
-        ]
-        for mechanism in self.context_mechanisms():
-            staged.extend(mechanism.request_processors())
-        return order_by_stage(staged)
+        return request_chain(self.context_mechanisms())
 
     def resolve_tools(self, inv: Invocation) -> list[Tool]:
         """The agent's tools, then each mechanism's, for ``inv``'s requests."""
-        tools = list(self.tools)
-        for mechanism in self.context_mechanisms():
-            tools.extend(mechanism.request_tools(inv))
-        return tools
+        return request_tools(inv, self.tools, self.context_mechanisms())
 
     def generation_for(self, inv: Invocation) -> GenerationConfig:
         """The run's generation settings, else the agent's."""
@@ -141,28 +118,25 @@ class LLMAgent:
 
     async def build_draft(self, inv: Invocation, *, allow_tools: bool = True) -> RequestDraft:
         """Run the request chain (through the projection cache when it can mirror the chain)."""
-        draft = RequestDraft(
-            tools=self.resolve_tools(inv) if allow_tools else [],
-            config=self.generation_for(inv),
-        )
         plan = plan_for(self.processors) if self.incremental_projection else None
-        if plan is None:
-            await run_processors(inv, self.processors, draft)
-        else:
-            await self.projection_cache.build(inv, self.processors, plan, draft)
-        if not allow_tools:
-            draft.trailing_system.append(TOOL_BUDGET_NOTE)
-        return draft
+        stage = None
+        if plan is not None:
+            cache = self.projection_cache
+
+            async def stage(inv: Invocation, processors: Sequence[RequestProcessor], draft: RequestDraft) -> None:
+                await cache.build(inv, processors, plan, draft)
+
+        return await build_draft(inv, self.processors, tools=self.resolve_tools(inv) if allow_tools else [],
+                                 config=self.generation_for(inv), allow_tools=allow_tools, events_stage=stage)
 
     async def build_request(self, inv: Invocation, *, allow_tools: bool = True) -> tuple[ModelRequest, RequestDraft]:
-        """Project the session into the request for the next model call."""
+        """Project the session into the request for the next model call (see :func:`agentlab.core.project`)."""
         draft = await self.build_draft(inv, allow_tools=allow_tools)
-        request = draft.to_model_request()
-        for mechanism in self.context_mechanisms():
-            revised = await mechanism.revise_request(self, inv, request, draft, allow_tools=allow_tools)
-            if revised is not None:
-                request, draft = revised
-        return request, draft
+
+        async def rebuild() -> RequestDraft:
+            return await self.build_draft(inv, allow_tools=allow_tools)
+
+        return await finish_request(inv, self.context_mechanisms(), draft, allow_tools=allow_tools, rebuild=rebuild)
 
     # ---------------------------------------------------------------------------- the loop
 

@@ -36,15 +36,16 @@ earlier read of the same session (backends hand out copies); it is equal, the le
 
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentlab.events import Event, Message
-from agentlab.model import tokens
-from agentlab.projection import (
+from agentlab.core.projection import (
+    CompactionStep,
     EventsRole,
     RenderedHistory,
     RequestDraft,
@@ -56,11 +57,17 @@ from agentlab.projection import (
     round_start,
     run_processors,
 )
+from agentlab.core.rules import protected_units, unit_of
+from agentlab.events import Event, Message
+from agentlab.model import tokens
+from agentlab.model.tokens import event_tokens
+from agentlab.session.base import ledger_extends
 
 if TYPE_CHECKING:
-    from agentlab.compaction import CompactionPolicy, CompactionProcessor
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
     from agentlab.session.base import Summary
+
+log = logging.getLogger(__name__)
 
 #: Sessions whose projection one agent keeps (least recently used dropped first).
 DEFAULT_MAX_SESSIONS = 64
@@ -76,17 +83,18 @@ class ProjectionPlan:
     history: RequestProcessor
     current_input: RequestProcessor
     summary: SummaryStep | None = None
-    compaction: CompactionProcessor | None = None
+    compaction: CompactionStep | None = None
 
 
-def plan_for(processors: Sequence[RequestProcessor]) -> ProjectionPlan | None:
-    """The plan for a chain, or ``None`` when the chain holds a processor this cache cannot mirror.
+def plan_or_reason(processors: Sequence[RequestProcessor]) -> tuple[ProjectionPlan | None, str]:
+    """The plan for a chain, or ``None`` and why this cache cannot mirror it.
 
-    Each processor declares what it does to ``draft.events`` (:class:`~agentlab.projection.EventsRole`).
+    Each processor declares what it does to ``draft.events`` (:class:`~agentlab.core.EventsRole`).
     Required: exactly one history and one current-input step, at most one summary step (between
     them) and one compaction step (after current input), and every other processor declared as
-    leaving the events untouched. A compaction step must be ``agentlab.compaction``'s processor
-    (the cache calls its per-event decision).
+    leaving the events untouched. The roles are the whole contract: a summary step implements
+    :class:`~agentlab.core.SummaryStep`, a compaction step :class:`~agentlab.core.CompactionStep`,
+    whatever their class.
     """
     found: dict[EventsRole, RequestProcessor] = {}
     order: list[EventsRole] = []
@@ -94,27 +102,33 @@ def plan_for(processors: Sequence[RequestProcessor]) -> ProjectionPlan | None:
         role = getattr(p, "events_role", None)
         if role is EventsRole.UNTOUCHED:
             continue
-        if role not in _MIRRORED or role in found:
-            return None
+        name = getattr(p, "name", type(p).__name__)
+        if role is None:
+            return None, f"processor {name!r} declares no events_role"
+        if role not in _MIRRORED:
+            return None, f"processor {name!r} declares {role}, which the cache does not mirror"
+        if role in found:
+            return None, f"two processors declare {role} ({getattr(found[role], 'name', '?')!r} and {name!r})"
         found[role] = p
         order.append(role)
     if EventsRole.HISTORY not in found or EventsRole.CURRENT_INPUT not in found:
-        return None
+        return None, "the chain has no history step or no current-input step"
     if order != [r for r in _MIRRORED if r in found]:
-        return None
-    compaction = found.get(EventsRole.COMPACTION)
-    if compaction is not None:
-        from agentlab.compaction import CompactionProcessor
-
-        if not isinstance(compaction, CompactionProcessor):
-            return None
-    summary = found.get(EventsRole.SUMMARY)
+        return None, "the event steps are not in the order history, summary, current input, compaction"
     return ProjectionPlan(
         history=found[EventsRole.HISTORY],
         current_input=found[EventsRole.CURRENT_INPUT],
-        summary=summary,  # type: ignore[arg-type]  # the declared SUMMARY role promises the SummaryStep methods
-        compaction=compaction,
-    )
+        summary=found.get(EventsRole.SUMMARY),  # type: ignore[arg-type]  # the SUMMARY role promises SummaryStep
+        compaction=found.get(EventsRole.COMPACTION),  # type: ignore[arg-type]  # the COMPACTION role: CompactionStep
+    ), ""
+
+
+def plan_for(processors: Sequence[RequestProcessor]) -> ProjectionPlan | None:
+    """The plan for a chain, or ``None`` (logged at debug level, with the reason) to take the full chain."""
+    plan, reason = plan_or_reason(processors)
+    if plan is None:
+        log.debug("projection cache: the full chain builds every request: %s", reason)
+    return plan
 
 
 @dataclass
@@ -187,6 +201,8 @@ class ProjectionCache:
         self._lock = threading.Lock()
         #: Calls served incrementally, rebuilt from scratch, and handed to the full chain.
         self.counts = {"incremental": 0, "rebuilt": 0, "full_chain": 0}
+        #: Why the latest call handed to the full chain did ("" before any did).
+        self.last_reason = ""
 
     def clear(self) -> None:
         """Forget every kept projection (the next call of each session rebuilds)."""
@@ -198,6 +214,8 @@ class ProjectionCache:
         """Run the chain into ``draft``, with its events stage served from the cache when possible."""
         projected = self.project(inv, draft, plan)
         if projected is None:
+            log.debug("projection cache: session %s takes the full chain for this call: %s", inv.session.id,
+                      self.last_reason)
             await run_processors(inv, list(processors), draft)
             return
         for p in processors:
@@ -220,8 +238,10 @@ class ProjectionCache:
         with self._lock:
             rebuilt_before = self.counts["rebuilt"]
             result = self._project(inv, draft, plan)
-            if result is None:
+            if isinstance(result, str):
+                self.last_reason = result
                 self.counts["full_chain"] += 1
+                return None
             elif self.counts["rebuilt"] == rebuilt_before:
                 self.counts["incremental"] += 1
         return result
@@ -239,34 +259,32 @@ class ProjectionCache:
             self._states.move_to_end(key)
         return state
 
-    def _project(self, inv: Invocation, draft: RequestDraft, plan: ProjectionPlan) -> Projected | None:
-        from agentlab.compaction import offers_session_load
-
+    def _project(self, inv: Invocation, draft: RequestDraft, plan: ProjectionPlan) -> Projected | str:
+        """The events stage, or why the full chain must build it."""
         session = inv.session
         ledger = session.events
         compaction = plan.compaction
-        policy: CompactionPolicy | None = compaction.policy if compaction is not None else None
+        compaction_signature = compaction.signature(draft) if compaction is not None else None
         current_unit = inv.request_id or None
         # What the kept projection depends on besides the ledger and the boundary. It is part of
         # the key, so that requests which alternate (say, with and without tools once the tool
         # budget is spent) each keep their own projection instead of rebuilding one another's.
-        signature = (policy, offers_session_load(draft.tools) if policy is not None else None,
-                     current_unit is not None, plan.summary is not None)
+        signature = (compaction_signature, current_unit is not None, plan.summary is not None)
         key = (inv.app_name, inv.user_id, session.id, inv.filter_key, signature)
         state = self._state(key)
-        if len(ledger) < state.ledger_len or (state.ledger_len and ledger[state.ledger_len - 1].id != state.last_id):
-            # Not an extension of the ledger seen before: the session was recreated. Start over.
+        if not ledger_extends(ledger, state.ledger_len, state.last_id):
+            # Not the ledger seen before with events appended: the session was recreated. Start over.
             state = self._states[key] = _Projection()
         self._consume_ledger(state, ledger)
         if state.broken:
-            return None
+            return "the ledger has an empty or repeated event id"
 
         summary = plan.summary.pick(session, inv.filter_key) if plan.summary is not None else None
         boundary = -1
         if summary is not None and summary.boundary is not None:
             boundary = state.positions.get(summary.boundary.last_event_id, -1) if summary.boundary.last_event_id else -1
             if boundary < 0:
-                return None  # a time-only (legacy) boundary: the full chain resolves it
+                return "the summary boundary names no event of the ledger (a time-only boundary)"
         if state.signature != signature or state.boundary != boundary:
             state.reset_kept(signature, boundary)
             self._rebuild_kept(state, ledger, inv.filter_key)
@@ -275,36 +293,35 @@ class ProjectionCache:
             self._extend_kept(state, ledger, inv.filter_key)
 
         if plan.summary is not None and plan.summary.carried_over(inv, state.covered, state.kept):
-            return None  # the summary cut a tool round: the full chain re-projects it
+            return "the summary boundary splits a tool round or covers this run's tool round"
         current = inv.user_event
         virtual: Event | None = None
         if current is not None and current.id not in state.kept_ids:
             m = current.message
             if inv.id in state.first_of_invocation or (m is not None and (m.role != "user" or m.tool_calls)):
-                return None
+                return "the current input is not a plain user message at the end of the history"
             virtual = current
 
         kept = state.kept
         n = len(kept) + (virtual is not None)
         protected = self._protected(state, virtual, current_unit,
-                                    policy.keep_recent_requests if policy is not None else 0)
-        if policy is not None:
+                                    compaction.keep_recent_requests if compaction is not None else 0)
+        if compaction is not None:
             for unit in protected.symmetric_difference(state.protected):
                 first = state.first_tool_result.get(unit)
                 if first is not None:
                     state.mark_dirty(first)
         state.protected = protected
-        self._render_tail(state, virtual, n, protected, compaction, signature[1] or False, current_unit is not None)
+        self._render_tail(state, virtual, n, protected, compaction, compaction_signature, current_unit is not None)
         state.valid_upto = len(kept)  # the current input (if virtual) is recomputed next time
 
         totals = state.sums[n]
         stat = None
         if compaction is not None and (totals[3] + totals[4] + totals[5]):
-            from agentlab.compaction import compaction_stat
-
             before = totals[0]
-            stat = compaction_stat(totals[3] + totals[4] + totals[5], before, before - totals[1] + totals[2],
-                                   totals[3], totals[4], totals[5])
+            stat = compaction.stat(totals[3] + totals[4] + totals[5], before, before - totals[1] + totals[2],
+                                   {name: count for name, count in zip(("pass0", "pass1", "pass2"), totals[3:], strict=True)
+                                    if count})
         return Projected(events=list(state.out_events), rendered=RenderedHistory(list(state.msgs), state.msg_tokens[-1]),
                          summary=summary, stat=stat)
 
@@ -331,8 +348,6 @@ class ProjectionCache:
 
     @staticmethod
     def _extend_kept(state: _Projection, ledger: list[Event], filter_key: str) -> None:
-        from agentlab.compaction import unit_of
-
         kept = state.kept
         state.mark_dirty(len(kept))
         for index in range(state.kept_until, len(ledger)):
@@ -371,36 +386,19 @@ class ProjectionCache:
     @staticmethod
     def _protected(state: _Projection, virtual: Event | None, current_unit: str | None,
                    keep_recent: int) -> frozenset[str]:
-        """``compaction.protected_units`` over E, walking back only as far as the recent units go."""
-        from agentlab.compaction import unit_of
-
-        recent: list[str] = []
-        if keep_recent > 0:
-            kept = state.kept
-            seen: set[str] = set()
-            position = len(kept) - (virtual is None)
-            while position >= 0 and len(recent) < keep_recent:
-                e = kept[position] if position < len(kept) else virtual
-                assert e is not None  # the walk starts inside ``kept`` when there is no virtual input
-                position -= 1
-                unit = unit_of(e)
-                if unit is None or unit in seen:
-                    continue
-                seen.add(unit)
-                # A unit is completed once any of its events in view is a final answer; the
-                # current input (a user message) never is one.
-                if unit != current_unit and state.unit_finals.get(unit, 0) > 0:
-                    recent.append(unit)
-        protected = set(recent)
-        if current_unit:
-            protected.add(current_unit)
-        return frozenset(protected)
+        """:func:`agentlab.core.protected_units` over E, walking back only as far as the recent units go."""
+        # Units from the newest event back (the walk stops once enough are found). A unit is
+        # completed once any of its events in view is a final answer: ``unit_finals`` holds
+        # exactly those units (the current input, a user message, never is one).
+        newest_first: Iterator[str | None] = map(unit_of, reversed(state.kept))
+        if virtual is not None:
+            newest_first = itertools.chain((unit_of(virtual),), newest_first)
+        return protected_units(newest_first, state.unit_finals, current_unit, keep_recent)
 
     @staticmethod
     def _render_tail(state: _Projection, virtual: Event | None, n: int, protected: frozenset[str],
-                     compaction: CompactionProcessor | None, session_load: bool, has_current: bool) -> None:
-        from agentlab.compaction import _event_tokens, unit_of
-
+                     compaction: CompactionStep | None, compaction_signature: tuple[Any, ...] | None,
+                     has_current: bool) -> None:
         start = min(state.valid_upto, len(state.out_events))
         del state.out_events[start:]
         del state.sums[start + 1:]
@@ -425,15 +423,15 @@ class ProjectionCache:
                 if key in decisions:
                     decision = decisions[key]
                 else:
-                    decision = compaction.compact_event(e, historical=historical, has_current=has_current,
-                                                        session_load=session_load)
+                    decision = compaction.decide(e, historical=historical, has_current=has_current,
+                                                 draft_signature=compaction_signature or ())
                     if e is not virtual:
                         decisions[key] = decision
                 if decision is not None:
                     out, pass_name = decision
-                    replaced_old, replaced_new = _event_tokens(e), _event_tokens(out)
+                    replaced_old, replaced_new = event_tokens(e), event_tokens(out)
                     passes[int(pass_name[-1])] = 1
-            total = (total[0] + _event_tokens(e), total[1] + replaced_old, total[2] + replaced_new,
+            total = (total[0] + event_tokens(e), total[1] + replaced_old, total[2] + replaced_new,
                      total[3] + passes[0], total[4] + passes[1], total[5] + passes[2])
             state.sums.append(total)
             state.out_events.append(out)
@@ -447,4 +445,4 @@ class ProjectionCache:
             state.msg_at.append(len(state.msgs))
 
 
-__all__ = ["DEFAULT_MAX_SESSIONS", "Projected", "ProjectionCache", "ProjectionPlan", "plan_for"]
+__all__ = ["DEFAULT_MAX_SESSIONS", "Projected", "ProjectionCache", "ProjectionPlan", "plan_for", "plan_or_reason"]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+from agentlab.core.invocation import Agent, Invocation, RunOptions
+from agentlab.core.projection import ContextMechanism
+from agentlab.core.services import ServiceRegistry, SummaryService
 from agentlab.events import OBJ_RUN_DONE, Event, Message, user_event
-from agentlab.runtime.agent import Agent
-from agentlab.runtime.invocation import Invocation, RunOptions
 from agentlab.session.base import SessionService
 
 log = logging.getLogger(__name__)
@@ -24,8 +25,15 @@ class Runner:
     ``run`` gets or creates the session, persists the user input before the agent starts,
     registers the run (so :meth:`cancel` can stop it), streams every event out, persists only
     qualifying events (a state delta, or a complete valid response — never partial chunks),
-    and emits a completion event. Hook points: ``after_append`` (a summary job may be enqueued
-    there) and ``after_run`` (memory extraction).
+    and emits a completion event.
+
+    The agent's context mechanisms (``agent.context_mechanisms()``, when it has them) take part
+    through their hooks: :meth:`~agentlab.core.ContextMechanism.open` here, with the Runner's
+    typed :attr:`services` (the session service, ``memory_service``, anything in ``services``);
+    ``on_event_appended`` after every persisted event; ``on_run_completed`` after a completed
+    run; ``close`` from :meth:`close`. The summary mechanism's worker and the memory mechanism's
+    extraction attach that way; the Runner names no mechanism. ``after_append`` / ``after_run``
+    are plain callbacks run after the hooks.
     """
 
     def __init__(
@@ -37,6 +45,7 @@ class Runner:
         memory_service: Any = None,
         summary_worker: Any = None,
         memory_worker: Any = None,
+        services: Sequence[Any] | ServiceRegistry = (),
         after_append: list[AppendHook] | None = None,
         after_run: list[CompletionHook] | None = None,
     ) -> None:
@@ -44,19 +53,48 @@ class Runner:
         self.agent = agent
         self.session_service = session_service
         self.memory_service = memory_service
-        if summary_worker is None and getattr(agent, "summary", None) is not None:
-            from agentlab.summary import summary_worker_for
-
-            summary_worker = summary_worker_for(agent, session_service)
-        self.summary_worker = summary_worker
-        if memory_worker is None and memory_service is not None and getattr(agent, "memory", None) is not None:
-            from agentlab.memory.worker import memory_worker_for
-
-            memory_worker = memory_worker_for(agent, memory_service)
-        self.memory_worker = memory_worker
+        if isinstance(services, ServiceRegistry):
+            self.services = services
+        else:
+            self.services = ServiceRegistry()
+            for service in services:
+                self.services.add(service)
+        self.services.add(session_service, as_type=SessionService)
+        if memory_service is not None:
+            self.services.add(memory_service)
+        # Workers handed in explicitly are the Runner's to close, as the ones mechanisms create are.
+        if summary_worker is not None:
+            self.services.add(summary_worker, as_type=SummaryService, owned=True)
+        if memory_worker is not None:
+            self.services.add(memory_worker, owned=True, name="memory_worker")
         self.after_append = list(after_append or [])
         self.after_run = list(after_run or [])
         self._active: dict[str, Invocation] = {}
+        for mechanism in self.mechanisms:
+            mechanism.open(self.services)
+
+    @property
+    def mechanisms(self) -> list[ContextMechanism]:
+        """The agent's context mechanisms (none for an agent that has no ``context_mechanisms``)."""
+        listed = getattr(self.agent, "context_mechanisms", None)
+        return list(listed()) if listed is not None else []
+
+    @property
+    def summary_worker(self) -> Any:
+        """The registered :class:`~agentlab.core.SummaryService` (the summary worker), or ``None``."""
+        return self.services.get(SummaryService)
+
+    @summary_worker.setter
+    def summary_worker(self, worker: Any) -> None:
+        if worker is None:
+            self.services.remove(SummaryService)
+        else:
+            self.services.add(worker, as_type=SummaryService, owned=True)
+
+    @property
+    def memory_worker(self) -> Any:
+        """The memory extraction worker the memory mechanism runs (older attribute), or ``None``."""
+        return self.services.named("memory_worker")
 
     @property
     def active_runs(self) -> list[str]:
@@ -95,8 +133,7 @@ class Runner:
             message=msg,
             options=options or RunOptions(),
             filter_key=filter_key,
-            memory_service=self.memory_service,
-            summary_worker=self.summary_worker,
+            services=self.services,
         )
         first = user_event(msg.content, invocation_id=inv.id, request_id=inv.request_id, filter_key=filter_key)
         if msg.role != "user" or msg.tool_calls:
@@ -105,6 +142,8 @@ class Runner:
         # The input is durable before any model sees it: a crash or cancel cannot lose it.
         await svc.append_event(session, first)
         self._active[inv.id] = inv
+        mechanisms = self.mechanisms
+        await self._after_append(inv, first, mechanisms)
         status = "completed"
         try:
             yield first
@@ -115,7 +154,7 @@ class Runner:
                     event.request_id = inv.request_id
                 if event.qualifies():
                     await svc.append_event(session, event)
-                    await self._after_append(inv, event)
+                    await self._after_append(inv, event, mechanisms)
                 if event.error:
                     status = "error"
                 yield event
@@ -136,17 +175,17 @@ class Runner:
             metadata={"status": status},
         )
         if status == "completed":
-            await self._after_run(inv)
+            await self._after_run(inv, mechanisms)
 
-    async def _after_append(self, inv: Invocation, event: Event) -> None:
-        if self.summary_worker is not None:
-            await self.summary_worker.on_event_appended(inv, event)
+    async def _after_append(self, inv: Invocation, event: Event, mechanisms: list[ContextMechanism]) -> None:
+        for mechanism in mechanisms:
+            await mechanism.on_event_appended(inv, event)
         for hook in self.after_append:
             await hook(inv, event)
 
-    async def _after_run(self, inv: Invocation) -> None:
-        if self.memory_worker is not None:
-            await self.memory_worker.on_run_completed(inv)
+    async def _after_run(self, inv: Invocation, mechanisms: list[ContextMechanism]) -> None:
+        for mechanism in mechanisms:
+            await mechanism.on_run_completed(inv)
         for hook in self.after_run:
             await hook(inv)
 
@@ -161,7 +200,7 @@ class Runner:
         return (f"error: {error.error}" if error else ""), events
 
     async def close(self) -> None:
-        """Let background work finish (summary and memory workers), then release it."""
-        for worker in (self.summary_worker, self.memory_worker):
-            if worker is not None and hasattr(worker, "close"):
-                await worker.close()
+        """Let background work finish (the mechanisms' workers), then release it."""
+        for mechanism in self.mechanisms:
+            await mechanism.close()
+        await self.services.aclose()

@@ -130,6 +130,19 @@ class Session:
         return [e for e in self.events if e.timestamp >= boundary.cutoff_at]
 
 
+def ledger_extends(events: Sequence[Event], known_count: int, known_last_id: str) -> bool:
+    """Whether ``events`` is the ledger seen before (``known_count`` events, the last with ``known_last_id``) or
+    that ledger with events appended — "the ledger only grew".
+
+    A ledger is append-only, so anything else (shorter, or a different event at the old end) means
+    the session was deleted and recreated under the same id and whatever was derived from it must
+    start over.
+    """
+    if len(events) < known_count:
+        return False
+    return not known_count or events[known_count - 1].id == known_last_id
+
+
 @dataclass(frozen=True)
 class SessionHead:
     """How far one session's ledger goes: enough to tell whether it changed since it was read."""

@@ -19,7 +19,9 @@ Modules: :mod:`~agentlab.summary.prompts` (prompts, wrappers, versions),
 :mod:`~agentlab.summary.summarizer` (:class:`Summarizer`, input budget, safe prefix, fork),
 :mod:`~agentlab.summary.locks` (scope locks), :mod:`~agentlab.summary.worker` (rolling update,
 background pool, runner hook), :mod:`~agentlab.summary.inject` (the summary in the request),
-:mod:`~agentlab.summary.coverage` (the boundary other components read). Every public name is
+:mod:`~agentlab.summary.coverage` (the summary in force under a filter key, and its boundary — the
+one rule the request and recall's hidden scope share), :mod:`~agentlab.summary.mechanism` (the
+:class:`SummaryMechanism` an agent runs, which owns the worker). Every public name is
 importable from ``agentlab.summary`` itself.
 
 "The reference" in this package, and a "reference" default of :class:`SummaryPolicy`, is
@@ -28,9 +30,10 @@ trpc-agent-go's rolling summary (docs/sources.md#rolling-summary).
 
 from __future__ import annotations
 
-from agentlab.summary.coverage import coverage_boundary
+from agentlab.summary.coverage import coverage_boundary, covering_keys, summary_in_force
 from agentlab.summary.inject import SummaryInjectionProcessor, pick_summary, render_injection
 from agentlab.summary.locks import SCOPE_LOCKS, LockKey
+from agentlab.summary.mechanism import SummaryMechanism
 from agentlab.summary.policy import (
     FALLBACK_CONTEXT_WINDOW,
     ChecksMode,
@@ -109,13 +112,16 @@ __all__ = [
     "TriggerObservation",
     "WorkerStats",
     "checks_pass",
+    "SummaryMechanism",
     "coverage_boundary",
+    "covering_keys",
     "delta_after_boundary",
     "pick_summary",
     "previous_summary_event",
     "render_event_line",
     "render_injection",
     "strip_structured_summary",
+    "summary_in_force",
     "summary_worker_for",
     "truncate_middle",
     "validate_prompt_template",

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from agentlab.core.projection import EventsRole
 from agentlab.events import Event
-from agentlab.projection import EventsRole
-from agentlab.session.base import FULL_SESSION_KEY, Session, Summary
+from agentlab.session.base import Session, Summary
+from agentlab.summary.coverage import summary_in_force
 from agentlab.summary.policy import InjectionMode, SummaryPolicy
 from agentlab.summary.prompts import (
     CURRENT_RUN_ARGS_NOTE,
@@ -17,20 +18,13 @@ from agentlab.summary.prompts import (
 )
 
 if TYPE_CHECKING:
-    from agentlab.projection import RequestDraft
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
+    from agentlab.core.projection import RequestDraft
 
 
 def pick_summary(session: Session, filter_key: str) -> Summary | None:
-    """The exact key's summary, else the full-session summary."""
-    found = session.summaries.get(filter_key)
-    if found is not None and found.text:
-        return found
-    if filter_key:
-        full = session.summaries.get(FULL_SESSION_KEY)
-        if full is not None and full.text:
-            return full
-    return None
+    """The summary in force under ``filter_key`` (:func:`agentlab.summary.coverage.summary_in_force`)."""
+    return summary_in_force(session.summaries, filter_key)
 
 
 def render_injection(summary_text: str, mode: InjectionMode) -> str:

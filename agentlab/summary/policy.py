@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from agentlab.policy import PolicyJSON
-from agentlab.projection import INJECT_SUMMARY, ContextMechanism, StagedProcessor
 from agentlab.summary.prompts import (
     BUILTIN_PROMPTS,
     CUSTOM_PROMPT_VERSION_PREFIX,
@@ -28,8 +27,12 @@ FALLBACK_CONTEXT_WINDOW = 8192
 
 
 @dataclass(frozen=True)
-class SummaryPolicy(PolicyJSON, ContextMechanism):
+class SummaryPolicy(PolicyJSON):
     """Every knob of the rolling summary. Defaults are the reference defaults.
+
+    Plain settings: the mechanism an agent runs for it is :class:`~agentlab.summary.SummaryMechanism`
+    (registered with :func:`agentlab.core.register_mechanism`, so ``LLMAgent(summary=policy)`` and
+    ``mechanisms=[policy]`` both work).
 
     Trigger checks are off unless set (the reference has no default check: with no check the
     summary is refreshed whenever there is new content). Set several and they combine all-of
@@ -138,12 +141,6 @@ class SummaryPolicy(PolicyJSON, ContextMechanism):
         if self.idle_over is not None:
             checks.append(IdleOverCheck(self.idle_over))
         return checks
-
-    def request_processors(self) -> list[StagedProcessor]:
-        """The summary step: the summary text in, the history cut at its boundary."""
-        from agentlab.summary.inject import SummaryInjectionProcessor
-
-        return [StagedProcessor(INJECT_SUMMARY, SummaryInjectionProcessor(self))]
 
     def allows_key(self, filter_key: str) -> bool:
         """Whether this filter key may be summarised (the full-session key always may)."""

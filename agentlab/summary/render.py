@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 from agentlab.compaction import cut_middle
+from agentlab.core.projection import in_filter, is_history_event
 from agentlab.events import Event, Message
 from agentlab.model import tokens
-from agentlab.projection import in_filter, is_history_event
 from agentlab.session.base import Session, SummaryBoundary
 from agentlab.summary.prompts import PREVIOUS_SUMMARY_LABEL
 
@@ -64,6 +64,6 @@ def delta_after_boundary(session: Session, boundary: SummaryBoundary | None, fil
             if is_history_event(e) and in_filter(e.filter_key, filter_key)]
 
 
-def _event_tokens(event: Event) -> int:
-    return event.token_count if event.token_count is not None else tokens.count_event(event)
+#: The per-event token count (one home: :func:`agentlab.model.tokens.event_tokens`).
+_event_tokens = tokens.event_tokens
 

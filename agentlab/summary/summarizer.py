@@ -89,8 +89,9 @@ class Summarizer:
     @property
     def window(self) -> int:
         """The summary model's window (its stated one, else the policy's fallback)."""
-        info = getattr(self.model, "info", None)
-        return int(getattr(info, "context_window", 0) or 0) or self.policy.context_fallback_window
+        from agentlab.model.window import resolve_context_window
+
+        return resolve_context_window(self.model, fallback=self.policy.context_fallback_window)
 
     @property
     def input_budget(self) -> int:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentlab import progress
+from agentlab.core.projection import in_filter, is_history_event
 from agentlab.events import Event
 from agentlab.model import tokens
 from agentlab.model.base import Model, ModelRequest
-from agentlab.projection import in_filter, is_history_event
 from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
 from agentlab.summary.locks import SCOPE_LOCKS, LockKey
 from agentlab.summary.policy import SummaryPolicy, TriggerCheck, TriggerObservation, checks_pass
@@ -28,7 +28,7 @@ from agentlab.summary.render import _event_tokens, delta_after_boundary
 from agentlab.summary.summarizer import Summarizer
 
 if TYPE_CHECKING:
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.core.invocation import Invocation
 
 log = logging.getLogger(__name__)
 
@@ -205,9 +205,10 @@ class SummaryWorker:
 
     def resolve_window(self, context_window: int | None) -> int:
         """The window the triggers use: the run/agent window given, else the summary model's."""
-        if context_window:
-            return int(context_window)
-        return self.summarizer.window or self.policy.context_fallback_window
+        from agentlab.model.window import resolve_context_window
+
+        # The summary model's window only when needed: asking an HTTP model may probe its server.
+        return resolve_context_window(context_window) or self.summarizer.window
 
     def observe(self, delta: Sequence[Event], previous_text: str, context_window: int | None,
                 idle_seconds: float | None) -> TriggerObservation:
@@ -353,11 +354,9 @@ def _tool_round_complete(session: Session, result: Event) -> bool:
 
 def _invocation_window(inv: Invocation, worker: SummaryWorker | None = None) -> int | None:
     """Run override -> agent model's window -> (None: the worker falls back to the summary model)."""
-    if inv.options.context_window:
-        return int(inv.options.context_window)
-    info = getattr(getattr(inv.agent, "model", None), "info", None)
-    window = int(getattr(info, "context_window", 0) or 0)
-    return window or None
+    from agentlab.model.window import resolve_context_window
+
+    return resolve_context_window(inv.options.context_window, getattr(inv.agent, "model", None)) or None
 
 
 def _idle_before_request(inv: Invocation) -> float | None:

@@ -23,6 +23,12 @@ What it does, and why each part is there:
   (``empty``), and ``hang`` (answers only after ``hang_seconds``), so retry and timeout handling is
   exercised end to end.
 * **Latency** per request (``latency`` seconds), for executor and overhead benchmarks.
+* **Records what it was sent** (``record_requests``: every chat-completions body in ``received``),
+  so a proxy in front of it can be checked for what it forwarded; ``queue_faults(...)`` makes the
+  next completions fail in a given order (deterministic, unlike ``fault_rate``).
+* **A prefix cache** (``prefix_cache``): usage reports ``prompt_tokens_details.cached_tokens`` as
+  the tokens of the longest run of leading messages an earlier request already sent, the way a
+  provider's prompt cache reuses a shared prefix, so a proxy's cache loss can be measured.
 
 Use it from code::
 
@@ -153,15 +159,10 @@ class ServerStats:
                 "completions": len(self.prompt_tokens), "prompt_tokens_total": sum(self.prompt_tokens)}
 
 
-class _Listener(ThreadingHTTPServer):
-    """The HTTP server with a listen backlog like a real server's (socketserver's default is 5).
-
-    With 5, a burst of more than five new connections (16 dialogues in flight, each request on its
-    own HTTP/1.0 connection) overflows the accept queue and some clients see their connection
-    reset: a fault the test server did not mean to inject.
-    """
-
-    request_queue_size = 128
+class _Server(ThreadingHTTPServer):
+    # The default backlog (5) resets connections when dozens of clients connect at once.
+    request_queue_size = 256
+    daemon_threads = True
 
 
 class OpenAITestServer:
@@ -171,7 +172,8 @@ class OpenAITestServer:
                  window_style: str = "vllm", latency: float = 0.0, fault_rate: float = 0.0,
                  faults: Sequence[str] = ("429", "500", "garbage"), hang_seconds: float = 30.0,
                  seed: int = 0, tool_calls: bool = True, api_key: str | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, record_requests: bool = False,
+                 prefix_cache: bool = False) -> None:
         if window_style not in WINDOW_STYLES:
             raise ValueError(f"window_style must be one of {', '.join(WINDOW_STYLES)}, got {window_style!r}")
         unknown = [f for f in faults if f not in FAULT_KINDS]
@@ -191,10 +193,15 @@ class OpenAITestServer:
         self.tool_calls = tool_calls
         self.api_key = api_key
         self.stats = ServerStats()
+        self.record_requests = record_requests
+        #: Chat-completions bodies received, in order (when ``record_requests``).
+        self.received: list[dict[str, Any]] = []
+        self.prefix_cache = prefix_cache
+        self._seen_prefixes: set[str] = set()
+        self._fault_queue: list[str] = []
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._httpd = _Listener((host, port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = _Server((host, port), self._handler_class())
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -243,8 +250,36 @@ class OpenAITestServer:
 
     # ------------------------------------------------------------------------------ behaviour
 
+    def queue_faults(self, *kinds: str) -> None:
+        """Make the next completions fail with ``kinds``, in order, before ``fault_rate`` applies again."""
+        unknown = [k for k in kinds if k not in FAULT_KINDS]
+        if unknown:
+            raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
+        with self._lock:
+            self._fault_queue.extend(kinds)
+
+    def cached_tokens(self, messages: Sequence[dict[str, Any]]) -> int:
+        """Tokens of the longest run of leading messages an earlier request sent (and remember these)."""
+        digest = hashlib.sha256()
+        cached = total = 0
+        shared = True
+        with self._lock:
+            for m in messages:
+                digest.update(json.dumps(m, sort_keys=True).encode())
+                key = digest.hexdigest()
+                total += PER_MESSAGE_OVERHEAD + _count_tokens(_content_text(m.get("content")))
+                shared = shared and key in self._seen_prefixes
+                if shared:
+                    cached = total
+                self._seen_prefixes.add(key)
+        return cached
+
     def _next_fault(self) -> str | None:
         with self._lock:
+            if self._fault_queue:
+                kind = self._fault_queue.pop(0)
+                self.stats.faults[kind] += 1
+                return kind
             if self.fault_rate and self.faults and self._rng.random() < self.fault_rate:
                 kind = self._rng.choice(self.faults)
                 self.stats.faults[kind] += 1
@@ -340,6 +375,9 @@ class OpenAITestServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle on, the body waits for the client's
+            # delayed ACK (~40 ms) on every reused connection, which no real server makes clients wait.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:  # quiet: tests read stats instead
                 pass
@@ -406,6 +444,9 @@ class OpenAITestServer:
                     self._send(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
 
             def _chat(self, payload: dict[str, Any]) -> None:
+                if server.record_requests:
+                    with server._lock:
+                        server.received.append(payload)
                 if server.latency:
                     time.sleep(server.latency)
                 fault = server._next_fault()
@@ -435,8 +476,10 @@ class OpenAITestServer:
                 message = server.reply_message(payload)
                 completion = _count_tokens(message.get("content") or "") + sum(
                     _count_tokens(c["function"]["arguments"]) for c in message.get("tool_calls") or [])
-                usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                         "total_tokens": prompt + completion}
+                usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                                         "total_tokens": prompt + completion}
+                if server.prefix_cache:
+                    usage["prompt_tokens_details"] = {"cached_tokens": server.cached_tokens(messages)}
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
                 with server._lock:
                     server.stats.answers[finish] += 1

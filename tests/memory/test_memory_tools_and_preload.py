@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from agentlab.core import ServiceRegistry
 from agentlab.events import OBJ_TOOL_RESPONSE
 from agentlab.memory import InMemoryMemoryService, MemoryPolicy
 from agentlab.memory.preload import PRELOAD_CLOSE, PRELOAD_OPEN
@@ -69,7 +70,9 @@ async def test_kind_filter_widens_when_it_finds_too_little():
     memories = await seeded_memories()
     tool = MemorySearchTool(MemoryPolicy())
     ctx = type("Ctx", (), {})()
-    ctx.invocation = type("Inv", (), {"memory_service": memories, "app_name": "app", "user_id": "u1"})()
+    services = ServiceRegistry()
+    services.add(memories)
+    ctx.invocation = type("Inv", (), {"services": services, "app_name": "app", "user_id": "u1"})()
     strict = await tool.call({"query": "Helix editor marathon", "kind": "episode"}, ctx)
     texts = [r["text"] for r in strict["results"]]
     assert texts[0] == "The user ran the Lisbon half marathon"  # filtered hits first ...

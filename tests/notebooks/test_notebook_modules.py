@@ -51,6 +51,20 @@ def test_ensure_results_runs_missing_modes_once(tmp_path: Path, scripted_cli: No
     assert ours.set_index("mode").loc["summary", "prompt_savings"] > 0
 
 
+def test_ensure_results_passes_a_context_budget_into_the_runs(tmp_path: Path, scripted_cli: None) -> None:
+    from agentlab.bench.store import ResultStore
+
+    db = tmp_path / "results.duckdb"
+    plain = results.ensure_results("demo", ["summary"], model="openai:fake", limit=1, db=db, echo=False)
+    tight = results.ensure_results("demo", ["summary"], model="openai:fake", limit=1, db=db, context_budget=2000,
+                                   echo=False)
+    assert list(plain["status"]) == list(tight["status"]) == [0]
+    assert tight.iloc[0]["run_id"] != plain.iloc[0]["run_id"]
+    with ResultStore(db) as store:
+        (config,), = store.query("SELECT config FROM runs WHERE run_id = ?", [tight.iloc[0]["run_id"]])
+    assert '"context_budget": 2000' in config
+
+
 def test_ensure_sweep_and_the_policy_comparison_view(tmp_path: Path, scripted_cli: None) -> None:
     pytest.importorskip("ipywidgets")
     import matplotlib

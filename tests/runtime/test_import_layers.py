@@ -1,4 +1,9 @@
-"""Components import the projection types without loading the agent and runner (no import cycle)."""
+"""Imports flow down the architecture's layers (the README's Layout, CONTRIBUTING), with no cycle (issues 16 and 19).
+
+Components import the contract (``agentlab.core``) without loading the agent and runner; every
+import in ``agentlab/`` — at import time, inside functions, under ``TYPE_CHECKING``, and the
+lazy ``_EXPORTS`` tables — goes to the same layer or one below.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ def test_every_exported_name_is_listed_once() -> None:
 # ----------------------------------------------------------------------------- issue 16: layers
 
 #: Modules the runtime builds on: they must load without any part of ``agentlab.runtime``.
-COMPONENTS = ["agentlab.projection", "agentlab.summary", "agentlab.recall", "agentlab.recall.tools",
+COMPONENTS = ["agentlab.core", "agentlab.projection", "agentlab.summary", "agentlab.recall", "agentlab.recall.tools",
               "agentlab.recall.preload", "agentlab.compaction", "agentlab.memory", "agentlab.memory.preload",
               "agentlab.memory.tools"]
 
@@ -60,23 +65,27 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+def _import_targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> set[str]:
+    """The modules one import statement names (``from a import b`` names ``a`` and, maybe, ``a.b``)."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    if node.level:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[: len(base) - node.level + 1]
+        target = ".".join([*base, *([node.module] if node.module else [])])
+    else:
+        target = node.module or ""
+    return {target, *(f"{target}.{alias.name}" for alias in node.names)}
+
+
 def _import_time_imports(tree: ast.Module, module: str, is_package: bool) -> set[str]:
     """Modules imported while ``module`` itself is being imported (not in functions, not for type checkers)."""
     found: set[str] = set()
 
     def visit(nodes: list[ast.stmt]) -> None:
         for node in nodes:
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = module.split(".") if is_package else module.split(".")[:-1]
-                    base = base[: len(base) - node.level + 1]
-                    target = ".".join([*base, *([node.module] if node.module else [])])
-                else:
-                    target = node.module or ""
-                found.add(target)
-                found.update(f"{target}.{alias.name}" for alias in node.names)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.update(_import_targets(node, module, is_package))
             elif isinstance(node, ast.If):
                 if not _is_type_checking(node.test):
                     visit(node.body)
@@ -175,3 +184,131 @@ def test_the_lazy_model_package_still_exports_its_names() -> None:
 
     assert sorted(model.__all__) == sorted([*model._EXPORTS, "tokens"])
     assert all(getattr(model, name) is not None for name in model.__all__)
+
+
+# ----------------------------------------------------------------------- issue 19: strict layers
+
+#: The layers, bottom (1) to top (7). A module's layer is that of its longest listed prefix.
+LAYERS: dict[str, int] = {
+    "agentlab.events": 1, "agentlab.policy": 1, "agentlab.progress": 1, "agentlab._lazy": 1,
+    "agentlab.duckdb_files": 1,
+    "agentlab.model": 2, "agentlab.session": 2,
+    "agentlab.core": 3, "agentlab.projection": 3,  # the older path re-exports the core
+    "agentlab.summary": 4, "agentlab.compaction": 4, "agentlab.recall": 4, "agentlab.memory": 4,
+    "agentlab.policies": 4,
+    "agentlab.runtime": 5,
+    "agentlab.bench": 6, "agentlab.testing": 6, "agentlab.serve": 6,
+    "agentlab.notebooks": 7, "agentlab.examples": 7,
+}
+#: The facade re-exports every layer lazily (strings only); importing it never loads them.
+FACADE = "agentlab"
+
+
+def _unit(module: str) -> str | None:
+    """The longest ``LAYERS`` key that ``module`` is or lies under (``None``: unplaced)."""
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        key = ".".join(parts[:i])
+        if key in LAYERS:
+            return key
+    return None
+
+
+def _every_import(tree: ast.Module, module: str, is_package: bool) -> set[str]:
+    """Every module ``module`` may import: anywhere in the file, and the values of an ``_EXPORTS`` table."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(_import_targets(node, module, is_package))
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS"
+                                                   for t in node.targets):
+            if isinstance(node.value, ast.Dict):
+                found.update(v.value for v in node.value.values
+                             if isinstance(v, ast.Constant) and isinstance(v.value, str))
+    return found
+
+
+def _package_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the agentlab modules it imports (every import, see :func:`_every_import`)."""
+    sources = {_module_name(p, root): p for p in (root / "agentlab").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in sources.items():
+        edges: set[str] = set()
+        for target in _every_import(ast.parse(path.read_text()), name, path.name == "__init__.py"):
+            parts = target.split(".")
+            edges.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        graph[name] = {t for t in edges if t in sources and t != name and t not in own and t != FACADE}
+    return graph
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every edge that goes up a layer, as "a (n) -> b (m)"."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        unit = _unit(name)
+        if unit is None:
+            continue
+        for target in sorted(targets):
+            target_unit = _unit(target)
+            if target_unit is not None and LAYERS[target_unit] > LAYERS[unit]:
+                found.append(f"{name} ({LAYERS[unit]}) -> {target} ({LAYERS[target_unit]})")
+    return found
+
+
+def _cycles_outside_bench(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Cycles of the graph once edges inside ``agentlab.bench`` are left out (another issue removes those)."""
+    def in_bench(m: str) -> bool:
+        return m == "agentlab.bench" or m.startswith("agentlab.bench.")
+
+    pruned = {m: {t for t in ts if not (in_bench(m) and in_bench(t))} for m, ts in graph.items()}
+    return _cycles(pruned)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_module_has_a_layer() -> None:
+    graph = _package_graph(ROOT)
+    assert len(graph) > 100, "the graph was not built"
+    assert [m for m in graph if m != FACADE and _unit(m) is None] == []
+
+
+def test_no_import_goes_up_a_layer_and_no_mechanism_imports_the_runtime() -> None:
+    """Imports inside functions and under ``TYPE_CHECKING`` count: they are dependencies all the same."""
+    graph = _package_graph(ROOT)
+    assert _upward(graph) == []
+    mechanisms = [m for m in graph if LAYERS.get(_unit(m) or "", 0) == 4]
+    assert "agentlab.summary.mechanism" in mechanisms and "agentlab.compaction" in mechanisms
+    assert [(m, t) for m in mechanisms for t in graph[m] if t.startswith("agentlab.runtime")] == []
+
+
+def test_no_import_cycle_counting_every_import() -> None:
+    assert _cycles_outside_bench(_package_graph(ROOT)) == []
+
+
+def test_a_planted_upward_import_and_a_planted_cycle_are_caught(tmp_path: Path) -> None:
+    """The checks above can fail: a copy of the package with one bad import each is rejected."""
+    import shutil
+
+    shutil.copytree(ROOT / "agentlab", tmp_path / "agentlab", ignore=shutil.ignore_patterns("__pycache__"))
+    compaction = tmp_path / "agentlab" / "compaction.py"
+    compaction.write_text(compaction.read_text() + "\n\ndef _planted() -> None:\n"
+                          "    from agentlab.runtime.agent import LLMAgent  # noqa: F401\n")
+    core = tmp_path / "agentlab" / "core" / "rules.py"
+    core.write_text(core.read_text().replace("from __future__ import annotations\n",
+                                             "from __future__ import annotations\n\nfrom typing import TYPE_CHECKING\n"
+                                             "if TYPE_CHECKING:\n    import agentlab.summary.mechanism\n", 1))
+    graph = _package_graph(tmp_path)
+    assert _upward(graph) == ["agentlab.compaction (4) -> agentlab.runtime (5)",
+                              "agentlab.compaction (4) -> agentlab.runtime.agent (5)",
+                              "agentlab.core.rules (3) -> agentlab.summary (4)",
+                              "agentlab.core.rules (3) -> agentlab.summary.mechanism (4)"]
+    # core.rules -> summary.mechanism -> ... -> core.rules is a cycle once the type-only import counts
+    assert any("agentlab.core.rules" in c and "agentlab.summary.mechanism" in c
+               for c in _cycles_outside_bench(graph))
+    # a cycle inside bench alone is left to the bench issue; across bench and another package it counts
+    assert _cycles_outside_bench({"agentlab.bench.a": {"agentlab.bench.b"}, "agentlab.bench.b": {"agentlab.bench.a"}}) == []
+    assert _cycles_outside_bench({"agentlab.bench.a": {"agentlab.testing.x"},
+                                  "agentlab.testing.x": {"agentlab.bench.a"}}) == [["agentlab.bench.a",
+                                                                                   "agentlab.testing.x"]]

@@ -114,14 +114,32 @@ class QA:
 
 
 @dataclass(frozen=True)
+class Observation:
+    """One fact of the file's ``observation`` field: the session it was drawn from, whose fact it is, and
+    the ``dia_id``s it cites (a list or a comma-joined string in the file, split here).
+    """
+
+    session: int
+    speaker: str
+    text: str
+    dia_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Conversation:
-    """One two-speaker conversation: its sessions in order and the questions asked about it."""
+    """One two-speaker conversation: its sessions in order and the questions asked about it.
+
+    ``observations`` and ``summaries`` (session number -> ``session_<n>_summary``) are the file's
+    generated facts and session summaries, empty when a file has none (a trimmed copy).
+    """
 
     sample_id: str
     speaker_a: str
     speaker_b: str
     sessions: tuple[Session, ...]
     qa: tuple[QA, ...]
+    observations: tuple[Observation, ...] = ()
+    summaries: tuple[tuple[int, str], ...] = ()
 
     @property
     def turn_count(self) -> int:
@@ -201,13 +219,57 @@ def parse_conversation(raw: object, where: str) -> Conversation:
                 adversarial_answer=None if adversarial is None else _text(adversarial),
             )
         )
+    extra = raw if isinstance(raw, dict) else {}  # require() above proved it is an object
     return Conversation(
         sample_id=sample_id,
         speaker_a=require(conv, "speaker_a", str, where),
         speaker_b=require(conv, "speaker_b", str, where),
         sessions=tuple(sessions),
         qa=tuple(qas),
+        observations=_observations(extra.get("observation"), where),
+        summaries=_summaries(extra.get("session_summary"), where),
     )
+
+
+_OBSERVATION_KEY = re.compile(r"^session_(\d+)_observation$")
+_SUMMARY_KEY = re.compile(r"^session_(\d+)_summary$")
+
+
+def _observations(raw: object, where: str) -> tuple[Observation, ...]:
+    """The ``observation`` field: ``{session_<n>_observation: {speaker: [[fact, dia_id(s)], ...]}}``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise DatasetError(f"{where}: observation should be an object of sessions")
+    found = []
+    for key, by_speaker in raw.items():
+        match = _OBSERVATION_KEY.match(key)
+        if not match or not isinstance(by_speaker, dict):
+            raise DatasetError(f"{where}: observation.{key} should be session_<n>_observation: {{speaker: facts}}")
+        for speaker, facts in by_speaker.items():
+            for i, fact in enumerate(facts):
+                if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)):
+                    raise DatasetError(f"{where}: observation.{key}.{speaker}[{i}] should be [fact, dia_id(s)]")
+                cited = fact[1] if isinstance(fact[1], list) else str(fact[1]).split(",")
+                ids = tuple(str(d).strip() for d in cited if str(d).strip())
+                found.append(Observation(int(match.group(1)), str(speaker), fact[0], ids))
+    found.sort(key=lambda o: o.session)  # stable: the file's order within a session
+    return tuple(found)
+
+
+def _summaries(raw: object, where: str) -> tuple[tuple[int, str], ...]:
+    """The ``session_summary`` field as (session number, summary) in session order."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise DatasetError(f"{where}: session_summary should be an object")
+    pairs = []
+    for key, text in raw.items():
+        match = _SUMMARY_KEY.match(key)
+        if not match or not isinstance(text, str):
+            raise DatasetError(f"{where}: session_summary.{key} should be session_<n>_summary: text")
+        pairs.append((int(match.group(1)), text))
+    return tuple(sorted(pairs))
 
 
 def load_locomo(*, manifest: str | os.PathLike[str] | None = None,

@@ -38,7 +38,11 @@ What a task may use from the runtime (and nothing more)::
     agent = LLMAgent(name, ctx.model, instruction=..., tools=[...], summary=..., compaction=...,
                      recall=..., generation=GenerationConfig(...), max_tool_iterations=6)
     runner = Runner(app_name, agent, ctx.new_session_service())
-    outcome = await collect_run(runner.run(user_id, session_id, question))   # helper below
+    outcome = await collect_run(runner.run(user_id, session_id, question,
+                                           options=ctx.run_options()))   # helpers below
+
+``ctx.run_options()`` carries the run's ``--context-budget`` (the window the mechanisms see) into
+the run; a task that builds its own ``RunOptions`` loses it.
 
 ``collect_run`` returns the final answer and the compaction stats and raises :class:`CaseError`
 (with the event's ``error_code``) when the run ended in an error instead of an answer.
@@ -63,14 +67,19 @@ import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from agentlab.bench.config import MODE_ROLES, ModeRoles, Settings
+from agentlab.bench import facts
+from agentlab.bench.config import Settings
+from agentlab.bench.facts import ModeRoles
 from agentlab.bench.judge import Judge, JudgeTemplate
 from agentlab.bench.metrics import Score
 from agentlab.bench.store import CompactionRow, ResultStore
 from agentlab.events import OBJ_COMPACTION, Event, Message
 from agentlab.model.base import Model
+
+if TYPE_CHECKING:
+    from agentlab.runtime import RunOptions
 
 T = TypeVar("T")
 
@@ -149,9 +158,11 @@ def check_window(messages: Any, ctx: RunContext, what: str = "long-context promp
     metadata, so a small model's long-context baseline still anchors the token-savings table.
     """
     from agentlab.model import tokens
+    from agentlab.model.window import resolve_context_window
 
     estimate = tokens.count_messages(messages)
-    window = int(getattr(ctx.model.info, "context_window", 0) or 0)
+    # The model's real window, not the run's --context-budget: a baseline prompt is sent whole.
+    window = resolve_context_window(ctx.model)
     if window and estimate > window * PRECHECK_SLACK:
         raise CaseError(f"the {what} needs about {estimate} tokens (cl100k estimate) but {ctx.model.info.name} "
                         f"has a {window}-token window; not sent", code="context_length",
@@ -198,7 +209,8 @@ class RunContext:
 
     def __init__(self, *, benchmark: str, mode: str, model: Model, settings: Settings, model_spec: str = "",
                  judge: Judge | None = None, run_id: str = "",
-                 session_service_factory: Callable[[], Any] | None = None, store: ResultStore | None = None) -> None:
+                 session_service_factory: Callable[[], Any] | None = None, store: ResultStore | None = None,
+                 context_budget: int | None = None) -> None:
         self.benchmark = benchmark
         self.mode = mode
         self.model = model
@@ -209,6 +221,9 @@ class RunContext:
         #: The results store of the run (set by the executor): a task may read earlier runs from it,
         #: e.g. MT-Bench-101's summary mode looks up the baseline answers it compares with.
         self.store = store
+        #: ``--context-budget``: the window the mechanisms see (``None``: the model's own). A task hands
+        #: it to every run through :meth:`run_options`; the model's real window is unchanged.
+        self.context_budget = context_budget
         self._session_service_factory = session_service_factory
         self._memo: dict[Any, Any] = {}
         self._locks: dict[Any, asyncio.Lock] = {}
@@ -220,6 +235,18 @@ class RunContext:
         from agentlab.session.inmemory import InMemorySessionService
 
         return InMemorySessionService()
+
+    def run_options(self, **options: Any) -> RunOptions:
+        """``RunOptions`` for a ``runner.run`` of this case: ``options``, with the run's context budget.
+
+        The budget becomes ``RunOptions.context_window``, the window the summary triggers, the
+        70 % pressure path and the compaction thresholds use instead of the model's.
+        """
+        from agentlab.runtime import RunOptions
+
+        if self.context_budget is not None:
+            options.setdefault("context_window", self.context_budget)
+        return RunOptions(**options)
 
     async def once(self, key: Any, factory: Callable[[], Awaitable[T]]) -> T:
         """``await factory()`` once per run and key; concurrent callers wait for the first.
@@ -245,8 +272,12 @@ class Task(ABC):
     version: ClassVar[str] = "1"
     modes: ClassVar[tuple[str, ...]]
     default_mode: ClassVar[str]
-    #: Baseline / lossy / recovered modes for the report; defaults to ``config.MODE_ROLES[name]``.
+    #: Baseline / lossy / recovered modes of the comparison tables; ``None``: no comparisons.
     mode_roles: ClassVar[ModeRoles | None] = None
+    #: Which answer calls the published report counts as one case's tokens
+    #: (:data:`~agentlab.bench.facts.LAST_ANSWER_CALL` or :data:`~agentlab.bench.facts.SUM_ANSWER_CALLS`),
+    #: so the token columns compared with it use the same rule; ``None``: no published tokens.
+    published_token_rule: ClassVar[str | None] = None
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
     #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
@@ -293,8 +324,8 @@ class Task(ABC):
         raise NotImplementedError(f"{self.name} does not support --retrieval-only")
 
     def roles(self) -> ModeRoles | None:
-        """Baseline / lossy / recovered modes of the report (the class's, else ``MODE_ROLES``)."""
-        return self.mode_roles or MODE_ROLES.get(self.name)
+        """Baseline / lossy / recovered modes of the report (``None``: the benchmark has no comparisons)."""
+        return self.mode_roles
 
     def case_group(self, case: Case) -> str | None:
         """Cases that share per-run work or a long prompt prefix share a group key.
@@ -331,6 +362,9 @@ def register(cls: type[Task]) -> type[Task]:
             raise TypeError(f"task {cls.__name__} must define {attr!r}")
     if cls.default_mode not in cls.modes:
         raise TypeError(f"task {cls.name}: default_mode {cls.default_mode!r} is not one of {cls.modes}")
+    rule = cls.published_token_rule
+    if rule is not None and rule not in facts.TOKEN_RULES:
+        raise TypeError(f"task {cls.name}: published_token_rule {rule!r} is not one of {facts.TOKEN_RULES}")
     TASKS[cls.name] = cls
     return cls
 
@@ -347,16 +381,13 @@ def discover() -> dict[str, type[Task]]:
     return TASKS
 
 
-def mode_roles() -> dict[str, Any]:
-    """Baseline / lossy / recovered modes of every benchmark: the built-in table, then each task's own."""
-    from agentlab.bench.config import MODE_ROLES
+def mode_roles() -> dict[str, ModeRoles]:
+    """Baseline / lossy / recovered modes of every registered benchmark that has comparisons."""
+    return {name: cls.mode_roles for name, cls in discover().items() if cls.mode_roles is not None}
 
-    roles: dict[str, Any] = dict(MODE_ROLES)
-    for name, cls in discover().items():
-        task_roles = cls().roles()
-        if task_roles is not None:
-            roles[name] = task_roles
-    return roles
+
+# The settings loader and the store read the registered classes through this (they sit below it).
+facts.use_registry(discover, lambda: TASKS)
 
 
 def get_task(name: str) -> Task:

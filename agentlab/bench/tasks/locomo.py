@@ -38,8 +38,9 @@ the published report's, and mem0's maintainers' from mem0 issue #2609); :meth:`L
 gives per-category, 5-category (÷ all questions) and 4-category (no adversarial) weighted figures,
 tokens and calls per question and latency p50/p95. Every table divides by all questions: a failed
 case and a judge verdict that does not parse both count 0 (the published LLM score divides by all
-questions), and the counts of each are shown. ``--retrieval-only`` measures evidence recall@5/10/30 of the session-recall
-retrieval against the ``evidence`` dia_ids without any model.
+questions), and the counts of each are shown. ``--retrieval-only`` measures retrieval without any model
+(:mod:`agentlab.bench.locomo_retrieval`): the preload window of session recall, or with ``--unit`` the
+paper's own recall protocol.
 
 Known difference from the published numbers: the report's "F1" is neither of the above (its
 ``metrics.go`` drops ~60 stop words and applies no category rule) and its adversarial gold was
@@ -49,7 +50,6 @@ with the report's F1 column.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -68,11 +68,11 @@ from agentlab.bench.datasets.locomo import (
     LoCoMoData,
     load_locomo,
 )
+from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
+from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import (
     Score,
     bleu1,
-    evidence_hit_at_k,
-    evidence_recall_at_k,
     locomo_adversarial_correct,
     locomo_f1,
     percentile,
@@ -94,7 +94,7 @@ from agentlab.bench.tasks import (
 from agentlab.bench.tasks.locomo_judge import LOCOMO_JUDGE
 from agentlab.events import Event, Message, user_event
 from agentlab.memory.policies import MemoryPolicy
-from agentlab.model.base import GenerationConfig, Model, ModelRequest
+from agentlab.model.base import GenerationConfig, ModelRequest
 from agentlab.policy import PolicyJSON
 from agentlab.progress import report_progress
 from agentlab.recall import RecallPolicy
@@ -105,13 +105,6 @@ AGENT_NAME = "locomo-agent"
 #: accepts any answer containing "not mentioned", so this phrase scores there.
 ADVERSARIAL_REFERENCE = "Not mentioned in the conversation."
 FALLBACK_ANSWER = ADVERSARIAL_REFERENCE
-#: What ``[recall] preload_min_score`` filters in each search mode (stated in ``--retrieval-only`` output).
-MIN_SCORE_SCOPE = {
-    "lexical": "BM25 scores",
-    "dense": "cosine similarities",
-    "hybrid": "dense cosine similarities, before fusion (fused RRF scores are not filtered)",
-}
-
 # --------------------------------------------------------------------------------- prompts
 
 LONG_CONTEXT_PROMPT_VERSION = "locomo-long-context-v1"
@@ -388,35 +381,6 @@ def memory_policy(settings: Settings, *, for_questions: bool) -> MemoryPolicy:
                    preload_limit=memory.search_top_k if for_questions and preload else 0)
 
 
-class _CappedOutput:
-    """Bounds a model's output tokens when a caller left them open (the extractor does).
-
-    A small model can otherwise ramble until its window is full; the cap is part of the request,
-    so it is part of the call-cache key too.
-    """
-
-    def __init__(self, model: Any, max_tokens: int) -> None:
-        self.inner = model
-        self.max_tokens = max_tokens
-
-    @property
-    def info(self) -> Any:
-        return self.inner.info
-
-    def _capped(self, request: ModelRequest) -> ModelRequest:
-        if request.config.max_tokens is not None or self.max_tokens <= 0:
-            return request
-        from dataclasses import replace
-
-        return replace(request, config=replace(request.config, max_tokens=self.max_tokens))
-
-    async def generate(self, request: ModelRequest) -> Any:
-        return await self.inner.generate(self._capped(request))
-
-    def stream(self, request: ModelRequest) -> Any:
-        return self.inner.stream(self._capped(request))
-
-
 # ------------------------------------------------------------------------------- retrieval
 
 
@@ -437,6 +401,9 @@ class LoCoMoTask(Task):
     modes = ("long_context", "session_recall", "memory")
     default_mode = "session_recall"
     judge_templates = (LOCOMO_JUDGE,)
+    # session_recall and memory are compared with the long context; no lossy/recovered pair.
+    mode_roles = ModeRoles(baseline="long_context")
+    published_token_rule = SUM_ANSWER_CALLS
     description = "LoCoMo-10: 1,986 QA over 10 long conversations (long context, session recall, auto memory)"
 
     def __init__(self) -> None:
@@ -547,7 +514,7 @@ class LoCoMoTask(Task):
         try:
             # Its own filter key hides the other questions' sessions from this question's recall.
             outcome = await collect_run(runner.run(item.conversation.sample_id, session_id, case.question,
-                                                   filter_key=f"qa/{case.id}"))
+                                                   filter_key=f"qa/{case.id}", options=ctx.run_options()))
         finally:
             await runner.close()
             await service.delete_session(APP_NAME, item.conversation.sample_id, session_id)
@@ -569,7 +536,8 @@ class LoCoMoTask(Task):
                          max_tool_iterations=memory.search_passes)
         runner = Runner(APP_NAME, agent, ctx.new_session_service(), memory_service=memory_service)
         try:
-            outcome = await collect_run(runner.run(item.conversation.sample_id, f"qa-{case.id}", case.question))
+            outcome = await collect_run(runner.run(item.conversation.sample_id, f"qa-{case.id}", case.question,
+                                                   options=ctx.run_options()))
         finally:
             await runner.close()
         return CaseResult(prediction=outcome.answer, compactions=outcome.compactions,
@@ -590,10 +558,9 @@ class LoCoMoTask(Task):
             policy = memory_policy(settings, for_questions=False)
             memory_service = InMemoryMemoryService()
             session_service = ctx.new_session_service()
-            # cast: the wrapper and the in-memory service expose read-only ``info`` / ``embedder``, which
-            # the protocols declare as plain attributes.
-            capped = cast(Model, _CappedOutput(ctx.model, settings.of("memory", LoCoMoMemory).extract_max_tokens))
-            extractor = MemoryExtractor(capped, policy)
+            # The extractor caps its own output (``extract_max_tokens``). cast: the in-memory service
+            # exposes a read-only ``embedder``, which the protocol declares as a plain attribute.
+            extractor = MemoryExtractor(ctx.model, policy)
             counts = {"extraction_passes": 0, "extraction_errors": 0}
             sessions = await seed_sessions(session_service, conversation, captions)
             for number, session in enumerate(sessions, start=1):
@@ -639,7 +606,7 @@ class LoCoMoTask(Task):
             from agentlab.session.inmemory import InMemorySessionService
 
             service = InMemorySessionService()
-            asyncio.run(seed_sessions(service, conversation, captions))
+            run_sync(seed_sessions(service, conversation, captions))
             self._probe_services[key] = service
         return service
 
@@ -655,7 +622,7 @@ class LoCoMoTask(Task):
 
             policy = recall_policy(settings)
             service = self._probe_service(item.conversation, captions)
-            hits = asyncio.run(_preload(service, item.conversation, case, policy))
+            hits = run_sync(_preload(service, item.conversation, case, policy))
             system = SESSION_RECALL_INSTRUCTION.format(fallback=FALLBACK_ANSWER)
             block = render_preload_block(hits, policy)
             return [[Message.system("\n\n".join(p for p in (system, block) if p)), Message.user(case.question)]]
@@ -665,58 +632,22 @@ class LoCoMoTask(Task):
 
     # ---------------------------------------------------------------------- retrieval only
 
-    def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
-        """Evidence recall@k of the session-recall retrieval (preload recall) per question; no model.
+    #: ``--unit`` values: the LoCoMo paper's retrieval protocol (:mod:`agentlab.bench.locomo_retrieval`).
+    retrieval_units = ("dialog", "observation", "summary")
 
-        Whatever ``mode`` is given, the retrieval measured is the one ``session_recall`` uses.
+    def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings, *, unit: str | None = None,
+                       retriever: str | None = None) -> dict[str, Any]:
+        """Without ``unit``: recall of the session-recall preload window (``agentlab-preload-window``);
+        with it: the paper's protocol (``locomo-acl2024-table3``) for ``retriever`` (default hybrid).
         """
-        ks = sorted(set(settings.of("retrieval", RetrievalSettings).ks))
-        captions = settings.of("dataset", LoCoMoDataset).include_image_captions
-        policy = recall_policy(settings)
-        rows = asyncio.run(self._retrieve_all(cases, policy, max(ks), captions))
-        summary: dict[str, Any] = {
-            "retrieval": "session_recall preload recall",
-            "search_mode": policy.effective_preload_search_mode,
-            "min_score": policy.preload_min_score,
-            "min_score_applies_to": MIN_SCORE_SCOPE[policy.effective_preload_search_mode],
-            "ks": ks,
-            "questions": len(cases),
-            "with_evidence": len(rows),
-            "overall": _recall_summary(rows, ks),
-            "four_category": _recall_summary([r for r in rows if r["category"] != ADVERSARIAL_CATEGORY], ks),
-            "per_category": {},
-        }
-        for category in sorted(CATEGORY_NAMES_OFFICIAL):
-            subset = [r for r in rows if r["category"] == category]
-            if subset:
-                summary["per_category"][str(category)] = {
-                    "official": CATEGORY_NAMES_OFFICIAL[category],
-                    "memory_report": CATEGORY_NAMES_MEMORY_REPORT[category],
-                    "mem0": CATEGORY_NAMES_MEM0[category],
-                    **_recall_summary(subset, ks),
-                }
-        return summary
+        from agentlab.bench import locomo_retrieval
 
-    async def _retrieve_all(self, cases: Sequence[Case], policy: Any, top_k: int, captions: bool) -> list[dict[str, Any]]:
-        from agentlab.session.inmemory import InMemorySessionService
-
-        # The same search as the run's preload, asked for the largest k of the recall table.
-        wide = RecallPolicy.from_dict({**policy.to_dict(), "preload_limit": top_k})
-        services: dict[str, Any] = {}
-        rows = []
-        for case in cases:
-            item: LoCoMoItem = case.data
-            evidence = list(case.metadata.get("evidence") or [])
-            if not evidence:
-                continue  # nothing to recall: left out of the denominator (counted in "with_evidence")
-            sample = item.conversation.sample_id
-            if sample not in services:
-                services[sample] = InMemorySessionService()
-                await seed_sessions(services[sample], item.conversation, captions)
-            hits = await _preload(services[sample], item.conversation, case, wide)
-            retrieved = hit_dia_ids(hits)
-            rows.append({"case_id": case.id, "category": item.qa.category, "evidence": evidence, "retrieved": retrieved})
-        return rows
+        if unit is None:
+            window = locomo_retrieval.PreloadWindow(
+                recall_policy(settings), settings.of("dataset", LoCoMoDataset).include_image_captions,
+                seed_sessions, _preload, hit_dia_ids)
+            return locomo_retrieval.preload_window_recall(window, cases, settings)
+        return locomo_retrieval.protocol_recall(cases, unit, retriever or "hybrid", settings)
 
     # ---------------------------------------------------------------------------- report
 
@@ -793,17 +724,6 @@ async def _preload(service: Any, conversation: Conversation, case: Case, policy:
 def _model_calls(events: Sequence[Event]) -> int:
     """Model responses in a run: events that carry usage."""
     return sum(1 for e in events if e.usage is not None)
-
-
-def _recall_summary(rows: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
-    out: dict[str, Any] = {"n": len(rows)}
-    for k in ks:
-        values = [v for r in rows if (v := evidence_recall_at_k(r["retrieved"], r["evidence"], k)) is not None]
-        out[f"recall@{k}"] = sum(values) / len(values) if values else None
-    for k in ks:
-        hits = [v for r in rows if (v := evidence_hit_at_k(r["retrieved"], r["evidence"], k)) is not None]
-        out[f"hit@{k}"] = sum(hits) / len(hits) if hits else None
-    return out
 
 
 def _extraction_counts(cases: Any) -> dict[str, Any]:

@@ -34,7 +34,6 @@ model.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -60,6 +59,8 @@ from agentlab.bench.datasets.longmemeval import (
     load_longmemeval,
     parse_file,
 )
+from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
+from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, evidence_hit_at_k, evidence_recall_at_k, summary_scores
 from agentlab.bench.tasks import (
     Case,
@@ -225,6 +226,8 @@ class LongMemEvalTask(Task):
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
     judge_templates = (LONGMEMEVAL_JUDGE,)
+    mode_roles = ModeRoles(baseline="long_context", lossy="summary", recovered="recall")
+    published_token_rule = LAST_ANSWER_CALL
     description = "LongMemEval single-session-user (70): long context vs summary vs summary + session recall"
 
     def default_settings(self) -> dict[str, type[Any]]:
@@ -317,7 +320,7 @@ class LongMemEvalTask(Task):
             if summary_policy is not None:
                 metadata.update(await self._force_summary(runner, service, session, summary_policy.max_steps))
             with context_length_need(need):
-                outcome = await collect_run(runner.run(USER_ID, session_id, case.question))
+                outcome = await collect_run(runner.run(USER_ID, session_id, case.question, options=ctx.run_options()))
         finally:
             await runner.close()
         metadata["tool_calls"] = outcome.tool_calls
@@ -466,7 +469,7 @@ class LongMemEvalTask(Task):
         if ks[-1] > policy.max_search_top_k:
             raise ValueError(f"[retrieval] ks go up to {ks[-1]} but session_search returns at most "
                              f"{policy.max_search_top_k} hits ([recall] max_top_k)")
-        rows = asyncio.run(_retrieve_all(cases, policy, ks))
+        rows = run_sync(_retrieve_all(cases, policy, ks))
         out: dict[str, Any] = {"retrieval": "session_search (query = the question, whole history)",
                                "search_mode": policy.effective_search_mode, "ks": ks, "questions": len(cases),
                                "with_evidence": len(rows)}

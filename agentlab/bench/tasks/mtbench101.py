@@ -53,6 +53,7 @@ from typing import Any
 
 from agentlab.bench.config import JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.mtbench101 import ALL_TASKS, PUBLISHED_TASKS, Dialogue, load_mtbench101
+from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
 from agentlab.bench.metrics import Score, percentile, retention, version_of
 from agentlab.bench.tasks import (
     Case,
@@ -226,6 +227,8 @@ class MTBench101Task(Task):
     modes = ("baseline", "summary")
     default_mode = "baseline"
     judge_templates = (CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE)
+    mode_roles = ModeRoles(baseline="baseline", lossy="summary")
+    published_token_rule = SUM_ANSWER_CALLS
     description = "MT-Bench-101: 917 multi-turn dialogues, rolling summary vs full history (consistency, savings)"
 
     def default_settings(self) -> dict[str, type[Any]]:
@@ -264,8 +267,11 @@ class MTBench101Task(Task):
                         generation=generation_config(answer), max_tool_iterations=1)
 
     async def converse(self, dialogue: Dialogue, settings: Settings, model: Any, session_service: Any, *,
-                       with_summary: bool, session_id: str) -> dict[str, Any]:
-        """Answer every user turn in order; return answers and per-turn facts."""
+                       with_summary: bool, session_id: str, options: Any = None) -> dict[str, Any]:
+        """Answer every user turn in order; return answers and per-turn facts.
+
+        ``options``: the ``RunOptions`` of every turn (``ctx.run_options()``: the run's context budget).
+        """
         from agentlab.runtime import Runner
 
         runner = Runner(APP_NAME, self._agent(settings, model, with_summary=with_summary), session_service)
@@ -276,7 +282,7 @@ class MTBench101Task(Task):
         summary_chars: list[int] = []
         try:
             for turn in dialogue.turns:
-                outcome = await collect_run(runner.run(USER_ID, session_id, turn.user))
+                outcome = await collect_run(runner.run(USER_ID, session_id, turn.user, options=options))
                 answers.append(outcome.answer)
                 p, c = _turn_usage(outcome)
                 prompt_tokens.append(p)
@@ -300,14 +306,14 @@ class MTBench101Task(Task):
         dialogue: Dialogue = case.data
         if mode == "baseline":
             facts = await self.converse(dialogue, ctx.settings, ctx.model, ctx.new_session_service(),
-                                        with_summary=False, session_id=f"{case.id}-baseline")
+                                        with_summary=False, session_id=f"{case.id}-baseline", options=ctx.run_options())
             return CaseResult(prediction=facts["turn_answers"][-1], metadata=facts)
         if mode != "summary":
             raise CaseError(f"unknown mode {mode!r}", code="bad_mode")
         # Look the baseline up first: without it the case cannot be scored, so spend nothing.
         baseline, source = await self.baseline_answers(case, ctx)
         facts = await self.converse(dialogue, ctx.settings, ctx.model, ctx.new_session_service(),
-                                    with_summary=True, session_id=f"{case.id}-summary")
+                                    with_summary=True, session_id=f"{case.id}-summary", options=ctx.run_options())
         facts.update({"baseline_answers": baseline, "baseline_source": source})
         return CaseResult(prediction=facts["turn_answers"][-1], metadata=facts)
 

@@ -35,7 +35,6 @@ trpc-agent-go (docs/sources.md#the-summary-benchmark).
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Sequence
@@ -44,6 +43,8 @@ from typing import Any, Literal
 
 from agentlab.bench.config import AgentSettings, JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, load_qmsum, select_cases
+from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
+from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, summary_scores
 from agentlab.bench.tasks import (
     Case,
@@ -64,7 +65,7 @@ from agentlab.policy import PolicyJSON
 from agentlab.recall import SCOPES, RecallPolicy
 from agentlab.recall.search import session_search
 from agentlab.recall.tools import recall_overview
-from agentlab.runtime import LLMAgent, Runner, RunOptions
+from agentlab.runtime import LLMAgent, Runner
 from agentlab.runtime.invocation import Invocation
 from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
 from agentlab.summary import Summarizer, SummaryOutcome, SummaryPolicy, SummaryWorker, render_injection
@@ -450,6 +451,8 @@ class QMSumTask(Task):
     modes = ("long_context", "summary", "recall")
     default_mode = "recall"
     judge_templates = (QMSUM_JUDGE,)
+    mode_roles = ModeRoles(baseline="long_context", lossy="summary", recovered="recall")
+    published_token_rule = LAST_ANSWER_CALL
     description = ("QMSum specific queries (189 cases): long context vs forced summary vs summary + "
                    "session recall (Zhong et al., NAACL 2021)")
 
@@ -632,7 +635,7 @@ class QMSumTask(Task):
         started = time.perf_counter()
         try:
             with observe_calls(tally), context_length_need(need):
-                outcome = await collect_run(runner.run(USER_ID, session_id, item.query, options=RunOptions()))
+                outcome = await collect_run(runner.run(USER_ID, session_id, item.query, options=ctx.run_options()))
         finally:
             await runner.close()
         tool_errors = sum(1 for e in outcome.events if e.object == OBJ_TOOL_RESPONSE and e.metadata.get("tool_error"))
@@ -698,7 +701,7 @@ class QMSumTask(Task):
 
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
         """Mean evidence recall@k of ``session_search`` over ``cases`` (the same in every mode)."""
-        return asyncio.run(self._retrieval_only(cases, settings))
+        return run_sync(self._retrieval_only(cases, settings))
 
     async def _retrieval_only(self, cases: Sequence[Case], settings: Settings) -> dict[str, Any]:
         policy = self.recall_policy(settings)

@@ -1,0 +1,664 @@
+"""LLM-free retention: whether the evidence for the question survives a context policy.
+
+Most of what a context policy loses can be measured without a model: whether the gold evidence
+for the question is still in the request the model would be shown. For one history (either
+delivery of :mod:`agentlab.bench.delivery`), its questions with their evidence maps, and one arm
+(a list of context mechanisms), :func:`measure_retention` projects every request a live agent
+would send (:func:`agentlab.core.project`, no Agent, no Runner, no model for the non-summarising
+mechanisms) and returns one :class:`RetentionRow` per question; :func:`aggregate` averages them.
+
+Definitions (the columns of :class:`RetentionRow`):
+
+* **present.** An evidence unit is *present* in a request when every one of its pieces' text is a
+  substring of the content of some message of that request — its system message (instruction,
+  summaries, system text the mechanisms add) or any history message. Before the test both sides
+  are normalised by collapsing every run of whitespace to one space and stripping the ends; case
+  and punctuation are kept. A tool result cut to head + tail keeps the units wholly inside the
+  kept head or tail and loses the rest; a placeholder loses them all.
+* **retained** — the share of the case's gold units present in the *final answer request* (the
+  request with the question). It shows what the model can read verbatim; it does not show whether
+  the model would use it, nor what a summary kept in other words (see ``evidence_rouge_recall``).
+* **recoverable@k** — the share of gold units that are present *or* whose every missing piece lies
+  in an event among the top ``k`` hits of the recall package's search with the question as the
+  query, over the events the projection hid or replaced (the lexical or hybrid index of
+  :mod:`agentlab.recall.search` with its query broadening, then its lexical scan fallback, as
+  ``session_search`` runs with ``scope=current_hidden``; here the scope is what this projection
+  left out, since a clearing policy writes no summary boundary). So ``recoverable@k >= retained``,
+  and ``recoverable@k - retained`` is what one search would bring back to a model that then calls
+  ``session_load`` on the hit. ``None`` when the arm offers no ``session_search`` tool. The hit is
+  counted at event granularity: in tool delivery one result holds a whole chunk or session, so a
+  hit recovers every unit in it, and with ~25 reads per history ``k = 10`` hits cover a large share
+  of the history — an optimistic figure there, stricter in turn delivery (one turn per event).
+* **peak_prompt_tokens** — the largest prompt of the case, over every request a live agent sends
+  (ACON's peak: each tool round is one request). In tool delivery that is the request before each
+  scripted read (the agent decides the next read) and the final answer request; in turn delivery
+  the history is already there, so there is one request. Counted as ``project`` counts them
+  (agentlab's tokeniser over the messages and the tool declarations).
+* **total_prompt_tokens** — the sum of those prompts: what the case sends in all. Prompt caching is
+  not modelled.
+* **final_prompt_tokens** — the final answer request alone (the "last call" rule of the README's
+  token accounting).
+* **evidence_rouge_recall** — for a summarising arm, the ROUGE-L recall of the gold evidence text
+  (every unit, joined) against the summary texts the mechanisms put in the final request
+  (agentlab's normalisation, :func:`agentlab.bench.metrics.normalize_tokens`); ``None`` when no
+  summary was made. It is a bag-of-words proxy: a paraphrase that keeps the fact scores low, and
+  a long summary scores high.
+
+How this relates to the model-judged quality loss: ``1 - retained`` is the share of the
+evidence the model *cannot* see verbatim, not a quality loss; a question answerable from several
+places, from general knowledge or from a summary loses less than its evidence suggests, and a model
+that cannot find what is present loses more. Retention explains a quality loss (which arm dropped
+what), it does not replace it.
+
+The arms: :func:`retention_arms` lists the LLM-free candidates, :func:`model_arms` the ones that
+need a summariser, with the reason (**this list is what the arms registry will replace**).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from agentlab.bench.datasets.locomo import Conversation
+from agentlab.bench.datasets.longmemeval import LongMemEvalQuestion
+from agentlab.bench.datasets.qmsum import Meeting, QMSumCase
+from agentlab.bench.delivery import (
+    Delivery,
+    EvidenceMap,
+    locomo_tool_delivery,
+    locomo_tool_evidence,
+    locomo_turn_evidence,
+    longmemeval_tool_delivery,
+    longmemeval_tool_evidence,
+    longmemeval_turn_evidence,
+    qmsum_tool_delivery,
+    qmsum_tool_evidence,
+    qmsum_turn_evidence,
+    question_event,
+)
+from agentlab.bench.metrics import normalize_tokens
+from agentlab.compaction import CompactionPolicy
+from agentlab.core import ContextMechanism, project
+from agentlab.core.project import ProjectionResult
+from agentlab.core.tools import Tool
+from agentlab.events import Event
+from agentlab.model.base import Model, ModelInfo
+from agentlab.policies import mechanism as peer_mechanism
+from agentlab.recall import RecallPolicy
+from agentlab.session.base import Session
+
+#: Search depths of ``recoverable@k``.
+DEFAULT_KS: tuple[int, ...] = (5, 10)
+#: The window the retention benchmark uses by default: small enough that clearing bites on every
+#: benchmark's tool delivery (a QMSum meeting is ~28k tokens, a LoCoMo conversation ~25k).
+DEFAULT_CONTEXT_WINDOW = 8192
+RETENTION_VERSION = "retention-v1"
+APP_NAME = "agentlab-retention"
+USER_ID = "retention"
+SEARCH_TOOL = "session_search"
+
+
+# ----------------------------------------------------------------------------------- arms
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A named list of mechanisms; ``build`` makes fresh ones (some peers carry state per session)."""
+
+    name: str
+    build: Callable[[], list[ContextMechanism]]
+    description: str
+    #: Whether a summariser (a model) is needed to run it.
+    needs_model: bool = False
+
+
+@dataclass(frozen=True)
+class SkippedArm:
+    """An arm a run without a model cannot measure, and why."""
+
+    name: str
+    reason: str
+
+
+#: Share of the window at which the peers whose source trigger is an absolute 100,000 tokens
+#: fire here (their ``trigger_fraction`` variant), so that they act inside the retention window;
+#: 0.9 is the share inspect, Codex and Letta use by default.
+PEER_TRIGGER_FRACTION = 0.9
+
+
+def retention_arms() -> dict[str, Arm]:
+    """The LLM-free candidate arms: name -> :class:`Arm` (**replaced by the arms registry later**).
+
+    * ``long_context`` — no mechanism: everything stays.
+    * ``compaction`` — the seed's passes 0/1/2 with the reference defaults (pass 1: results over
+      1,024 tokens outside the protected units become a recoverable placeholder; pass 2 off). Its
+      pre-model synchronous summary needs a summary service, so it does nothing here.
+    * ``compaction_oversized`` — the same plus pass 2 at the recommended 8,192 tokens.
+    * ``compaction_recall`` — ``compaction`` with Session Recall's tools offered (the placeholder
+      then points to ``session_load``): the arm that has a recall tool.
+    * ``langchain_clear_tool_uses``, ``anthropic_clear_tool_uses`` — the peers' source defaults
+      (keep 3) with the trigger at :data:`PEER_TRIGGER_FRACTION` of the window instead of 100,000.
+    * ``inspect_edit``, ``inspect_trim`` — inspect's defaults (their threshold is already 0.9 of
+      the window).
+    * ``codex_truncation`` — Codex's tool-output truncation alone (10,000 tokens × 1.2 per
+      output), its auto-compaction switched off (an unreachable limit): the summary half needs a model.
+    """
+    unreachable = 1 << 62
+
+    def peer(name: str, **fields: Any) -> Callable[[], list[ContextMechanism]]:
+        return lambda: [peer_mechanism(name, **fields)]
+
+    arms = [
+        Arm("long_context", lambda: [], "no mechanism: the whole history"),
+        Arm("compaction", lambda: [CompactionPolicy(enabled=True)],
+            "the seed's passes 0/1/2, reference defaults (pass 1 over 1,024 tokens, pass 2 off)"),
+        Arm("compaction_oversized", lambda: [CompactionPolicy(enabled=True, oversized_tool_result_max_tokens=8192)],
+            "the seed's passes with pass 2 at the recommended 8,192 tokens"),
+        Arm("compaction_recall", lambda: [CompactionPolicy(enabled=True), RecallPolicy()],
+            "the seed's passes plus session_search / session_load"),
+        Arm("langchain_clear_tool_uses", peer("langchain_clear_tool_uses", trigger_fraction=PEER_TRIGGER_FRACTION),
+            "LangChain ClearToolUsesEdit, keep 3, trigger 0.9 of the window"),
+        Arm("anthropic_clear_tool_uses", peer("anthropic_clear_tool_uses", trigger_fraction=PEER_TRIGGER_FRACTION),
+            "Anthropic clear_tool_uses_20250919, keep 3, trigger 0.9 of the window"),
+        Arm("inspect_edit", peer("inspect_edit"), "inspect_ai CompactionEdit, keep 3 tool uses, threshold 0.9"),
+        Arm("inspect_trim", peer("inspect_trim"), "inspect_ai CompactionTrim, keep the last 80 %, threshold 0.9"),
+        Arm("codex_truncation", peer("codex_compaction", auto_compact_token_limit=unreachable),
+            "Codex tool-output truncation only (10,000 tokens x 1.2); auto-compaction off"),
+    ]
+    return {a.name: a for a in arms}
+
+
+def model_arms() -> dict[str, SkippedArm]:
+    """The arms that need a summariser (a model), with the reason: what a "no model" run skips."""
+    summarising = {
+        "summary": "the seed's rolling summary (SummaryPolicy) writes its text with a model",
+        "compaction_sync_summary": "compaction's pre-model pressure path summarises synchronously with a model",
+        "langchain_summarization": "SummarizationMiddleware replaces old messages with a model-written summary",
+        "inspect_summary": "CompactionSummary asks a model for the summary",
+        "langmem_summarize": "summarize_messages keeps a model-written running summary",
+        "adk_compaction": "ADK's token-threshold compaction summarises old events with a model",
+        "codex_compaction": "Codex auto-compaction at 90 % of the window writes a handoff summary with a model",
+        "letta_sliding_window": "Letta evicts the oldest messages into a model-written summary",
+    }
+    return {name: SkippedArm(name, reason) for name, reason in summarising.items()}
+
+
+def summarising_arm(name: str, **fields: Any) -> Arm:
+    """A peer summarising policy as an arm (its summariser is the model given to :func:`measure_retention`)."""
+    if name not in model_arms() or name in ("summary", "compaction_sync_summary"):
+        raise ValueError(f"{name!r} is not a summarising peer policy; known: "
+                         f"{', '.join(n for n in model_arms() if n not in ('summary', 'compaction_sync_summary'))}")
+    return Arm(name, lambda: [peer_mechanism(name, **fields)], model_arms()[name].reason, needs_model=True)
+
+
+# ------------------------------------------------------------------------------------ rows
+
+
+@dataclass(frozen=True)
+class Question:
+    """One case over a shared history: its id, the question text and its evidence map."""
+
+    case_id: str
+    text: str
+    evidence: EvidenceMap
+
+
+@dataclass(frozen=True)
+class RetentionRow:
+    """Retention of one case under one arm (definitions in the module docstring)."""
+
+    case_id: str
+    arm: str
+    #: ``turns`` or ``tool_results``.
+    delivery: str
+    #: Gold evidence units found in the history (the denominator of every fraction).
+    n_units: int
+    #: Gold ids the history does not hold (not in any fraction).
+    n_missing: int
+    #: Share of the units present in the final request; ``None`` when the case has no unit.
+    retained: float | None
+    #: k -> share of the units present or found by the search within k hits; ``None`` without a
+    #: recall tool (or without units).
+    recoverable: dict[int, float | None]
+    peak_prompt_tokens: int
+    total_prompt_tokens: int
+    final_prompt_tokens: int
+    #: Requests the case sends (reads + the answer request).
+    n_requests: int
+    #: ROUGE-L recall of the evidence text against the summary texts; ``None`` without a summary.
+    evidence_rouge_recall: float | None
+    #: Ids of the units not present in the final request.
+    lost_units: tuple[str, ...] = ()
+    #: Events of the history the final request left out or replaced.
+    n_hidden_events: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat, JSON-ready: ``recoverable`` becomes ``recoverable_at_<k>`` columns."""
+        out = asdict(self)
+        for k, value in out.pop("recoverable").items():
+            out[f"recoverable_at_{k}"] = value
+        out["lost_units"] = list(self.lost_units)
+        return out
+
+
+@dataclass(frozen=True)
+class RetentionSummary:
+    """The mean of a set of rows (one arm, one delivery): macro averages over cases."""
+
+    arm: str
+    delivery: str
+    n_cases: int
+    #: Cases with at least one unit (the fractions are averaged over these).
+    n_scored: int
+    retained: float | None
+    recoverable: dict[int, float | None]
+    mean_peak_prompt_tokens: float
+    max_peak_prompt_tokens: int
+    mean_total_prompt_tokens: float
+    mean_final_prompt_tokens: float
+    evidence_rouge_recall: float | None
+    #: Cases whose peak prompt is over ``context_window`` (``None`` when no window was given).
+    n_over_window: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def aggregate(rows: Sequence[RetentionRow], context_window: int | None = None) -> list[RetentionSummary]:
+    """One :class:`RetentionSummary` per (arm, delivery), in first-seen order.
+
+    Fractions are macro means over the cases with at least one unit; ``recoverable@k`` over the
+    cases where it is defined (``None`` when it never is); token columns over every case.
+    """
+    groups: dict[tuple[str, str], list[RetentionRow]] = {}
+    for row in rows:
+        groups.setdefault((row.arm, row.delivery), []).append(row)
+    out: list[RetentionSummary] = []
+    for (arm, delivery), group in groups.items():
+        ks = sorted({k for r in group for k in r.recoverable})
+        out.append(RetentionSummary(
+            arm=arm, delivery=delivery, n_cases=len(group), n_scored=sum(1 for r in group if r.n_units),
+            retained=_mean([r.retained for r in group]),
+            recoverable={k: _mean([r.recoverable.get(k) for r in group]) for k in ks},
+            mean_peak_prompt_tokens=sum(r.peak_prompt_tokens for r in group) / len(group),
+            max_peak_prompt_tokens=max(r.peak_prompt_tokens for r in group),
+            mean_total_prompt_tokens=sum(r.total_prompt_tokens for r in group) / len(group),
+            mean_final_prompt_tokens=sum(r.final_prompt_tokens for r in group) / len(group),
+            evidence_rouge_recall=_mean([r.evidence_rouge_recall for r in group]),
+            n_over_window=None if context_window is None else sum(1 for r in group
+                                                                  if r.peak_prompt_tokens > context_window)))
+    return out
+
+
+# --------------------------------------------------------------------------- presence
+
+
+def normalise(text: str) -> str:
+    """The form the presence test compares: whitespace runs collapsed to one space, ends stripped."""
+    return " ".join(text.split())
+
+
+def request_texts(result: ProjectionResult) -> list[str]:
+    """The normalised content of every message of the projected request."""
+    return [normalise(m.content) for m in result.request.messages if m.content]
+
+
+def units_present(evidence: EvidenceMap, texts: Sequence[str]) -> list[bool]:
+    """Per unit of ``evidence``: whether every piece's text is a substring of one of ``texts``."""
+    return [all(_piece_in(p.text, texts) for p in unit.pieces) for unit in evidence.units]
+
+
+def _piece_in(text: str, texts: Sequence[str]) -> bool:
+    needle = normalise(text)
+    return any(needle in t for t in texts)
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+def request_points(history: Sequence[Event]) -> list[tuple[int, Event]]:
+    """Where a live agent sends a request while the history is delivered: (prefix length, its user input).
+
+    Before every assistant tool call the agent asked the model what to do next: that request held
+    the ledger up to the call, in the unit the call belongs to (its current input is that unit's
+    user message). A history without tool calls (turn delivery) has no such point.
+    """
+    points: list[tuple[int, Event]] = []
+    opening: dict[str, Event] = {}
+    for i, e in enumerate(history):
+        if e.message is not None and e.message.role == "user" and e.request_id:
+            opening.setdefault(e.request_id, e)
+        if e.is_tool_call():
+            user = opening.get(e.request_id)
+            if user is not None:
+                points.append((i, user))
+    return points
+
+
+def _session(session_id: str, events: Sequence[Event]) -> Session:
+    return Session(APP_NAME, USER_ID, session_id, events=list(events))
+
+
+def _with_counts(events: Sequence[Event]) -> list[Event]:
+    from agentlab.model import tokens
+
+    return [e if e.token_count is not None else e.copy_with(token_count=tokens.count_event(e)) for e in events]
+
+
+@dataclass
+class _Prefix:
+    """What the reading requests of one history under one arm came to (shared by its questions)."""
+
+    prompt_tokens: list[int]
+    mechanisms: list[ContextMechanism]
+
+
+async def _project(session: Session, mechanisms: Sequence[ContextMechanism], current: Event, *,
+                   model_info: ModelInfo, model: Model | None, tools: Sequence[Tool], instruction: str,
+                   context_window: int | None) -> ProjectionResult:
+    return await project(session, mechanisms, current, model_info, model=model, tools=tools,
+                         instruction=instruction, context_window=context_window)
+
+
+# ----------------------------------------------------------------------------- recovery
+
+
+async def _search_service(session: Session) -> Any:
+    from agentlab.session.inmemory import InMemorySessionService
+
+    service = InMemorySessionService()
+    stored = await service.create_session(APP_NAME, USER_ID, session.id)
+    for event in session.events:
+        await service.append_event(stored, event)
+    return service
+
+
+async def search_left_out(service: Any, session_id: str, policy: RecallPolicy, query: str, left_out: set[str],
+                          top_k: int) -> list[str]:
+    """Event ids of the top ``top_k`` recall hits for ``query`` among the events ``left_out``, best first.
+
+    The recall package's event index (the policy's mode and embedder) with its query broadening,
+    then its in-session lexical scan when the index finds nothing — ``session_search``'s
+    ``current_hidden`` path with "hidden" meaning what the projection left out.
+    """
+    from agentlab.recall.embed import shared_embedder
+    from agentlab.recall.search import index_for, resolve_search_mode, scan_session, search_with_fallback
+
+    index = index_for(service, APP_NAME, USER_ID, shared_embedder(policy.embedder))
+    await index.refresh()
+    mode = resolve_search_mode(None, policy, index)
+
+    async def run(q: str) -> list[Any]:
+        return await index.search(q, top_k, mode=mode, include=lambda ref: ref.session_id == session_id
+                                  and ref.event_id in left_out, refresh=False)
+
+    hits = await search_with_fallback(query, top_k, run)
+    if not hits:
+        session = index.session(session_id)
+        if session is not None:
+            hits = scan_session(session, query, top_k, lambda e: e.id in left_out, policy.max_scan_events,
+                                index.scan_texts)
+    return [h.ref.event_id for h in hits[:top_k]]
+
+
+def _recall_policy(mechanisms: Sequence[ContextMechanism]) -> RecallPolicy | None:
+    for m in mechanisms:
+        if isinstance(m, RecallPolicy) and m.tools_enabled and m.search_tool:
+            return m
+    return None
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+class _Tokens:
+    def tokenize(self, text: str) -> list[str]:
+        return normalize_tokens(text)
+
+
+@lru_cache(maxsize=1)
+def _rouge_l() -> Any:
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rougeL"], tokenizer=_Tokens())
+
+
+def rouge_l_recall(reference: str, summary: str) -> float:
+    """ROUGE-L recall of ``reference`` against ``summary`` (agentlab's normalisation, no stemming)."""
+    if not normalize_tokens(reference):
+        return 0.0
+    return float(_rouge_l().score(reference, summary)["rougeL"].recall)
+
+
+def summary_texts(result: ProjectionResult) -> list[str]:
+    """The summary texts the mechanisms put into the request (a summary, or a message a policy made)."""
+    texts = [r.summary.text for r in result.reports if r.summary is not None and r.summary.text]
+    texts += [e.text for e in result.draft.events if e.metadata.get("made_by_policy") and e.text]
+    return texts
+
+
+# ------------------------------------------------------------------------------- measure
+
+
+async def measure_retention(history: Sequence[Event], questions: Sequence[Question], arm: Arm, *,
+                            session_id: str, delivery: str, model_info: ModelInfo | None = None,
+                            model: Model | None = None, tools: Sequence[Tool] = (), instruction: str = "",
+                            context_window: int | None = DEFAULT_CONTEXT_WINDOW,
+                            ks: Sequence[int] = DEFAULT_KS) -> list[RetentionRow]:
+    """Retention of every question over one ``history`` under ``arm`` (see the module docstring).
+
+    ``history`` is the seeded ledger (turns, or a reading trajectory of :mod:`agentlab.bench.delivery`);
+    ``tools`` are declared in every request (the delivery's tools); ``context_window`` is the
+    run's window (``RunOptions.context_window``). The reading requests do not depend on the
+    question, so they are projected once and shared; the mechanisms' carried-over state after
+    them is copied for each question. A summarising arm needs ``model`` (its summariser).
+    """
+    if arm.needs_model and model is None:
+        raise ValueError(f"arm {arm.name!r} needs a model: {arm.description}")
+    info = model_info or (model.info if model is not None else ModelInfo("retention", context_window or 0))
+    events = _with_counts(history)
+    prefix = _Prefix([], arm.build())
+    for length, current in request_points(events):
+        result = await _project(_session(session_id, events[:length]), prefix.mechanisms, current,
+                                model_info=info, model=model, tools=tools, instruction=instruction,
+                                context_window=context_window)
+        prefix.prompt_tokens.append(result.prompt_tokens)
+    session = _session(session_id, events)
+    service = None
+    rows: list[RetentionRow] = []
+    history_ids = {e.id for e in events}
+    for q in questions:
+        mechanisms = copy.deepcopy(prefix.mechanisms) if len(questions) > 1 else prefix.mechanisms
+        current = question_event(session_id, q.text, events)
+        result = await _project(session, mechanisms, current, model_info=info, model=model, tools=tools,
+                                instruction=instruction, context_window=context_window)
+        texts = request_texts(result)
+        present = units_present(q.evidence, texts)
+        n = len(present)
+        shown = {e.id for e in result.draft.events if not e.metadata.get("compacted")
+                 and not e.metadata.get("policy")}
+        left_out = history_ids - shown
+        recall = _recall_policy(mechanisms)
+        recoverable: dict[int, float | None] = {}
+        for k in ks:
+            if recall is None or n == 0:
+                recoverable[k] = None
+                continue
+            if all(present):
+                recoverable[k] = 1.0
+                continue
+            if service is None:
+                service = await _search_service(session)
+            hits = set(await search_left_out(service, session_id, recall, q.text, left_out, k))
+            found = [ok or all(_piece_in(p.text, texts) or p.event_id in hits for p in unit.pieces)
+                     for ok, unit in zip(present, q.evidence.units, strict=True)]
+            recoverable[k] = sum(found) / n
+        summaries = summary_texts(result)
+        rouge = rouge_l_recall("\n".join(u.text for u in q.evidence.units), "\n".join(summaries)) \
+            if summaries and n else None
+        prompts = [*prefix.prompt_tokens, result.prompt_tokens]
+        rows.append(RetentionRow(
+            case_id=q.case_id, arm=arm.name, delivery=delivery, n_units=n, n_missing=len(q.evidence.missing),
+            retained=sum(present) / n if n else None, recoverable=recoverable,
+            peak_prompt_tokens=max(prompts), total_prompt_tokens=sum(prompts),
+            final_prompt_tokens=result.prompt_tokens, n_requests=len(prompts), evidence_rouge_recall=rouge,
+            lost_units=tuple(u.unit_id for ok, u in zip(present, q.evidence.units, strict=True) if not ok),
+            n_hidden_events=len(left_out)))
+    return rows
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Rows and the wall time they took."""
+
+    rows: list[RetentionRow]
+    seconds: float
+
+
+async def measure_arms(history: Sequence[Event], questions: Sequence[Question], arms: Sequence[Arm],
+                       **kwargs: Any) -> Timed:
+    """:func:`measure_retention` for every arm in turn, with the wall time."""
+    started = time.perf_counter()
+    rows: list[RetentionRow] = []
+    for arm in arms:
+        rows += await measure_retention(history, questions, arm, **kwargs)
+    return Timed(rows, time.perf_counter() - started)
+
+
+# ------------------------------------------------------------------------- whole benchmarks
+
+
+@dataclass(frozen=True)
+class HistoryGroup:
+    """One history and the questions asked over it (a QMSum meeting, a LoCoMo conversation, a LongMemEval item)."""
+
+    session_id: str
+    delivery: str
+    events: tuple[Event, ...]
+    tools: tuple[Tool, ...]
+    questions: tuple[Question, ...]
+
+
+def qmsum_groups(cases: Sequence[QMSumCase], delivery: Delivery = Delivery("tool_results"), *,
+                 seed: Callable[[Meeting, str], Sequence[Event]] | None = None) -> list[HistoryGroup]:
+    """QMSum cases grouped by meeting, in first-seen order, in ``delivery``.
+
+    Turn delivery needs ``seed``, the task's seeding function (``seed_events(meeting, session_id)``
+    of the QMSum task), so that the turns measured are the ones the task sends.
+    """
+    by_meeting: dict[str, list[QMSumCase]] = {}
+    for case in cases:
+        by_meeting.setdefault(case.meeting_id, []).append(case)
+    groups = []
+    for meeting_id, items in by_meeting.items():
+        session_id = f"retention-{meeting_id}"
+        if delivery.delivery == "tool_results":
+            td = qmsum_tool_delivery(items[0].meeting, session_id, delivery.chunk_turns)
+            events, tools = td.events, td.tools
+            questions = [Question(c.case_id, c.query, qmsum_tool_evidence(c, events)) for c in items]
+        else:
+            if seed is None:
+                raise ValueError("turn delivery needs the task's seed function (seed=...)")
+            events, tools = tuple(seed(items[0].meeting, session_id)), ()
+            questions = [Question(c.case_id, c.query, qmsum_turn_evidence(c, events)) for c in items]
+        groups.append(HistoryGroup(session_id, delivery.delivery, tuple(events), tuple(tools), tuple(questions)))
+    return groups
+
+
+def locomo_groups(conversations: Sequence[Conversation], delivery: Delivery = Delivery("tool_results"), *,
+                  categories: Sequence[int] = (1, 2, 3, 4, 5), include_captions: bool = False,
+                  seed: Callable[[Conversation], Sequence[Event]] | None = None) -> list[HistoryGroup]:
+    """Every LoCoMo question of ``categories``, grouped by conversation, in ``delivery``.
+
+    Turn delivery needs ``seed``: the conversation's seeded events in order (the LoCoMo task's
+    ``seed_plan`` sessions concatenated), since its turns sit in one session per LoCoMo session there.
+    """
+    wanted = set(categories)
+    groups = []
+    for conversation in conversations:
+        qas = [q for q in conversation.qa if q.category in wanted]
+        session_id = f"retention-{conversation.sample_id}"
+        if delivery.delivery == "tool_results":
+            td = locomo_tool_delivery(conversation, session_id, include_captions)
+            events, tools = td.events, td.tools
+            questions = [Question(q.qa_id, q.question, locomo_tool_evidence(q, conversation, events,
+                                                                              include_captions)) for q in qas]
+        else:
+            if seed is None:
+                raise ValueError("turn delivery needs the task's seeded events (seed=...)")
+            events, tools = tuple(seed(conversation)), ()
+            questions = [Question(q.qa_id, q.question, locomo_turn_evidence(q, events)) for q in qas]
+        groups.append(HistoryGroup(session_id, delivery.delivery, tuple(events), tuple(tools), tuple(questions)))
+    return groups
+
+
+def longmemeval_groups(items: Sequence[LongMemEvalQuestion], delivery: Delivery = Delivery("tool_results"), *,
+                       seed: Callable[[LongMemEvalQuestion], Sequence[Event]] | None = None) -> list[HistoryGroup]:
+    """One group per LongMemEval question (each brings its own haystack), in ``delivery``.
+
+    Turn delivery needs ``seed``: the task's ``haystack_events``.
+    """
+    groups = []
+    for item in items:
+        session_id = f"retention-{item.question_id}"
+        if delivery.delivery == "tool_results":
+            td = longmemeval_tool_delivery(item, session_id)
+            events, tools = td.events, td.tools
+            evidence = longmemeval_tool_evidence(item, events)
+        else:
+            if seed is None:
+                raise ValueError("turn delivery needs the task's haystack events (seed=...)")
+            events, tools = tuple(seed(item)), ()
+            evidence = longmemeval_turn_evidence(item, events)
+        groups.append(HistoryGroup(session_id, delivery.delivery, tuple(events), tuple(tools),
+                                   (Question(item.question_id, item.question, evidence),)))
+    return groups
+
+
+async def measure_groups(groups: Sequence[HistoryGroup], arms: Sequence[Arm], **kwargs: Any) -> Timed:
+    """:func:`measure_retention` over every group and arm (``kwargs``: its keyword settings), timed."""
+    started = time.perf_counter()
+    rows: list[RetentionRow] = []
+    for group in groups:
+        for arm in arms:
+            rows += await measure_retention(group.events, group.questions, arm, session_id=group.session_id,
+                                            delivery=group.delivery, tools=group.tools, **kwargs)
+    return Timed(rows, time.perf_counter() - started)
+
+
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
+    "DEFAULT_KS",
+    "RETENTION_VERSION",
+    "Arm",
+    "HistoryGroup",
+    "Question",
+    "RetentionRow",
+    "RetentionSummary",
+    "SkippedArm",
+    "Timed",
+    "aggregate",
+    "locomo_groups",
+    "longmemeval_groups",
+    "measure_arms",
+    "measure_groups",
+    "measure_retention",
+    "model_arms",
+    "normalise",
+    "qmsum_groups",
+    "request_points",
+    "request_texts",
+    "retention_arms",
+    "rouge_l_recall",
+    "search_left_out",
+    "summarising_arm",
+    "summary_texts",
+    "units_present",
+]

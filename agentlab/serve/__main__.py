@@ -1,0 +1,90 @@
+"""``python -m agentlab.serve``: serve (proxy or agent back end), or ``report`` the savings of a database."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+PROG = "python -m agentlab.serve"
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description="A context-governing OpenAI-compatible server (POST /v1/chat/completions, "
+                               "GET /v1/models, GET /health). Use 'report' to read its savings.")
+    p.add_argument("--upstream", help="proxy back end: the OpenAI base URL to forward to (http://host:port/v1)")
+    p.add_argument("--arm", default="passthrough", help="proxy back end: the arm whose projection goes upstream "
+                                                       "(passthrough, compaction, summary, summary+recall)")
+    p.add_argument("--agent", help="agent back end: module:factory returning an agentlab LLMAgent")
+    p.add_argument("--db", default="serve.duckdb", help="DuckDB file of the ledger and call log (default serve.duckdb)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --api-key)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = a free one)")
+    p.add_argument("--api-key", help="require this bearer token of every client")
+    p.add_argument("--upstream-api-key", help="key sent upstream (default: forward the client's Authorization)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds an upstream call may take (default 60)")
+    p.add_argument("--max-recall-rounds", type=int, default=3, help="server-run tool rounds per call (default 3)")
+    p.add_argument("--context-window", type=int, help="window for the arm's triggers (default: what upstream states)")
+    p.add_argument("--no-fsync", action="store_true", help="do not fsync each commit (throwaway stores only)")
+    return p
+
+
+def _report(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog=f"{PROG} report", description="Tokens saved per arm and conversation, "
+                                                                   "with the prompt-cache reuse beside them.")
+    p.add_argument("--db", default="serve.duckdb", help="the server's DuckDB file (default serve.duckdb)")
+    p.add_argument("--by", default="arm,conversation_id",
+                   help="comma-separated grouping columns (default arm,conversation_id)")
+    args = p.parse_args(argv)
+    import pandas as pd
+
+    from agentlab.serve.analysis import savings_df
+
+    try:
+        table = savings_df(args.db, by=[c.strip() for c in args.by.split(",") if c.strip()])
+    except (FileNotFoundError, ValueError, KeyError, RuntimeError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    if table.empty:
+        print(f"no answered calls in {args.db}")
+        return 0
+    with pd.option_context("display.max_columns", None, "display.width", 200):
+        print(table.to_string(index=False))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"]:
+        return _report(argv[1:])
+    args = _serve_parser().parse_args(argv)
+    from agentlab.serve.server import ServeApp, ServeConfig, serve_forever
+
+    config = ServeConfig(upstream=args.upstream, arm=args.arm, agent=args.agent, db=args.db, host=args.host,
+                         port=args.port, api_key=args.api_key, upstream_api_key=args.upstream_api_key,
+                         timeout=args.timeout, max_recall_rounds=args.max_recall_rounds,
+                         context_window=args.context_window, fsync=not args.no_fsync)
+    try:
+        config.check()
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+
+    def ready(app: ServeApp) -> None:
+        back_end = f"proxy to {config.upstream} (arm {config.arm})" if config.upstream else f"agent {config.agent}"
+        print(f"serving {app.base_url} — {back_end}; ledger and calls in {config.db}", flush=True)
+
+    try:
+        asyncio.run(serve_forever(config, ready))
+    except KeyboardInterrupt:
+        pass
+    except (OSError, RuntimeError, ValueError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

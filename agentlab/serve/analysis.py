@@ -1,0 +1,107 @@
+"""What the server's call log says: tokens saved per conversation and arm, beside the cache they cost.
+
+Token columns of ``serve_calls`` (all counted with the same local estimator, so they compare):
+
+* ``client_prompt_tokens``: the prompt as the client sent it; ``upstream_prompt_tokens``: as it
+  went upstream after the arm's projection (the first round of a call);
+* ``client_prefix_tokens`` / ``upstream_prefix_tokens``: the leading messages each shares with the
+  conversation's previous call, i.e. what a provider's prefix cache could reuse without the proxy
+  and with it. Rewriting old messages saves tokens but can break that prefix: the
+  ``cache_loss_tokens`` column shows the reuse given up, and ``uncached_*`` what is billed at the
+  full rate on each side;
+* ``usage_*``: what the upstream reported (summed over recall rounds), cached tokens included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from agentlab.duckdb_files import connect
+
+
+def _frame(source: Any) -> pd.DataFrame:
+    if hasattr(source, "calls"):  # a ServeHandle: read through its own connection
+        return source.calls()
+    if hasattr(source, "query"):  # a ServeStore
+        return source.query("SELECT * FROM serve_calls ORDER BY started_at")
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"no serve database at {path}")
+    con = connect(path, read_only=True, what="serve database", fix="stop the server that holds it")
+    try:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        if "serve_calls" not in tables:
+            raise ValueError(f"{path} has no serve_calls table: it is not a database written by agentlab.serve")
+        return con.execute("SELECT * FROM serve_calls ORDER BY started_at").df()
+    finally:
+        con.close()
+
+
+def serve_calls_df(source: Any) -> pd.DataFrame:
+    """Every call, oldest first, with derived columns.
+
+    ``source`` is a database path, a running :class:`~agentlab.serve.ServeHandle` or its store.
+    Added: ``saved_tokens``, ``saved_pct``, ``cache_loss_tokens``, ``uncached_client_tokens``,
+    ``uncached_upstream_tokens``, ``proxy_ms`` (latency not spent waiting for the upstream).
+    """
+    df = _frame(source).copy()
+    ints = ["client_prompt_tokens", "upstream_prompt_tokens", "client_prefix_tokens", "upstream_prefix_tokens"]
+    for column in ints:
+        df[column] = df[column].fillna(0).astype("int64")
+    df["saved_tokens"] = df["client_prompt_tokens"] - df["upstream_prompt_tokens"]
+    df["saved_pct"] = (100.0 * df["saved_tokens"] / df["client_prompt_tokens"].where(df["client_prompt_tokens"] > 0)).round(1)
+    df["cache_loss_tokens"] = (df["client_prefix_tokens"] - df["upstream_prefix_tokens"]).clip(lower=0)
+    df["uncached_client_tokens"] = df["client_prompt_tokens"] - df["client_prefix_tokens"]
+    df["uncached_upstream_tokens"] = df["upstream_prompt_tokens"] - df["upstream_prefix_tokens"]
+    df["proxy_ms"] = df["latency_ms"] - df["upstream_ms"]
+    return df
+
+
+def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> pd.DataFrame:
+    """Per group (default: arm and conversation): calls, tokens sent and saved, and the cache beside them.
+
+    Token sums cover the answered client calls (status 200). ``net_saved_uncached`` is the saving
+    once the prefix cache is taken into account (uncached client tokens minus uncached upstream
+    tokens): it can be smaller than ``saved_tokens``, or negative, when the rewriting breaks the
+    cached prefix. ``summary_tokens`` are what the arm's summariser spent upstream (prompt +
+    completion), a cost the savings have to pay for.
+    """
+    calls = serve_calls_df(source)
+    keys = list(by)
+    summaries = calls[calls["purpose"] == "summary"]
+    summary_tokens = (summaries.assign(tokens=summaries["usage_prompt_tokens"] + summaries["usage_completion_tokens"])
+                      .groupby(keys, dropna=False)["tokens"].sum().rename("summary_tokens"))
+    df = calls[calls["purpose"] != "summary"]
+    ok = df[df["status"] == 200]
+    grouped = ok.groupby(keys, dropna=False)
+    out = grouped.agg(
+        calls=("call_id", "count"),
+        client_tokens=("client_prompt_tokens", "sum"),
+        upstream_tokens=("upstream_prompt_tokens", "sum"),
+        saved_tokens=("saved_tokens", "sum"),
+        usage_prompt_tokens=("usage_prompt_tokens", "sum"),
+        usage_cached_tokens=("usage_cached_tokens", "sum"),
+        cache_loss_tokens=("cache_loss_tokens", "sum"),
+        uncached_client=("uncached_client_tokens", "sum"),
+        uncached_upstream=("uncached_upstream_tokens", "sum"),
+        recall_rounds=("recall_rounds", "sum"),
+        p50_latency_ms=("latency_ms", "median"),
+        p50_proxy_ms=("proxy_ms", "median"),
+    )
+    failed = df[df["status"] != 200].groupby(keys, dropna=False)["call_id"].count().rename("failed_calls")
+    out = out.join(failed, how="outer").join(summary_tokens, how="left")
+    out = out.fillna({"failed_calls": 0, "calls": 0, "summary_tokens": 0})
+    for column in ("failed_calls", "calls", "summary_tokens"):
+        out[column] = out[column].astype("int64")
+    out["saved_pct"] = (100.0 * out["saved_tokens"] / out["client_tokens"].where(out["client_tokens"] > 0)).round(1)
+    out["cache_hit_pct"] = (100.0 * out["usage_cached_tokens"]
+                            / out["usage_prompt_tokens"].where(out["usage_prompt_tokens"] > 0)).round(1)
+    out["net_saved_uncached"] = out["uncached_client"] - out["uncached_upstream"]
+    columns = ["calls", "failed_calls", "client_tokens", "upstream_tokens", "saved_tokens", "saved_pct",
+               "cache_loss_tokens", "net_saved_uncached", "summary_tokens", "usage_prompt_tokens", "usage_cached_tokens",
+               "cache_hit_pct", "recall_rounds", "p50_latency_ms", "p50_proxy_ms"]
+    return out[columns].reset_index()

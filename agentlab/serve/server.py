@@ -1,0 +1,244 @@
+"""The server: configuration, routes, authentication, and starting it (blocking or in a thread).
+
+Routes: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models`` and
+``/v1/models/{id}``, ``GET /health`` (also ``/healthz``). Bound to 127.0.0.1 unless told
+otherwise; any other address needs an API key, which every route but the health check then asks for
+(``Authorization: Bearer <key>``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import signal
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentlab.serve.arms import get_arm
+from agentlab.serve.http import HTTPRequest, HTTPResponse, HTTPServer, json_response
+from agentlab.serve.store import ServeStore
+from agentlab.serve.wire import error_body
+from agentlab.session.duckdb import DuckDBSessionService
+
+_T = TypeVar("_T")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+CHAT_PATHS = ("/v1/chat/completions", "/v1/chat/completions/")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """How to serve: which back end (``upstream`` + ``arm``, or ``agent``), where, and with what."""
+
+    #: Proxy back end: the OpenAI base URL of the upstream (``http://host:port/v1``).
+    upstream: str | None = None
+    #: The arm whose projection decides what goes upstream (see :mod:`agentlab.serve.arms`).
+    arm: str = "passthrough"
+    #: Agent back end: ``module:factory`` returning an ``LLMAgent`` (instead of ``upstream``).
+    agent: str | None = None
+    #: DuckDB file of the ledger and the call log.
+    db: str = "serve.duckdb"
+    host: str = "127.0.0.1"
+    #: 0 = a free port.
+    port: int = 0
+    #: Required of clients when set (and required to bind anything but loopback).
+    api_key: str | None = None
+    #: Key sent upstream; without one the client's ``Authorization`` is forwarded (unless
+    #: ``api_key`` is set: then the client's header carries this server's key, not the upstream's).
+    upstream_api_key: str | None = None
+    #: Seconds an upstream call may take.
+    timeout: float = 60.0
+    #: Rounds of server-run tools (recall) per call before the model must answer.
+    max_recall_rounds: int = 3
+    #: Window assumed for the arm's triggers instead of what the upstream states.
+    context_window: int | None = None
+    #: Durable commits (see ``DuckDBSessionService``); ``False`` only for throwaway stores.
+    fsync: bool = True
+
+    def check(self) -> None:
+        """``ValueError`` naming the first problem of this configuration."""
+        if (self.upstream is None) == (self.agent is None):
+            raise ValueError("give exactly one back end: --upstream URL (with --arm) or --agent module:factory")
+        if self.upstream is not None:
+            if not self.upstream.startswith(("http://", "https://")):
+                raise ValueError(f"--upstream must be an http(s) URL, got {self.upstream!r}")
+            get_arm(self.arm)
+        if self.host not in LOOPBACK and not self.api_key:
+            raise ValueError(f"binding to {self.host} (not loopback) requires --api-key")
+        if self.max_recall_rounds < 0:
+            raise ValueError("--max-recall-rounds must be >= 0")
+        if self.timeout <= 0:
+            raise ValueError("--timeout must be > 0")
+
+
+class ServeApp:
+    """The routes over one back end, with its ledger and call log."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        config.check()
+        self.config = config
+        self.store = ServeStore(config.db, fsync=config.fsync)
+        self.sessions = DuckDBSessionService(config.db, fsync=config.fsync)
+        self.backend: Any
+        if config.upstream is not None:
+            from agentlab.serve.proxy import ProxyBackend
+
+            self.backend = ProxyBackend(
+                upstream=config.upstream, arm=config.arm, sessions=self.sessions, store=self.store,
+                upstream_api_key=config.upstream_api_key, forward_credentials=config.api_key is None,
+                timeout=config.timeout, max_recall_rounds=config.max_recall_rounds,
+                context_window=config.context_window)
+        else:
+            from agentlab.serve.agent_backend import AgentBackend
+
+            assert config.agent is not None
+            self.backend = AgentBackend(config.agent, sessions=self.sessions, store=self.store)
+        self.http = HTTPServer(self.handle, config.host, config.port)
+
+    async def start(self) -> None:
+        """Bind the port."""
+        await self.http.start()
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL clients use (``http://host:port/v1``)."""
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        return f"http://{host}:{self.http.port}/v1"
+
+    async def close(self) -> None:
+        """Stop serving, finish pending work, close the stores."""
+        await self.http.close()
+        await self.backend.close()
+        await self.sessions.close()
+        self.store.close()
+
+    def _authorised(self, request: HTTPRequest) -> bool:
+        key = self.config.api_key
+        if key is None:
+            return True
+        return hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {key}")
+
+    async def handle(self, request: HTTPRequest) -> HTTPResponse:
+        """Route one request."""
+        path = request.path
+        if path in ("/health", "/healthz"):
+            return json_response(200, {"status": "ok", "backend": self.backend.kind,
+                                       "arm": self.config.arm if self.config.upstream else None})
+        if not self._authorised(request):
+            return json_response(401, error_body("missing or wrong API key (Authorization: Bearer <key>)",
+                                                 "authentication_error", code="invalid_api_key"))
+        if path in CHAT_PATHS:
+            if request.method != "POST":
+                return json_response(405, error_body(f"{request.method} is not allowed here; use POST",
+                                                     "invalid_request_error"), {"allow": "POST"})
+            return await self.backend.chat(request)
+        if path.rstrip("/") == "/v1/models" and request.method == "GET":
+            return await self.backend.models(request)
+        if path.startswith("/v1/models/") and request.method == "GET":
+            return await self.backend.models(request, path[len("/v1/models/"):])
+        return json_response(404, error_body(f"no route {request.method} {path}", "not_found"))
+
+
+async def serve_forever(config: ServeConfig, ready: Any = None) -> None:
+    """Serve until cancelled (``python -m agentlab.serve`` runs this); ``ready(app)`` once bound."""
+    app = ServeApp(config)
+    await app.start()
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
+        # SIGTERM (a supervisor, ``timeout``) ends the server like Ctrl-C does: the queued writes are committed.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    if ready is not None:
+        ready(app)
+    try:
+        await stop.wait()
+    finally:
+        await app.close()
+
+
+class ServeHandle:
+    """A server running in a background thread with its own event loop (notebooks, tests).
+
+    ``with start_server(ServeConfig(upstream=..., arm="compaction", db=...)) as server:`` then point a
+    client at ``server.base_url``; ``server.calls()`` is the call log as a DataFrame.
+    """
+
+    def __init__(self, config: ServeConfig) -> None:
+        config.check()
+        self.config = config
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="agentlab-serve", daemon=True)
+        self._thread.start()
+        self.app: ServeApp = self.run(self._start())
+
+    async def _start(self) -> ServeApp:
+        app = ServeApp(self.config)
+        await app.start()
+        return app
+
+    def run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = 120) -> _T:
+        """Run ``coro`` on the server's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL clients use."""
+        return self.app.base_url
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return self.app.http.port
+
+    def settle(self) -> None:
+        """Wait until no call is in flight and pending summaries are written."""
+        settle = getattr(self.app.backend, "settle", None)
+        if settle is not None:
+            self.run(settle())
+
+    def calls(self) -> Any:
+        """``serve_calls`` as a DataFrame, oldest first (after :meth:`settle`)."""
+        self.settle()
+        return self.app.store.query("SELECT * FROM serve_calls ORDER BY started_at")
+
+    def ledger(self, conversation_id: str) -> list[Any]:
+        """The ledger events of a conversation's current session (any tenant; proxy back end)."""
+        self.settle()
+        store = self.app.store
+        found = [(t, s) for (t, c), s in store.conversations.items() if c == conversation_id]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} conversations are called {conversation_id!r}")
+        from agentlab.serve.proxy import APP_NAME
+
+        tenant, session_id = found[0]
+        session = self.run(self.app.sessions.get_session(APP_NAME, tenant, session_id))
+        return list(session.events) if session is not None else []
+
+    def stop(self) -> None:
+        """Stop serving and release the port and the database file."""
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(Exception):
+            self.run(self.app.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    def __enter__(self) -> ServeHandle:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def start_server(config: ServeConfig | None = None, **fields: Any) -> ServeHandle:
+    """Start a server in a background thread: ``start_server(upstream=url, arm="compaction", db=path)``."""
+    if config is None:
+        config = ServeConfig(**fields)
+    elif fields:
+        raise TypeError("give a ServeConfig or its fields, not both")
+    if isinstance(config.db, Path):
+        config = ServeConfig(**{**config.__dict__, "db": str(config.db)})
+    return ServeHandle(config)

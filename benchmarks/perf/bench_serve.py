@@ -1,0 +1,197 @@
+"""Latency the serve proxy adds, and its throughput, against the local test server (prints figures).
+
+    .venv/bin/python benchmarks/perf/bench_serve.py [--concurrency 1,16,64] [--turns 6] [--arms passthrough,compaction]
+
+The upstream is ``agentlab.testing.openai_server`` and the proxy ``python -m agentlab.serve``, each
+in its own process (so neither shares an interpreter lock with the load generator). For each arm
+and each number C of concurrent conversations, C conversations of ``--turns`` turns run at once,
+first straight to the upstream, then through the proxy (prefix-keyed: no conversation header, the
+proxy finds each conversation by its history). A turn is a user question, a tool round the client
+already ran (a ~1,400-token result, so compaction has something to do from the third turn on) and
+the model's answer; the history grows every turn.
+
+Printed per arm and C:
+
+* ``direct p50/p99`` and ``proxy p50/p99``: client-side latency of one call, ms;
+* ``added p50/p99``: proxy percentile minus the direct one (what a client notices);
+* ``in-proxy p50/p99``: per call, the proxy's own latency minus the time it waited on the upstream
+  (from ``serve_calls``: ``latency_ms - upstream_ms``), the overhead without client-side noise;
+* ``calls/s``: calls / wall time, direct and through the proxy;
+* ``cpu ms/call``: CPU time the proxy process spent per proxied call (user + system, from
+  ``/proc``): the cost that does not depend on how loaded the machine is.
+
+The goal (on this machine): added p50 <= 5 ms and p99 <= 25 ms at 16 conversations. The load
+average is printed before and after; on a shared machine everything else running inflates the
+figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+GOAL_P50_MS = 5.0
+GOAL_P99_MS = 25.0
+GOAL_CONCURRENCY = 16
+RESULT = " ".join(f"Row {i}: the Lisbon office logged {i * 7} visits on day {i}." for i in range(110))
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q
+    low, high = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def start(args: list[str], pattern: str) -> tuple[subprocess.Popen[str], str]:
+    """Start a server process; return it and the base URL it prints."""
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(pattern, line)
+    if match is None:
+        proc.kill()
+        raise RuntimeError(f"{args[1]} did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    return proc, match.group(1)
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+async def conversation(client: httpx.AsyncClient, url: str, index: int, turns: int, run: str,
+                       latencies: list[float]) -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": f"You are assistant {index} of run {run}; answer about the offices."}]
+    for turn in range(turns):
+        call_id = f"call_{run}_{index}_{turn}"
+        messages += [
+            {"role": "user", "content": f"Conversation {index}, question {turn}: how busy was Lisbon?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": "search_logs", "arguments": '{"query": "Lisbon visits"}'}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": RESULT},
+        ]
+        began = time.perf_counter()
+        response = await client.post(url + "/chat/completions", json={"model": "test-model", "messages": messages})
+        latencies.append((time.perf_counter() - began) * 1000)
+        response.raise_for_status()
+        messages.append({"role": "assistant", "content": response.json()["choices"][0]["message"]["content"]})
+
+
+async def load(url: str, concurrency: int, turns: int, run: str) -> tuple[list[float], float]:
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with httpx.AsyncClient(timeout=120, limits=limits, headers={"authorization": "Bearer bench"}) as client:
+        began = time.perf_counter()
+        await asyncio.gather(*(conversation(client, url, i, turns, run, latencies) for i in range(concurrency)))
+        wall = time.perf_counter() - began
+    return latencies, wall
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def in_proxy_ms(db: str) -> list[float]:
+    from agentlab.serve.analysis import serve_calls_df
+
+    calls = serve_calls_df(db)
+    return [float(x) for x in calls.loc[calls["status"] == 200, "proxy_ms"]]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--concurrency", default="1,16,64", help="conversations at once (default 1,16,64)")
+    p.add_argument("--turns", type=int, default=6, help="turns per conversation (default 6)")
+    p.add_argument("--arms", default="passthrough,compaction", help="arms to measure (default passthrough,compaction)")
+    p.add_argument("--latency", type=float, default=0.02, help="upstream seconds per completion (default 0.02)")
+    p.add_argument("--no-fsync", action="store_true", help="run the proxy with --no-fsync")
+    args = p.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    print(f"load average before: {load_average()} ({os.cpu_count()} cores)")
+    print(f"upstream latency {args.latency * 1000:.0f} ms, {args.turns} turns per conversation, "
+          f"fsync {'off' if args.no_fsync else 'on'}")
+    upstream, upstream_url = start(["-m", "agentlab.testing.openai_server", "--latency", str(args.latency),
+                                    "--no-tool-calls"], r"serving (\S+/v1)")
+    header = (f"{'arm':<12}{'C':>4}{'calls':>7}{'direct p50':>11}{'p99':>8}{'proxy p50':>11}{'p99':>8}"
+              f"{'added p50':>11}{'p99':>8}{'in-proxy p50':>14}{'p99':>8}{'direct/s':>10}{'proxy/s':>9}"
+              f"{'cpu ms/call':>13}")
+    rows: list[str] = []
+    verdict: list[str] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for arm in args.arms.split(","):
+                for concurrency in levels:
+                    db = str(Path(tmp) / f"{arm.replace('+', '_')}-{concurrency}.duckdb")
+                    command = ["-m", "agentlab.serve", "--upstream", upstream_url, "--arm", arm, "--port", "0",
+                               "--db", db, "--context-window", "131072"]
+                    proxy, proxy_url = start(command + (["--no-fsync"] if args.no_fsync else []),
+                                             r"serving (\S+/v1)")
+                    try:
+                        asyncio.run(load(proxy_url, 2, 2, "warm"))  # imports, tokenizer, first DuckDB writes
+                        direct, direct_wall = asyncio.run(load(upstream_url, concurrency, args.turns, "d"))
+                        cpu_before = cpu_seconds(proxy.pid)
+                        proxied, proxy_wall = asyncio.run(load(proxy_url, concurrency, args.turns, "p"))
+                        cpu_ms = (cpu_seconds(proxy.pid) - cpu_before) * 1000 / len(proxied)
+                    finally:
+                        stop(proxy)
+                    inside = in_proxy_ms(db)[4:]  # the warm-up calls left out
+                    added50 = percentile(proxied, 0.5) - percentile(direct, 0.5)
+                    added99 = percentile(proxied, 0.99) - percentile(direct, 0.99)
+                    rows.append(
+                        f"{arm:<12}{concurrency:>4}{len(proxied):>7}{percentile(direct, .5):>11.1f}"
+                        f"{percentile(direct, .99):>8.1f}{percentile(proxied, .5):>11.1f}{percentile(proxied, .99):>8.1f}"
+                        f"{added50:>11.1f}{added99:>8.1f}{statistics.median(inside):>14.1f}"
+                        f"{percentile(inside, .99):>8.1f}{len(direct) / direct_wall:>10.1f}{len(proxied) / proxy_wall:>9.1f}"
+                        f"{cpu_ms:>13.2f}")
+                    print(rows[-1] if len(rows) > 1 else header + "\n" + rows[-1], flush=True)
+                    if concurrency == GOAL_CONCURRENCY:
+                        met = added50 <= GOAL_P50_MS and added99 <= GOAL_P99_MS
+                        verdict.append(f"{arm}: added p50 {added50:.1f} ms, p99 {added99:.1f} ms -> "
+                                       f"{'met' if met else 'NOT met'}")
+    finally:
+        stop(upstream)
+    print(f"goal at {GOAL_CONCURRENCY} conversations: added p50 <= {GOAL_P50_MS:.0f} ms and p99 <= "
+          f"{GOAL_P99_MS:.0f} ms")
+    for line in verdict:
+        print(f"  {line}")
+    print(f"load average after: {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

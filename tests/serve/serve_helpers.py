@@ -1,0 +1,79 @@
+"""Shared pieces of the serve tests: tool declarations, a big tool result, a scripted upstream."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+SEARCH_TOOL = {"type": "function", "function": {
+    "name": "search_docs", "description": "Search the documentation.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+
+#: A tool result far over compaction's 1,024-token limit (about 2,400 tokens).
+BIG_RESULT = " ".join(f"Record {i}: the Lisbon office opened in {1900 + i} and employs {i * 3} people."
+                      for i in range(160))
+
+
+class ScriptedUpstream:
+    """An upstream that answers each chat completion with the next scripted raw SSE body.
+
+    A script entry is a list of ``data:`` payloads (dicts, or raw strings sent as they are); the
+    sentinel ``"<drop>"`` closes the connection mid-stream, ``"<sleep>"`` pauses half a second.
+    """
+
+    def __init__(self, scripts: list[list[Any]]) -> None:
+        self.scripts = list(scripts)
+        self.received: list[dict[str, Any]] = []
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                payload = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                upstream.received.append(payload)
+                script = upstream.scripts.pop(0)
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for item in script:
+                    if item == "<sleep>":
+                        time.sleep(0.5)
+                        continue
+                    if item == "<drop>":
+                        self.wfile.flush()
+                        self.connection.shutdown(2)
+                        return
+                    data = item if isinstance(item, str) else json.dumps(item)
+                    self.wfile.write(f"data: {data}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.close_connection = True
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        """Its OpenAI base URL."""
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        """Stop it."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def delta_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    """One upstream stream chunk."""
+    return {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "test-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}

@@ -1,0 +1,164 @@
+"""The arms: summary (made upstream), recall run by the server, and the send check's fallback."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import openai
+import pytest
+from serve_helpers import SEARCH_TOOL
+
+from agentlab.projection import ContextMechanism
+from agentlab.serve import arms, savings_df
+from agentlab.serve.wire import pairing_problem
+from agentlab.testing.openai_server import prompt_tokens
+
+SYSTEM = {"role": "system", "content": "You answer questions about the company's offices."}
+FACTS = [
+    "The Lisbon office is by the river and has 42 people.",
+    "The Porto office opened in 1931 next to the old bridge.",
+    "The Faro office closes every August for the summer.",
+    "The Braga office hosts the data team and the archive.",
+]
+
+
+def _client(server: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+
+
+def test_every_arm_builds_its_mechanisms() -> None:
+    assert list(arms.ARMS) == ["passthrough", "compaction", "summary", "summary+recall"]
+    assert arms.get_arm("passthrough").mechanisms() == {} and not arms.get_arm("passthrough").rewrites
+    assert arms.get_arm("compaction").mechanisms()["compaction"].enabled
+    assert set(arms.get_arm("summary+recall").mechanisms()) == {"summary", "recall"}
+    with pytest.raises(ValueError, match="known arms: passthrough, compaction, summary, summary"):
+        arms.get_arm("nope")
+
+
+def test_summary_arm_replaces_old_turns_with_an_upstream_summary(upstream, proxy) -> None:
+    server = proxy("summary")
+    client = _client(server)
+    messages: list[dict[str, Any]] = [SYSTEM]
+    for fact in FACTS:
+        messages.append({"role": "user", "content": f"{fact} Please remember that."})
+        answer = client.chat.completions.create(model="test-model", messages=messages).choices[0].message.content
+        assert answer == upstream.reply_message(upstream.received[-1])["content"]
+        messages.append({"role": "assistant", "content": answer})
+        server.settle()  # the summary is written after the answer; the next turn waits for it anyway
+    # The summariser's calls are the upstream's too (its own prompt, not the client's system message).
+    summary_calls = [b for b in upstream.received if not b["messages"][0]["content"].startswith(SYSTEM["content"])]
+    answer_calls = [b for b in upstream.received if b not in summary_calls]
+    assert len(summary_calls) == 2 and len(answer_calls) == 4  # more than three new events: after turns 2 and 4
+    last = answer_calls[-1]["messages"]
+    # The last answer call carries the summary in its system message, and the summarised turns are gone.
+    assert last[0]["content"].startswith(SYSTEM["content"]) and "summary" in last[0]["content"]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "user"]
+    assert not any(FACTS[0] in m["content"] for m in last[1:])
+    rows = server.calls()
+    calls = rows[rows["purpose"] == "answer"]
+    assert list(calls["upstream_messages"]) == [2, 4, 2, 4]
+    assert calls.iloc[-1]["upstream_prompt_tokens"] < calls.iloc[-1]["client_prompt_tokens"]
+    # The summariser's calls are in the call log too, so the savings can be set against their cost.
+    summary_rows = rows[rows["purpose"] == "summary"]
+    assert len(summary_rows) == 2 and (summary_rows["usage_prompt_tokens"] > 0).all()
+    assert list(summary_rows["usage_prompt_tokens"]) == [
+        prompt_tokens(b["messages"]) for b in summary_calls]
+    table = savings_df(server)
+    assert table.iloc[0]["summary_tokens"] == (summary_rows["usage_prompt_tokens"]
+                                               + summary_rows["usage_completion_tokens"]).sum()
+    assert table.iloc[0]["calls"] == 4
+
+
+def test_recall_runs_on_the_server_and_never_reaches_the_client(upstream, proxy) -> None:
+    server = proxy("summary+recall")
+    client = _client(server)
+    messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "What do you know about Lisbon?"}]
+    for stream in (False, True):
+        before = len(upstream.received)
+        if stream:
+            chunks = list(client.chat.completions.create(model="test-model", messages=messages, stream=True))
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+            assert chunks[-1].choices[0].finish_reason == "stop"
+        else:
+            completion = client.chat.completions.create(model="test-model", messages=messages)
+            assert completion.choices[0].message.tool_calls is None
+            assert completion.choices[0].finish_reason == "stop"
+            text = completion.choices[0].message.content
+        sent = upstream.received[before:]
+        # The test server searches with the first search tool offered: the arm's session_search.
+        assert [t["function"]["name"] for t in sent[0]["tools"]] == ["session_search", "session_load"]
+        assert sent[0]["parallel_tool_calls"] is False
+        assert len(sent) == 2 and sent[1]["messages"][-1]["role"] == "tool"
+        assert sent[1]["messages"][-2]["tool_calls"][0]["function"]["name"] == "session_search"
+        assert text == upstream.reply_message(sent[1])["content"]
+        for body in sent:
+            assert pairing_problem(body["messages"]) is None
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "And about Porto?"}]
+    calls = server.calls()
+    calls = calls[calls["purpose"] == "answer"]
+    assert list(calls["recall_rounds"]) == [1, 1] and list(calls["upstream_calls"]) == [2, 2]
+    # The ledger holds what the client saw: no recall exchange in it.
+    ledger = server.ledger(calls.iloc[0]["conversation_id"])
+    assert all(not (e.message and e.message.tool_calls) for e in ledger)
+
+
+def test_client_tools_win_over_recall_and_are_returned(upstream, proxy) -> None:
+    server = proxy("summary+recall")
+    completion = _client(server).chat.completions.create(
+        model="test-model", messages=[SYSTEM, {"role": "user", "content": "Find Lisbon in the docs."}],
+        tools=[SEARCH_TOOL])
+    # The client's own search tool comes first, so the model calls it: it goes to the client.
+    assert [c.function.name for c in completion.choices[0].message.tool_calls] == ["search_docs"]
+    assert [t["function"]["name"] for t in upstream.received[-1]["tools"]] == [
+        "search_docs", "session_search", "session_load"]
+
+
+class _BreakPairs(ContextMechanism):
+    """A faulty mechanism: drops every tool result from the finished request."""
+
+    async def revise_request(self, agent: Any, inv: Any, request: Any, draft: Any, *, allow_tools: bool) -> Any:
+        return replace(request, messages=[m for m in request.messages if m.role != "tool"]), draft
+
+
+def test_a_request_failing_the_check_goes_out_unrewritten(upstream, proxy, monkeypatch) -> None:
+    monkeypatch.setitem(arms.ARMS, "broken", arms.Arm("broken", lambda: {"mechanisms": [_BreakPairs()]}))
+    server = proxy("broken")
+    call = {"id": "call_1", "type": "function", "function": {"name": "search_docs", "arguments": '{"query": "x"}'}}
+    messages = [SYSTEM, {"role": "user", "content": "Where is Lisbon?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "Lisbon is by the river."}]
+    answer = _client(server).chat.completions.create(model="test-model", messages=messages, tools=[SEARCH_TOOL])
+    assert answer.choices[0].message.content
+    assert upstream.received[-1]["messages"] == messages  # the client's own request, not the broken one
+    row = server.calls().iloc[-1]
+    assert "call_1" in row["check_error"] and row["status"] == 200
+
+
+def test_summaries_go_upstream_with_the_callers_key(tmp_path) -> None:
+    from agentlab.serve import start_server
+    from agentlab.testing.openai_server import OpenAITestServer
+
+    with OpenAITestServer(api_key="sk-upstream", record_requests=True) as keyed, \
+            start_server(upstream=keyed.base_url, arm="summary", db=str(tmp_path / "k.duckdb")) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="sk-upstream", max_retries=0)
+        messages: list[dict[str, Any]] = [SYSTEM]
+        for fact in FACTS[:2]:
+            messages.append({"role": "user", "content": fact})
+            messages.append({"role": "assistant", "content": client.chat.completions.create(
+                model="test-model", messages=messages).choices[0].message.content})
+        server.settle()
+        summaries = [b for b in keyed.received if not b["messages"][0]["content"].startswith(SYSTEM["content"])]
+        assert len(summaries) == 1 and keyed.stats.requests["POST /v1/chat/completions"] == 3
+
+
+def test_fields_agentlab_cannot_hold_reach_the_upstream_unchanged(upstream, proxy) -> None:
+    server = proxy("compaction")
+    parts = {"role": "user", "content": [{"type": "text", "text": "Where is Lisbon?"},
+                                         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+    thinking = {"role": "assistant", "content": "By the river.", "reasoning_content": "the docs say so"}
+    messages = [SYSTEM, parts, thinking, {"role": "user", "content": "Sure?", "name": "ana"}]
+    _client(server).chat.completions.create(model="test-model", messages=messages)
+    sent = upstream.received[-1]["messages"]
+    assert sent[1] == parts and sent[2] == thinking and sent[3] == messages[3]

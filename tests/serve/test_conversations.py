@@ -1,0 +1,144 @@
+"""Which conversation a request lands in, and what retries and edits do to its ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+
+SYSTEM = {"role": "system", "content": "You answer questions about the company's offices."}
+FIRST = {"role": "user", "content": "The Lisbon office is by the river. Where is the Lisbon office?"}
+
+
+def _ask(client: openai.OpenAI, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[str, Any]:
+    raw = client.chat.completions.with_raw_response.create(model="test-model", messages=messages, **kwargs)
+    return raw.parse().choices[0].message.content, raw.headers
+
+
+def _client(server: Any, key: str, **kwargs: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=kwargs.pop("max_retries", 0), **kwargs)
+
+
+def test_two_callers_with_identical_first_messages_stay_apart(proxy) -> None:
+    server = proxy("compaction")
+    histories: dict[str, list[dict[str, Any]]] = {}
+    ids: dict[str, set[str]] = {}
+    for turn in range(3):
+        for key in ("alice", "bob"):
+            messages = histories.setdefault(key, [SYSTEM, FIRST])
+            if turn:
+                messages.append({"role": "user", "content": f"Question {turn}: is Lisbon by the river?"})
+            answer, headers = _ask(_client(server, key), messages)
+            messages.append({"role": "assistant", "content": answer})
+            ids.setdefault(key, set()).add(headers["x-agentlab-conversation-id"])
+            assert headers["x-agentlab-key-source"] == ("new" if turn == 0 else "prefix")
+    assert len(ids["alice"]) == len(ids["bob"]) == 1 and ids["alice"] != ids["bob"]
+    for key in ("alice", "bob"):
+        ledger = server.ledger(next(iter(ids[key])))
+        assert [e.role for e in ledger] == ["system", "user", "assistant"] * 1 + ["user", "assistant"] * 2
+    # Bob naming Alice's conversation gets a conversation of that name in his own namespace.
+    alice_id = next(iter(ids["alice"]))
+    _ask(_client(server, "bob"), [SYSTEM, {"role": "user", "content": "Hello?"}],
+         extra_headers={"X-Agentlab-Conversation-Id": alice_id})
+    tenants = {t for (t, c) in server.app.store.conversations if c == alice_id}
+    assert len(tenants) == 2
+    calls = server.calls()
+    alice_rows = calls[calls["conversation_id"] == alice_id]
+    assert alice_rows["tenant"].nunique() == 2 and len(alice_rows) == 4
+
+
+def test_header_keyed_and_prefix_keyed_turns_resolve_to_one_conversation(proxy) -> None:
+    server = proxy("passthrough")
+    client = _client(server, "caller")
+    messages: list[dict[str, Any]] = [SYSTEM, FIRST]
+    sources = []
+    for turn, header in enumerate(({"X-Agentlab-Conversation-Id": "run-7"}, {}, {"X-Session-ID": "run-7"}, {})):
+        if turn:
+            messages.append({"role": "user", "content": f"Follow-up {turn} about Lisbon."})
+        answer, headers = _ask(client, messages, extra_headers=header)
+        assert headers["x-agentlab-conversation-id"] == "run-7"
+        sources.append(headers["x-agentlab-key-source"])
+        messages.append({"role": "assistant", "content": answer})
+    assert sources == ["header", "prefix", "header", "prefix"]
+    assert [e.role for e in server.ledger("run-7")] == ["system", "user", "assistant"] + ["user", "assistant"] * 3
+    # The other way round: a run found by its prefix, then named by the id the server handed out.
+    other = [SYSTEM, {"role": "user", "content": "A different question about Porto."}]
+    answer, headers = _ask(client, other)
+    assert headers["x-agentlab-key-source"] == "new"
+    conversation = headers["x-agentlab-conversation-id"]
+    other += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And Porto's size?"}]
+    _, again = _ask(client, other, extra_headers={"X-Agentlab-Conversation-Id": conversation})
+    assert again["x-agentlab-conversation-id"] == conversation
+    assert [e.role for e in server.ledger(conversation)] == ["system", "user", "assistant", "user", "assistant"]
+    # The body field names a conversation too.
+    other += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "Thanks."}]
+    _, by_body = _ask(client, other, metadata={"agentlab_conversation_id": conversation})
+    assert (by_body["x-agentlab-conversation-id"], by_body["x-agentlab-key-source"]) == (conversation, "body")
+
+
+def test_retries_add_no_events(upstream, proxy) -> None:
+    server = proxy("compaction")
+    client = _client(server, "caller", max_retries=2)
+    upstream.queue_faults("429")  # the first attempt fails; openai retries the identical body
+    messages = [SYSTEM, FIRST]
+    answer, headers = _ask(client, messages)
+    conversation = headers["x-agentlab-conversation-id"]
+    assert answer and len(upstream.received) == 2
+    assert [e.role for e in server.ledger(conversation)] == ["system", "user", "assistant"]
+    assert server.calls()["conversation_id"].nunique() == 1  # the retry of a first turn found it
+    # A retry after an attempt that succeeded (the client timed out, say): nothing new in the ledger.
+    again, headers = _ask(_client(server, "caller"), messages, extra_headers={"x-stainless-retry-count": "1"})
+    assert again == answer and headers["x-agentlab-key-source"] == "retry"
+    assert [e.role for e in server.ledger(conversation)] == ["system", "user", "assistant"]
+    calls = server.calls()
+    assert list(calls["status"]) == [429, 200, 200]
+    assert list(calls["retry"]) == [False, True, True]
+    assert list(calls["ledger_mode"]) == ["append", "repeat", "replay"]
+    assert list(calls["events_appended"]) == [2, 1, 0]
+
+
+def test_an_edited_history_branches_the_conversation(proxy) -> None:
+    server = proxy("passthrough")
+    client = _client(server, "caller")
+    messages = [SYSTEM, FIRST]
+    answer, headers = _ask(client, messages, extra_headers={"X-Agentlab-Conversation-Id": "edit-1"})
+    old_session = server.app.store.conversations[(server.calls().iloc[0]["tenant"], "edit-1")]
+    edited = [SYSTEM, {"role": "user", "content": "Where is the Porto office?"}]
+    _ask(client, edited, extra_headers={"X-Agentlab-Conversation-Id": "edit-1"})
+    calls = server.calls()
+    assert list(calls["ledger_mode"]) == ["append", "branch"]
+    assert calls.iloc[1]["session_id"] != old_session
+    assert [e.text for e in server.ledger("edit-1")][:2] == [SYSTEM["content"], edited[1]["content"]]
+    old = server.run(server.app.sessions.get_session("agentlab-serve", calls.iloc[0]["tenant"], old_session))
+    assert [e.text for e in old.events] == [SYSTEM["content"], FIRST["content"], answer]  # untouched
+
+
+def test_two_same_key_conversations_with_equal_histories_are_not_merged(proxy) -> None:
+    server = proxy("passthrough")
+    client = _client(server, "caller")
+    ids = set()
+    for _ in range(2):
+        answer, headers = _ask(client, [SYSTEM, FIRST])
+        ids.add(headers["x-agentlab-conversation-id"])
+    assert len(ids) == 2
+    _, headers = _ask(client, [SYSTEM, FIRST, {"role": "assistant", "content": answer},
+                               {"role": "user", "content": "And then?"}])
+    # Both conversations have this prefix: guessing would merge them, so it starts a new one.
+    assert headers["x-agentlab-key-source"] == "new-ambiguous"
+    assert headers["x-agentlab-conversation-id"] not in ids
+
+
+def test_a_restarted_server_continues_the_conversation_from_its_database(upstream, tmp_path) -> None:
+    from agentlab.serve import start_server
+
+    db = str(tmp_path / "durable.duckdb")
+    messages: list[dict[str, Any]] = [SYSTEM, FIRST]
+    with start_server(upstream=upstream.base_url, arm="compaction", db=db) as server:
+        answer, headers = _ask(_client(server, "caller"), messages)
+        conversation = headers["x-agentlab-conversation-id"]
+    messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "Is Lisbon by the river?"}]
+    with start_server(upstream=upstream.base_url, arm="compaction", db=db) as server:
+        _, headers = _ask(_client(server, "caller"), messages)
+        assert (headers["x-agentlab-conversation-id"], headers["x-agentlab-key-source"]) == (conversation, "prefix")
+        assert [e.role for e in server.ledger(conversation)] == ["system", "user", "assistant", "user", "assistant"]
+        assert list(server.calls()["ledger_mode"]) == ["append", "append"]

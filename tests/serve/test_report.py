@@ -1,0 +1,63 @@
+"""The call log read back: savings per arm and conversation, the cache beside them, the CLI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+from serve_helpers import BIG_RESULT, SEARCH_TOOL
+
+from agentlab.serve import savings_df, serve_calls_df
+from agentlab.serve.__main__ import main
+
+SYSTEM = {"role": "system", "content": "You answer questions about the company's offices."}
+
+
+def _conversation(server: Any, key: str, turns: int = 3) -> None:
+    client = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0)
+    messages: list[Any] = [SYSTEM]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"Question {turn} about the Lisbon office?"})
+        call = client.chat.completions.create(model="test-model", messages=messages, tools=[SEARCH_TOOL])
+        message = call.choices[0].message
+        messages += [message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": BIG_RESULT}]
+        answer = client.chat.completions.create(model="test-model", messages=messages, tools=[SEARCH_TOOL])
+        messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+
+
+def test_savings_per_arm_and_conversation(proxy, tmp_path, capsys) -> None:
+    db = str(tmp_path / "report.duckdb")
+    server = proxy("compaction", db=db)
+    _conversation(server, "alice")
+    _conversation(server, "bob", turns=2)
+    live = serve_calls_df(server)
+    assert len(live) == 10
+    assert (live["saved_tokens"] == live["client_prompt_tokens"] - live["upstream_prompt_tokens"]).all()
+    server.stop()
+    calls = serve_calls_df(db)  # the file, once the server let it go
+    table = savings_df(db)
+    assert len(table) == 2 and set(table["arm"]) == {"compaction"}
+    alice = table[table["calls"] == 6].iloc[0]
+    rows = calls[calls["conversation_id"] == alice["conversation_id"]]
+    assert alice["saved_tokens"] == (rows["client_prompt_tokens"] - rows["upstream_prompt_tokens"]).sum() > 1500
+    # Compacting the first result broke the prefix a provider had cached: the loss shows beside the saving.
+    assert alice["cache_loss_tokens"] > 0
+    assert alice["net_saved_uncached"] < alice["saved_tokens"]
+    assert alice["usage_cached_tokens"] > 0 and 0 < alice["cache_hit_pct"] < 100
+    bob = table[table["calls"] == 4].iloc[0]
+    assert bob["saved_tokens"] == 0 and bob["cache_loss_tokens"] == 0  # two turns: nothing old enough yet
+    by_arm = savings_df(db, by=["arm"])
+    assert by_arm.iloc[0]["calls"] == 10 and by_arm.iloc[0]["saved_tokens"] == alice["saved_tokens"]
+    assert main(["report", "--db", db, "--by", "arm"]) == 0
+    out = capsys.readouterr().out
+    assert "compaction" in out and "saved_tokens" in out and "cache_loss_tokens" in out
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys) -> None:
+    assert main(["--upstream", "http://127.0.0.1:9/v1", "--arm", "bogus"]) == 2
+    assert "unknown arm 'bogus'; known arms: passthrough, compaction" in capsys.readouterr().err
+    assert main(["--upstream", "http://127.0.0.1:9/v1", "--host", "0.0.0.0"]) == 2
+    assert "requires --api-key" in capsys.readouterr().err
+    assert main(["report", "--db", str(tmp_path / "missing.duckdb")]) == 2
+    assert "no serve database" in capsys.readouterr().err
