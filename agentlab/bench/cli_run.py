@@ -218,7 +218,7 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
         sys.stderr.write(f"\ninterrupted: {stored}. Rerun the same command to finish the missing cases.\n")
         store.close()
         return 130
-    means = {s.run_id: store.df(RUN_MEANS_SQL, [s.run_id, s.run_id]) for s in summaries}
+    means = {s.run_id: _run_means(store, s.run_id) for s in summaries}
     store.close()
     workers = list(getattr(chosen, "started", []))
     runs = [{"benchmark": task.name, "mode": r.mode, "model": spec.model_spec, "judge_model": r.judge_spec,
@@ -332,6 +332,15 @@ def _limited(selection: Any, limit: int) -> Any:
     return CaseSelection(list(selection.cases)[:limit], selection.dataset_sha256, selection.loaded, selection.note)
 
 
+def _run_means(store: ResultStore, run_id: str) -> Any:
+    """The run's mean scores (``RUN_MEANS_SQL``), or None for a run without scores (a baseline): its
+    frame would be empty, and building it would import pandas, a quarter second of the run.
+    """
+    if not store.query("SELECT 1 FROM scores WHERE run_id = ? LIMIT 1", [run_id]):
+        return None
+    return store.df(RUN_MEANS_SQL, [run_id, run_id])
+
+
 def _write_run_summary(benchmark: str, mode: str, summary: Any, means: Any, out: TextIO) -> None:
     out.write(f"{benchmark}/{mode} run {summary.run_id}: {summary.total_cases_ok} ok, {summary.failed} failed "
               f"this time, {summary.already_done} already done (of {summary.selected} selected)\n")
@@ -343,7 +352,7 @@ def _write_run_summary(benchmark: str, mode: str, summary: Any, means: Any, out:
         out.write(f"  prompt tokens processed by the server: {processed} of {summary.prompt_tokens} sent "
                   f"({processed / summary.prompt_tokens:.1%}; {summary.replayed_prompt_tokens} replayed from the call "
                   f"cache, {summary.server_cached_prompt_tokens} reused from the server's prompt cache)\n")
-    if len(means):
+    if means is not None and len(means):
         out.write("  mean scores of this run's cases (failed cases count 0; unscored ones are left out):\n")
         out.write("    " + means.to_string(index=False).replace("\n", "\n    ") + "\n")
 

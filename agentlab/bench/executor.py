@@ -11,7 +11,9 @@
   every model call of the case is recorded (purpose, tokens, latency, cache hit, error). Any
   exception — a :class:`~agentlab.model.base.ModelError` such as a context-length error included —
   is stored as a failed case with its message and code. Then the case, its calls, scores and
-  compaction stats are written in one transaction.
+  compaction stats are written in one transaction, together with the other cases that finished
+  while the previous write was committing (:class:`CaseWriter`, a background thread; the run's
+  end, Ctrl-C and an error wait until every finished case is stored).
 * **Progress.** The bar counts finished cases; inside a case, long steps (rolling summary steps,
   memory-extraction chunks and sessions, embedding batches) report through
   :mod:`agentlab.progress` and show as the bar's postfix (``case: summary step 3, 12,400/20,512
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -44,7 +47,7 @@ from tqdm.auto import tqdm
 from agentlab.bench.config import Settings, config_hash, variant_name
 from agentlab.bench.judge import Judge, judge_versions
 from agentlab.bench.metrics import Score, version_of
-from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
+from agentlab.bench.store import CaseRecord, ResultStore, RunInfo, check_record
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
 from agentlab.events import reproducible_ids
 from agentlab.model import tokens
@@ -304,8 +307,10 @@ class Job:
     progress: Callable[[Case], AbstractContextManager[object]] | None = None
 
 
-#: Receives each finished case; called synchronously, so a case is stored before the next is taken.
+#: Receives each finished case; called synchronously, so a case is queued for the store (and written
+#: in its batch, see :class:`CaseWriter`) before the next is taken.
 Deliver = Callable[[CaseOutcome], None]
+
 
 
 class Executor(Protocol):
@@ -357,6 +362,89 @@ class InProcessExecutor:
             await asyncio.gather(*workers, return_exceptions=True)
 
 
+class CaseWriter:
+    """Finished cases on their way to the store: written by one background thread, each batch in
+    one transaction (group commit).
+
+    A DuckDB commit per case and per model call, on the event loop, cost more than the case's own
+    HTTP calls: a commit is an fsync, tens of milliseconds on a busy disk, and every case in
+    flight waited for it. Here :meth:`add` only queues the record; the writer thread takes
+    everything queued since its last commit, flushes the call caches (so a stored case's calls
+    replay), and writes the cases in one transaction (DuckDB releases the GIL meanwhile). A lone
+    case is written at once; under load batches grow by themselves. :meth:`flush` (the run's end,
+    Ctrl-C, an error) returns once every queued case is stored; a process killed outright loses
+    only the cases still queued, which a rerun attempts again. A write that fails is raised by
+    the next :meth:`add` or :meth:`flush`.
+    """
+
+    def __init__(self, store: ResultStore, caches: Sequence[object]) -> None:
+        self.store = store
+        self.caches: list[CallCache] = []
+        for cache in caches:
+            if isinstance(cache, CallCache) and all(cache is not c for c in self.caches):
+                self.caches.append(cache)
+        self._queued: list[CaseRecord] = []
+        self._error: BaseException | None = None
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, record: CaseRecord) -> None:
+        """Queue a finished case (a record the store would refuse raises here, as writing it would)."""
+        check_record(record)
+        with self._cond:
+            self._raise_error()
+            self._queued.append(record)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write_loop, name="agentlab-case-writer", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Return once every queued case is stored (and stop the thread); raise a failed write."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+            self._thread = None
+        with self._cond:
+            self._closed = False
+            if self._queued and self._error is None:  # queued after the thread had stopped
+                self._write(self._take())
+            self._raise_error()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _take(self) -> list[CaseRecord]:
+        batch, self._queued = self._queued, []
+        return batch
+
+    def _write(self, batch: list[CaseRecord]) -> None:
+        for cache in self.caches:
+            cache.flush()
+        self.store.write_cases(batch)
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queued and not self._closed:
+                    self._cond.wait()
+                if not self._queued:
+                    return
+                batch = self._take()
+            try:
+                self._write(batch)
+            except BaseException as exc:  # handed to the event loop's next add/flush
+                with self._cond:
+                    self._error = exc
+                return
+
+
 async def run_task(task: Task, request: RunRequest, *, model: Model, store: ResultStore,
                    judge: Judge | None = None, selection: CaseSelection | None = None,
                    session_service_factory: Callable[[], Any] | None = None,
@@ -400,13 +488,14 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
         return observe_progress(show)
 
     job.progress = show_step
+    writes = CaseWriter(store, [job.cache, getattr(getattr(judge, "model", None), "cache", None)])
 
     def store_outcome(outcome: CaseOutcome) -> None:
         record = outcome.record
         if outcome.cache_entries and job.cache is not None:
             # Cache first: a driver killed between the two replays the case for free.
             job.cache.merge(outcome.cache_entries)
-        store.write_case(record)  # synchronous: a cancellation cannot split it
+        writes.add(record)  # synchronous: a cancellation cannot split it
         summary.attempted += 1
         if record.status == "ok":
             summary.ok += 1
@@ -421,12 +510,17 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     try:
         if todo:
             await executor.run(job, todo, store_outcome)
+        writes.flush()
     except (asyncio.CancelledError, KeyboardInterrupt):
+        with contextlib.suppress(Exception):  # every finished case stays stored (a failed write: raised above)
+            writes.flush()
         summary.status = "interrupted"
         store.finish_run(run_id, "interrupted")
         bar.close()
         raise
     except BaseException:
+        with contextlib.suppress(Exception):
+            writes.flush()
         summary.status = "failed"
         store.finish_run(run_id, "failed")
         bar.close()

@@ -34,10 +34,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
 
-from rouge_score import rouge_scorer
-
 if TYPE_CHECKING:
     from nltk.stem import PorterStemmer
+    from rouge_score.rouge_scorer import RougeScorer
 
 # ------------------------------------------------------------------------------- registry
 
@@ -165,7 +164,11 @@ _ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 
 
 @lru_cache(maxsize=2)
-def _scorer(stemmed: bool) -> rouge_scorer.RougeScorer:
+def _scorer(stemmed: bool) -> RougeScorer:
+    # Imported on first use: rouge-score pulls in nltk (and with it scipy), over a second of
+    # start-up that a run scoring no ROUGE (and `list`) should not pay.
+    from rouge_score import rouge_scorer
+
     if stemmed:
         return rouge_scorer.RougeScorer(list(_ROUGE_TYPES), use_stemmer=True)
     return rouge_scorer.RougeScorer(list(_ROUGE_TYPES), tokenizer=_NormalisingTokenizer())

@@ -19,14 +19,16 @@ made back with each case, and the driver merges them into its file, so a replay 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentlab.duckdb_files import connect
 from agentlab.events import Message, Usage
@@ -73,6 +75,30 @@ ENTRY_COLUMNS = ("cache_key", "model", "purpose", "sample_index", "request_json"
 CacheEntry = tuple
 
 
+#: Stored answers wait in memory until this many are pending, then go to the file in one statement.
+FLUSH_ROWS = 256
+#: Rows per INSERT statement when pending answers are written.
+_INSERT_CHUNK = 64
+#: Up to this many stored answers, the cache holds their keys in memory, so a miss (every call of
+#: a new run) costs a set lookup instead of a DuckDB query (about a millisecond of the event loop).
+KEY_SET_LIMIT = 250_000
+
+_OPEN_CACHES: weakref.WeakSet[CallCache] = weakref.WeakSet()
+#: The key sets of the cache files open in this process, shared by every CallCache of one file
+#: (so what one stores another finds); None: the file holds more than KEY_SET_LIMIT answers.
+_KEY_SETS: dict[str, set[str] | None] = {}
+
+
+@atexit.register
+def _flush_open_caches() -> None:
+    """Write what every cache still holds in memory when the interpreter exits (best effort)."""
+    for cache in list(_OPEN_CACHES):
+        try:
+            cache.flush()
+        except Exception:  # a closed or broken file at exit: nothing left to do
+            pass
+
+
 def default_cache_path() -> Path:
     """``$AGENTLAB_CACHE_DB`` if set, else ``results/cache.duckdb`` (relative to the working dir)."""
     return Path(os.environ.get(CACHE_PATH_ENV) or DEFAULT_CACHE_PATH)
@@ -93,8 +119,13 @@ class CachedCall:
 class CallCache:
     """A DuckDB table of finished calls keyed by request hash; safe to share across asyncio tasks.
 
-    One connection guarded by a thread lock: DuckDB statements here are sub-millisecond, so
-    holding the lock briefly on the event loop is cheaper than a thread hop per lookup.
+    One connection guarded by a thread lock. A stored answer is first kept in memory (``get``
+    sees it at once) and written with others in one transaction: when :data:`FLUSH_ROWS` are
+    pending, on :meth:`flush` (the executor's writer thread flushes before it writes finished
+    cases, so a stored case's calls are always in the file), on :meth:`close` and at interpreter
+    exit. A flush writes through its own cursor without holding the lock, so lookups on the event
+    loop do not wait for the file's commit (an fsync: tens of milliseconds on a busy disk, which
+    a commit per answer made every call in flight wait for).
     """
 
     _shared: dict[str, CallCache] = {}
@@ -107,8 +138,20 @@ class CallCache:
         self._conn: duckdb.DuckDBPyConnection | None = connect(self.path, what="call cache",
                                                                  fix=f"set {CACHE_PATH_ENV} to another file")
         self._lock = threading.Lock()
+        #: Answers stored but not yet written: cache key -> row in ENTRY_COLUMNS order.
+        self._pending: dict[str, CacheEntry] = {}
+        #: Answers a flush is writing right now (still answered from memory until committed).
+        self._flushing: dict[str, CacheEntry] = {}
+        #: One flush (or merge, or clear) writes at a time, through ``_writer``.
+        self._flush_lock = threading.Lock()
+        self._writer: duckdb.DuckDBPyConnection | None = None
+        #: Where this file's key set is kept: _KEY_SETS, shared by the caches of one file (in memory:
+        #: this cache's own).
+        self._key_sets: dict[str, set[str] | None] = _KEY_SETS if self.path is not None else {}
+        self._keys_slot = str(self.path.resolve()) if self.path is not None else ":memory:"
         with self._lock:
             self._open().execute(_SCHEMA)
+        _OPEN_CACHES.add(self)
 
     @classmethod
     def default(cls) -> CallCache:
@@ -134,11 +177,18 @@ class CallCache:
     def get(self, key: str) -> CachedCall | None:
         """The stored answer for ``key``, or ``None`` on a miss."""
         with self._lock:
-            row = self._open().execute(
-                "SELECT message_json, prompt_tokens, completion_tokens, cached_tokens, model, "
-                "finish_reason, latency_ms, created FROM call_cache WHERE cache_key = ?",
-                [key],
-            ).fetchone()
+            entry = self._pending.get(key) or self._flushing.get(key)
+            if entry is not None:
+                row: tuple[Any, ...] | None = (entry[5], entry[6], entry[7], entry[8], entry[1], entry[9],
+                                                  entry[10], entry[11])
+            elif not self._may_hold(key):
+                return None
+            else:
+                row = self._open().execute(
+                    "SELECT message_json, prompt_tokens, completion_tokens, cached_tokens, model, "
+                    "finish_reason, latency_ms, created FROM call_cache WHERE cache_key = ?",
+                    [key],
+                ).fetchone()
         if row is None:
             return None
         message_json, prompt, completion, cached, model, finish, latency, created = row
@@ -151,27 +201,82 @@ class CallCache:
             created=float(created or 0.0),
         )
 
+    def _key_set(self) -> set[str] | None:
+        """Every key in the file or pending (None: too many to hold); loaded once per file. Lock held."""
+        if self._keys_slot not in self._key_sets:
+            conn = self._open()
+            count = conn.execute("SELECT count(*) FROM call_cache").fetchone()
+            keys = None
+            if count is not None and int(count[0]) <= KEY_SET_LIMIT:
+                keys = {str(r[0]) for r in conn.execute("SELECT cache_key FROM call_cache").fetchall()}
+            self._key_sets.setdefault(self._keys_slot, keys)
+        return self._key_sets[self._keys_slot]
+
+    def _may_hold(self, key: str) -> bool:
+        """Whether the file may hold ``key`` (False is certain). Lock held."""
+        keys = self._key_set()
+        return keys is None or key in keys
+
+    def _known(self, keys: Iterable[str]) -> None:
+        """Record keys now stored (or pending). Lock held."""
+        known = self._key_set()
+        if known is not None:
+            known.update(keys)
+            if len(known) > KEY_SET_LIMIT:
+                self._key_sets[self._keys_slot] = None
+
     def put(self, key: str, response: ModelResponse, request: ModelRequest, model_name: str) -> None:
         """Store (or replace) the answer for ``key``."""
         payload = json.dumps(request.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
+        row = (key, model_name, request.purpose, request.sample_index, payload,
+               json.dumps(response.message.to_dict(), ensure_ascii=False), response.usage.prompt_tokens,
+               response.usage.completion_tokens, response.usage.cached_tokens, response.finish_reason,
+               response.latency_ms, time.time())
         with self._lock:
-            self._open().execute(
-                "INSERT OR REPLACE INTO call_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    key,
-                    model_name,
-                    request.purpose,
-                    request.sample_index,
-                    payload,
-                    json.dumps(response.message.to_dict(), ensure_ascii=False),
-                    response.usage.prompt_tokens,
-                    response.usage.completion_tokens,
-                    response.usage.cached_tokens,
-                    response.finish_reason,
-                    response.latency_ms,
-                    time.time(),
-                ],
-            )
+            self._open()  # a closed cache refuses now, not at the next flush
+            self._pending[key] = row
+            self._known((key,))
+            full = len(self._pending) >= FLUSH_ROWS
+        if full:
+            self.flush()
+
+    def flush(self) -> int:
+        """Write the answers kept in memory to the file (one transaction); returns how many.
+
+        Safe from any thread; the lock is held only to take the rows, not while they are written.
+        """
+        with self._flush_lock:
+            return self._flush_now()
+
+    def _flush_now(self) -> int:
+        with self._lock:
+            if not self._pending:
+                return 0
+            batch, self._pending, self._flushing = self._pending, {}, self._pending
+            if self._writer is None:
+                self._writer = self._open().cursor()
+            writer = self._writer
+        rows = list(batch.values())
+        placeholders = "(" + ", ".join("?" for _ in ENTRY_COLUMNS) + ")"
+        try:
+            writer.execute("BEGIN TRANSACTION")
+            try:
+                for i in range(0, len(rows), _INSERT_CHUNK):
+                    chunk = rows[i:i + _INSERT_CHUNK]
+                    writer.execute("INSERT OR REPLACE INTO call_cache VALUES "
+                                   + ", ".join([placeholders] * len(chunk)), [value for r in chunk for value in r])
+                writer.execute("COMMIT")
+            except BaseException:
+                writer.execute("ROLLBACK")
+                raise
+        except BaseException:
+            with self._lock:  # not written: kept for the next flush (newer answers win)
+                self._pending = {**batch, **self._pending}
+            raise
+        finally:
+            with self._lock:
+                self._flushing = {}
+        return len(rows)
 
     def entries(self, keys: Iterable[str] | None = None, *, models: Iterable[str] | None = None,
                 with_requests: bool = True) -> list[CacheEntry]:
@@ -193,6 +298,7 @@ class CallCache:
             where.append("model IN (SELECT unnest(?::VARCHAR[]))")
             params.append(sorted(set(models)))
         sql = f"SELECT {columns} FROM call_cache" + (" WHERE " + " AND ".join(where) if where else "")
+        self.flush()
         with self._lock:
             return [tuple(row) for row in self._open().execute(sql, params).fetchall()]
 
@@ -202,28 +308,45 @@ class CallCache:
         if not rows:
             return 0
         placeholders = ", ".join("?" for _ in ENTRY_COLUMNS)
-        with self._lock:
-            self._open().executemany(f"INSERT OR IGNORE INTO call_cache VALUES ({placeholders})", rows)
+        with self._flush_lock:
+            self._flush_now()
+            with self._lock:
+                self._open().executemany(f"INSERT OR IGNORE INTO call_cache VALUES ({placeholders})", rows)
+                self._known(str(r[0]) for r in rows)
         return len(rows)
 
     def __len__(self) -> int:
+        self.flush()
         with self._lock:
             row = self._open().execute("SELECT count(*) FROM call_cache").fetchone()
         return int(row[0]) if row else 0
 
     def clear(self) -> None:
         """Forget every stored call (the file stays); later calls go to the model again."""
-        with self._lock:
+        with self._flush_lock, self._lock:
+            self._pending.clear()
             self._open().execute("DELETE FROM call_cache")
+            self._key_sets[self._keys_slot] = set()
 
     def close(self) -> None:
         """Close the file and drop this cache from the process-wide registry; :meth:`default` then opens a
         fresh one.
         """
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        with self._flush_lock:
+            try:
+                if self._conn is not None:
+                    self._flush_now()
+            finally:
+                with self._lock:
+                    if self._writer is not None:
+                        self._writer.close()
+                        self._writer = None
+                    if self._conn is not None:
+                        self._conn.close()
+                        self._conn = None
+        _OPEN_CACHES.discard(self)
+        if all(c._key_sets is not self._key_sets or c._keys_slot != self._keys_slot for c in _OPEN_CACHES):
+            self._key_sets.pop(self._keys_slot, None)  # the next opening reads the file again
         with CallCache._shared_lock:
             for path, cache in list(CallCache._shared.items()):
                 if cache is self:

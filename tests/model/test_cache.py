@@ -129,3 +129,118 @@ async def test_a_closed_cache_says_so_instead_of_an_attribute_error(tmp_path: Pa
     with pytest.raises(RuntimeError, match="call cache at .* is closed"):
         await model.generate(_request())
     assert CallCache(tmp_path / "cache.duckdb").get(_request().cache_key("scripted")) is not None
+
+
+def _rows_in_file(path: Path) -> int:
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return int(con.execute("SELECT count(*) FROM call_cache").fetchone()[0])  # type: ignore[index]
+    finally:
+        con.close()
+
+
+async def test_answers_wait_in_memory_then_reach_the_file_in_one_flush(tmp_path: Path) -> None:
+    # A commit per answer blocked the event loop for an fsync on every call (issue 20).
+    path = tmp_path / "c.duckdb"
+    cache = CallCache(path)
+    model = CachedModel(ScriptedModel([], default_reply="ok"), cache)
+    for i in range(5):
+        await model.generate(_request(f"q{i}"))
+    assert cache._pending and len(cache._pending) == 5  # not yet written ...
+    hit = await model.generate(_request("q3"))
+    assert hit.cache_hit  # ... but answered from memory meanwhile
+    assert cache.flush() == 5 and not cache._pending
+    assert len(cache) == 5
+    cache.close()
+    assert _rows_in_file(path) == 5
+
+
+async def test_close_and_a_full_buffer_write_what_is_pending(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentlab.model.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "FLUSH_ROWS", 3)
+    cache = CallCache(tmp_path / "c.duckdb")
+    model = CachedModel(ScriptedModel([], default_reply="ok"), cache)
+    for i in range(4):
+        await model.generate(_request(f"q{i}"))
+    assert len(cache._pending) == 1  # the third answer flushed three
+    cache.close()
+    reopened = CallCache(tmp_path / "c.duckdb")
+    assert len(reopened) == 4 and reopened.get(_request("q3").cache_key("scripted")) is not None
+    reopened.close()
+
+
+def test_pending_answers_are_written_at_interpreter_exit(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.duckdb"
+    script = (
+        "import asyncio, sys\n"
+        "from agentlab.events import Message\n"
+        "from agentlab.model import CachedModel, CallCache, ModelRequest, ScriptedModel\n"
+        f"cache = CallCache({str(path)!r})\n"
+        "model = CachedModel(ScriptedModel([], default_reply='ok'), cache)\n"
+        "asyncio.run(model.generate(ModelRequest([Message.user('q')])))\n"
+        "assert len(cache._pending) == 1\n"  # never flushed nor closed by the script
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    assert _rows_in_file(path) == 1
+
+
+async def test_merge_entries_and_clear_see_pending_answers(tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "c.duckdb")
+    model = CachedModel(ScriptedModel([], default_reply="ok"), cache)
+    await model.generate(_request("a"))
+    rows = cache.entries()
+    assert len(rows) == 1 and not cache._pending
+    other = CallCache(None)
+    await CachedModel(ScriptedModel([], default_reply="other"), other).generate(_request("a"))
+    await CachedModel(ScriptedModel([], default_reply="new"), other).generate(_request("b"))
+    assert cache.merge(other.entries()) == 2
+    assert len(cache) == 2
+    stored = cache.get(_request("a").cache_key("scripted"))
+    assert stored is not None and stored.message.content == "ok"  # a stored key keeps its answer
+    await model.generate(_request("c"))
+    cache.clear()
+    assert len(cache) == 0 and not cache._pending
+    cache.close()
+
+
+async def test_a_miss_is_answered_from_the_key_set_without_a_query(tmp_path: Path) -> None:
+    path = tmp_path / "c.duckdb"
+    cache = CallCache(path)
+    model = CachedModel(ScriptedModel([], default_reply="ok"), cache)
+    await model.generate(_request("stored"))
+    cache.flush()
+    assert cache.get("no-such-key") is None  # loads the key set once
+    opened = cache._open
+    cache._open = lambda: pytest.fail("a miss queried the file")  # type: ignore[method-assign]
+    assert cache.get("another-missing-key") is None
+    cache._open = opened  # type: ignore[method-assign]
+    assert cache.get(_request("stored").cache_key("scripted")) is not None
+    # A second cache object on the same file shares the key set: what one stores, the other finds.
+    second = CallCache(path)
+    await model.generate(_request("later"))
+    cache.flush()
+    assert second.get(_request("later").cache_key("scripted")) is not None
+    second.close()
+    cache.close()
+
+
+async def test_past_the_key_set_limit_every_lookup_asks_the_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentlab.model.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "KEY_SET_LIMIT", 2)
+    cache = CallCache(tmp_path / "c.duckdb")
+    model = CachedModel(ScriptedModel([], default_reply="ok"), cache)
+    for i in range(3):
+        await model.generate(_request(f"q{i}"))
+    cache.close()
+    reopened = CallCache(tmp_path / "c.duckdb")
+    assert reopened.get("missing") is None and reopened._key_set() is None  # 3 > 2: not held
+    assert all(reopened.get(_request(f"q{i}").cache_key("scripted")) is not None for i in range(3))
+    reopened.close()

@@ -10,6 +10,7 @@ from agentlab.model import (
     ContextLengthError,
     GenerationConfig,
     MalformedResponse,
+    ModelError,
     ModelRequest,
     ModelTimeout,
     ModelUnavailable,
@@ -352,3 +353,18 @@ async def test_test_servers_garbage_body_on_a_stream_is_retried_like_on_a_plain_
             await model.generate(_request())
     assert streamed.value.attempts == plain.value.attempts == 3
     assert server.stats.faults["garbage"] == 6
+
+
+async def test_generate_sends_the_bearer_token() -> None:
+    # generate() posts the request itself (no chat.completions.create): the key must still go along.
+    from agentlab.testing.openai_server import OpenAITestServer
+
+    with OpenAITestServer(api_key="secret") as server:
+        good = OpenAICompatModel(server.model, base_url=server.base_url, api_key="secret", max_attempts=1)
+        wrong = OpenAICompatModel(server.model, base_url=server.base_url, api_key="wrong", max_attempts=1)
+        request = ModelRequest([Message.user("Item 1 is red. What colour is item 1?")])
+        assert (await good.generate(request)).message.content
+        with pytest.raises(ModelError):
+            await wrong.generate(request)
+        await good.aclose()
+        await wrong.aclose()

@@ -172,3 +172,25 @@ def test_the_command_line_serves_states_the_spec_and_stops_by_itself() -> None:
     bad = subprocess.run([sys.executable, "-m", "agentlab.testing.openai_server", "--faults", "teapot"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown fault kinds")
+
+
+def test_a_burst_of_new_connections_waits_in_the_listen_backlog() -> None:
+    # Every request arrives on a new HTTP/1.0 connection; 16 dialogues in flight open 16 at once.
+    # With socketserver's backlog of 5 the kernel dropped the rest while the server was busy, and
+    # clients saw resets (a fault nobody injected). Not started here, so nothing is accepted: only
+    # the backlog holds the connections.
+    import socket
+
+    server = OpenAITestServer()
+    opened: list[socket.socket] = []
+    try:
+        for _ in range(32):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            opened.append(sock)
+            sock.settimeout(1.0)
+            sock.connect(("127.0.0.1", server.port))
+    finally:
+        for sock in opened:
+            sock.close()
+        server.stop()
+    assert len(opened) == 32
