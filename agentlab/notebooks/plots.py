@@ -270,7 +270,8 @@ def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = ""
                     yerr=half_widths(one["quality_loss"], one["loss_ci_low"], one["loss_ci_high"]),
                     fmt="o", color=colour, markerfacecolor=colour if row["on_frontier"] else "white",
                     markersize=8, capsize=3, zorder=3)
-    front = points[points["on_frontier"]].drop_duplicates(["token_savings", "quality_loss"]).sort_values("token_savings")
+    # One frontier vertex per drawn point: runs that coincide (to float noise) are one vertex, not a zero-length line.
+    front = points.loc[[g[0] for g in groups if points.loc[g, "on_frontier"].any()]].sort_values("token_savings")
     if len(front) > 1:
         ax.plot(front["token_savings"], front["quality_loss"], color="black", linewidth=0.8, linestyle="--",
                 zorder=2, label="frontier")

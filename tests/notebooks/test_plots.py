@@ -48,7 +48,7 @@ def test_labels_are_placed_apart_and_inside() -> None:
 
 
 @pytest.mark.parametrize("coords, n_labels", [
-    ([(0.9921, 0.0067)] * 4, 1),                                       # notebook 03 today: four equal runs
+    ([(0.9921, 0.0067)] * 3 + [(0.9921 + 1e-12, 0.0067)], 1),          # notebook 03 today: four equal runs
     ([(0.9905, 0.004), (0.9921, 0.0067), (0.9921, 0.0067), (0.993, 0.012)], 3),
 ])
 def test_the_drawn_plot_is_legible(coords: list[tuple[float, float]], n_labels: int) -> None:
@@ -67,4 +67,6 @@ def test_the_drawn_plot_is_legible(coords: list[tuple[float, float]], n_labels: 
     frame = ax.get_window_extent(renderer)
     assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 for b in boxes)
     assert "%" in ax.get_xlabel() and "Δ rougeL" in ax.get_ylabel()
+    frontier = [line for line in ax.get_lines() if line.get_label() == "frontier"]
+    assert len(frontier) == (n_labels > 1), "a frontier line joins distinct points only"
     plt.close(fig)
