@@ -243,11 +243,13 @@ class LabPage:
         control.locator("select").select_option(label=value)
 
     def wait_changed(self, node: Any, before: Shown, *, timeout: float = 60.0) -> Shown:
-        """What ``node`` shows once it differs from ``before`` and has its figure; fails after ``timeout``."""
+        """What ``node`` shows once it differs from ``before`` (and has a figure again if it had one
+        before: a redraw clears the output first); fails after ``timeout``.
+        """
         deadline = time.monotonic() + timeout
         while True:
             now = self.read(node)
-            if (now.text, now.images) != (before.text, before.images) and now.images:
+            if (now.text, now.images) != (before.text, before.images) and (now.images or not before.images):
                 return now
             if time.monotonic() > deadline:
                 raise AssertionError(f"the output did not change within {timeout:.0f} s after the widget "
