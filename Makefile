@@ -11,7 +11,7 @@ ifneq ($(wildcard ../shared/datasets),)
 export AGENTLAB_DATA_DIR ?= $(abspath ../shared/datasets)
 endif
 
-.PHONY: install test test-slow test-peers lint doclint typecheck demo example clean
+.PHONY: install test test-slow test-peers test-ui lint doclint typecheck demo example clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ typecheck: install
 # Lint, docstrings and the type checker, then unit and contract tests (scripted models, local
 # servers), then every notebook top to bottom.
 test: install lint doclint typecheck
-	$(PY) -m pytest -q --durations=10 -m "not slow" tests
+	$(PY) -m pytest -q --durations=10 -m "not slow and not ui" tests
 	$(PY) -m pytest -q --durations=10 --nbmake notebooks
 
 # The peer policies (agentlab/policies/) against the peers' own code: LangChain, LangMem, inspect_ai.
@@ -53,6 +53,20 @@ $(PEERS_STAMP): pyproject.toml
 
 test-peers: $(PEERS_STAMP)
 	AGENTLAB_REQUIRE_PEERS=1 $(PEERS_VENV)/bin/python -m pytest -q -p no:cacheprovider -m peers tests/policies
+
+# Notebooks run the way a person uses them: JupyterLab in headless Chromium, all cells, a widget changed
+# (tests/ui/, about half a minute). Needs the ui extra and Debian's chromium, which is installed here when
+# it is missing and we are root (CI); AGENTLAB_REQUIRE_UI=1 makes a missing browser a failure, not a skip.
+UI_STAMP := $(VENV)/.agentlab-ui-installed
+
+$(UI_STAMP): pyproject.toml $(STAMP)
+	$(PIP) install -q -e '.[ui]'
+	touch $(UI_STAMP)
+
+test-ui: install $(UI_STAMP)
+	@if [ -z "$$AGENTLAB_CHROMIUM" ] && [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -q && apt-get install -y -q chromium; fi
+	AGENTLAB_REQUIRE_UI=1 $(PY) -m pytest -q --durations=5 -m ui tests/ui
 
 # End-to-end checks on the embedded SmolLM2 model (a few minutes on 2 cores); CI runs these too.
 test-slow: install

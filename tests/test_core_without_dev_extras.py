@@ -16,7 +16,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on 3.10
     import tomli as tomllib
 
-TEST_ONLY = ("bm25s",)
+TEST_ONLY = ("bm25s", "playwright")
 
 SCRIPT = f"""
 import importlib, importlib.abc, pkgutil, sys
@@ -46,9 +46,10 @@ def _name(requirement: str) -> str:
 def test_test_only_packages_are_dev_extras_not_core_dependencies() -> None:
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     core = {_name(r) for r in project["dependencies"]}
-    dev = {_name(r) for r in project["optional-dependencies"]["dev"]}
+    # The test-only extras: dev, and ui (the browser driver of tests/ui/, installed by make test-ui).
+    test_only = {_name(r) for extra in ("dev", "ui") for r in project["optional-dependencies"][extra]}
     for package in TEST_ONLY:
-        assert package not in core and package in dev, package
+        assert package not in core and package in test_only, package
 
 
 def test_every_module_imports_without_test_only_packages() -> None:

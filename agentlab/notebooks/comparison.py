@@ -63,8 +63,8 @@ class PolicyComparison:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         if len(pick) and pick["model"].nunique() > 1:
             raise ValueError("several models in the database: pass model= to PolicyComparison")
+        # plot_pareto lays the figure out itself before it places the labels.
         plot_pareto(pick, ax=ax, title=f"{benchmark} · {metric}: token savings against quality loss (95 % paired CIs)")
-        fig.tight_layout()
         loss_columns = ["mode", "variant", "baseline_variant", "n_cases", "n_pairs", "baseline_mean", "mode_mean", "delta",
                         "ci_low", "ci_high", "p_value", "stats_note"]
         savings_columns = ["mode", "variant", "baseline_variant", "n_cases", "n_pairs", "prompt_savings", "ci_low",

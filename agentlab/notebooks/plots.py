@@ -6,7 +6,7 @@ matplotlib is imported inside each function, so this module loads without it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -119,12 +119,129 @@ def plot_quality_vs_savings(ours: pd.DataFrame, metric: str, *, published_frame:
     return ax
 
 
+#: Two Pareto points closer than this on both axes are one point: drawn once, labelled together.
+COINCIDENT_TOLERANCE = 1e-9
+
+#: A box on the display: (x0, y0, x1, y1) in pixels, y upwards.
+Box = tuple[float, float, float, float]
+
+
+def percent_decimals(values: Sequence[float], *, most: int = 6) -> int:
+    """The fewest decimals (of a percentage) that print the tick ``values`` as distinct labels.
+
+    ``[0.99, 0.991, 0.992]`` needs one (``99.0%``, ``99.1%``, ``99.2%``); ``[0, 0.5, 1]`` none.
+    """
+    finite = sorted({float(v) for v in values if v == v})
+    for decimals in range(most + 1):
+        labels = [f"{100 * v:.{decimals}f}" for v in finite]
+        if len(set(labels)) == len(labels):
+            return decimals
+    return most
+
+
+def percent_labels(values: Sequence[float]) -> list[str]:
+    """Tick labels of ``values`` (fractions) as percentages, with :func:`percent_decimals` decimals."""
+    decimals = percent_decimals(values)
+    return [f"{100 * float(v):.{decimals}f}%" for v in values]
+
+
+def coincident_groups(xs: Sequence[float], ys: Sequence[float], *,
+                      tolerance: float = COINCIDENT_TOLERANCE) -> list[list[int]]:
+    """Indices of the points that sit on the same spot (within ``tolerance`` on both axes), in input order."""
+    groups: list[list[int]] = []
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        for group in groups:
+            first = group[0]
+            if abs(xs[first] - x) <= tolerance and abs(ys[first] - y) <= tolerance:
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
+def pareto_label(names: Sequence[str], pairs: Sequence[int]) -> str:
+    """The label of one drawn point: its run, or every run at that spot and that they coincide."""
+    if len(names) == 1:
+        return f"{names[0]}  (n={pairs[0]})"
+    same_n = len(set(pairs)) == 1
+    head = f"{len(names)} runs at the same point" + (f" (n={pairs[0]} each):" if same_n else ":")
+    lines = [name if same_n else f"{name}  (n={n})" for name, n in zip(names, pairs, strict=True)]
+    return "\n".join([head, *lines])
+
+
+def _overlap(a: Box, b: Box) -> float:
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    return width * height if width > 0 and height > 0 else 0.0
+
+
+def _outside(box: Box, bounds: Box) -> float:
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    return area - _overlap(box, bounds)
+
+
+def place_labels(anchors: Sequence[tuple[float, float]], sizes: Sequence[tuple[float, float]], bounds: Box, *,
+                 obstacles: Sequence[Box] = (), distances: Sequence[float] = (8, 16, 30, 50, 80, 120)) -> list[Box]:
+    """Boxes for labels of ``sizes`` near their ``anchors`` (display pixels), overlapping each other least.
+
+    Tries each anchor's eight compass positions at growing distances and keeps the first whose box
+    stays inside ``bounds`` and clear of the labels placed before it and of ``obstacles`` (the
+    markers); when none is clear, the one that overlaps least.
+    """
+    directions = [(1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1)]
+    placed: list[Box] = []
+    for (ax_, ay), (width, height) in zip(anchors, sizes, strict=True):
+        best: tuple[float, Box] | None = None
+        for distance in distances:
+            for dx, dy in directions:
+                x0 = ax_ + distance if dx > 0 else ax_ - distance - width if dx < 0 else ax_ - width / 2
+                y0 = ay + distance if dy > 0 else ay - distance - height if dy < 0 else ay - height / 2
+                box = (x0, y0, x0 + width, y0 + height)
+                cost = 10 * _outside(box, bounds) + sum(_overlap(box, other) for other in [*placed, *obstacles])
+                if best is None or cost < best[0]:
+                    best = (cost, box)
+                if cost == 0:
+                    break
+            if best is not None and best[0] == 0:
+                break
+        assert best is not None
+        placed.append(best[1])
+    return placed
+
+
+def _percent_formatter() -> Any:
+    """A tick formatter printing fractions as percentages with as many decimals as the ticks need."""
+    from matplotlib.ticker import Formatter
+
+    class PercentTicks(Formatter):
+        decimals = 0
+
+        def set_locs(self, locs: list[float]) -> None:
+            super().set_locs(locs)
+            self.decimals = percent_decimals(locs)
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return f"{100 * x:.{self.decimals}f}%"
+
+    return PercentTicks()
+
+
+def _widen(low: float, high: float, least: float) -> tuple[float, float]:
+    """``(low, high)`` widened about its centre to at least ``least``, plus 8 % on each side."""
+    centre, half = (low + high) / 2, max(high - low, least) / 2
+    return centre - 1.08 * half, centre + 1.08 * half
+
+
 def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = "") -> Axes:
     """Quality loss (y, lower is better) against token savings (x, higher is better), one point per
     (mode, variant) run with its 95 % intervals as error bars; frontier points filled and joined.
 
     ``points`` is :func:`agentlab.bench.analysis.pareto_df` for one benchmark, model and metric.
-    An empty interval (too few pairs) draws no bar; the point is still shown.
+    An empty interval (too few pairs) draws no bar; the point is still shown. Runs whose savings and
+    loss coincide are drawn as one marker with one label naming all of them; labels are placed where
+    they overlap neither each other nor a marker, and the savings ticks carry as many decimals as
+    the range needs to tell them apart.
     """
     import matplotlib.pyplot as plt
 
@@ -136,12 +253,15 @@ def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = ""
     if len(metrics) != 1 or points["model"].nunique() != 1:
         raise ValueError(f"plot_pareto draws one metric of one model; got metrics {metrics}, "
                          f"models {sorted(set(points['model']))}: filter pareto_df first")
+    points = points.reset_index(drop=True)
 
     def half_widths(centre: pd.Series, low: pd.Series, high: pd.Series) -> list[list[float]]:
         below = (centre - low).where(low.notna(), 0.0).clip(lower=0.0)
         above = (high - centre).where(high.notna(), 0.0).clip(lower=0.0)
         return [below.tolist(), above.tolist()]
 
+    groups = coincident_groups(points["token_savings"].astype(float).tolist(),
+                               points["quality_loss"].astype(float).tolist())
     for _, row in points.iterrows():
         colour = MODE_COLOURS.get(row["mode"], "grey")
         one = points.loc[[_]]
@@ -150,16 +270,53 @@ def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = ""
                     yerr=half_widths(one["quality_loss"], one["loss_ci_low"], one["loss_ci_high"]),
                     fmt="o", color=colour, markerfacecolor=colour if row["on_frontier"] else "white",
                     markersize=8, capsize=3, zorder=3)
-        ax.annotate(f"{row['mode']} · {row['variant']}  (n={int(row['loss_n_pairs'])})",
-                    (row["token_savings"], row["quality_loss"]), textcoords="offset points", xytext=(6, 5), fontsize=8)
-    front = points[points["on_frontier"]].sort_values("token_savings")
+    # One frontier vertex per drawn point: runs that coincide (to float noise) are one vertex, not a zero-length line.
+    front = points.loc[[g[0] for g in groups if points.loc[g, "on_frontier"].any()]].sort_values("token_savings")
     if len(front) > 1:
         ax.plot(front["token_savings"], front["quality_loss"], color="black", linewidth=0.8, linestyle="--",
                 zorder=2, label="frontier")
-        ax.legend(fontsize=8, loc="best")
     ax.axhline(0, color="grey", linewidth=0.8)
-    ax.set_xlabel("token savings vs the baseline run (mean of per-case prompt savings)")
-    ax.set_ylabel(f"quality loss ({metrics[0]}: baseline − variant)")
-    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+    low, high = ax.get_xlim()
+    ax.set_xlim(*_widen(low, high, 0.01))  # at least one percentage point of savings across
+    low, high = ax.get_ylim()
+    ax.set_ylim(*_widen(low, high, 0.01))
+    ax.set_xlabel("token savings (% of the baseline's prompt tokens, mean per case)")
+    ax.set_ylabel(f"quality loss (Δ {metrics[0]}, in its units:\nbaseline − variant; lower is better)")
+    ax.xaxis.set_major_formatter(_percent_formatter())
+    ax.ticklabel_format(axis="y", useOffset=False)
     ax.set_title(title or f"{metrics[0]}: savings against loss, 95 % paired intervals (filled = on the frontier)")
+
+    # Labels go where they are clear, which needs the axes laid out in display pixels first.
+    figure = ax.get_figure(root=True)
+    assert figure is not None
+    if len(figure.axes) == 1:  # a figure of its own: lay it out now, so the pixels measured below hold
+        figure.tight_layout()
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    to_pixels = ax.transData.transform
+    anchors, texts = [], []
+    for group in groups:
+        rows = points.loc[group]
+        names = [f"{m} · {v}" for m, v in zip(rows["mode"], rows["variant"], strict=True)]
+        pairs = [int(n) for n in rows["loss_n_pairs"]]
+        x, y = float(rows["token_savings"].iloc[0]), float(rows["quality_loss"].iloc[0])
+        anchors.append((x, y))
+        texts.append(ax.annotate(pareto_label(names, pairs), (x, y), textcoords="offset points", xytext=(0, 0),
+                                 fontsize=8, ha="left", va="bottom", zorder=4,
+                                 bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none",
+                                       "alpha": 0.8},
+                                 arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.6}))
+    pixels = [tuple(to_pixels(a)) for a in anchors]
+    sizes = []
+    for text in texts:
+        extent = text.get_window_extent(renderer)
+        sizes.append((extent.width + 4, extent.height + 4))
+    frame = ax.get_window_extent(renderer)
+    markers = [(px - 7, py - 7, px + 7, py + 7) for px, py in pixels]
+    boxes = place_labels(pixels, sizes, (frame.x0, frame.y0, frame.x1, frame.y1), obstacles=markers)
+    to_points = 72 / figure.dpi
+    for text, (px, py), box in zip(texts, pixels, boxes, strict=True):
+        text.xyann = ((box[0] + 2 - px) * to_points, (box[1] + 2 - py) * to_points)
+    if len(front) > 1:
+        ax.legend(fontsize=8, loc="best")
     return ax
