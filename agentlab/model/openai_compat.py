@@ -111,9 +111,12 @@ def _chat_options() -> Any:
     """
     global _CHAT_OPTIONS
     if _CHAT_OPTIONS is None:
-        from openai._models import FinalRequestOptions
-
-        fields = getattr(FinalRequestOptions, "model_fields", None) or getattr(FinalRequestOptions, "__fields__", {})
+        try:  # a private module of the library: should it move, the plain options still authenticate
+            from openai._models import FinalRequestOptions
+        except ImportError:
+            fields: Any = {}
+        else:
+            fields = getattr(FinalRequestOptions, "model_fields", None) or getattr(FinalRequestOptions, "__fields__", {})
         _CHAT_OPTIONS = {"security": {"bearer_auth": True}} if "security" in fields else {}
     return dict(_CHAT_OPTIONS)
 
