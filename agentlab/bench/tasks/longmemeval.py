@@ -294,6 +294,19 @@ class LongMemEvalTask(Task):
         summary = settings.of("summary", LongMemEvalSummary)
         return summary, (settings.of("recall", RecallPolicy) if mode == "recall" else None)
 
+    # Generic arms (agentlab.bench.arms): the haystack seeded as today, the dated answer instruction.
+    def history(self, case: Case, settings: Settings) -> list[Event]:
+        """The question's whole haystack in order (what every mode is seeded with)."""
+        return haystack_events(case.data)
+
+    def arm_instruction(self, case: Case, settings: Settings) -> str:
+        """The answer instruction dated like the question."""
+        return instruction_for(case.data, "long_context")
+
+    def arm_generation(self, settings: Settings) -> Any:
+        """The ``[answer]`` generation config."""
+        return generation_config(settings.section("answer"))
+
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
         """Seed the haystack and answer the question in ``mode`` with the agent."""
         from agentlab.runtime import LLMAgent, Runner

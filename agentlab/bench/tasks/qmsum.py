@@ -500,6 +500,19 @@ class QMSumTask(Task):
             return ANSWER_INSTRUCTION + "\n\n" + PRELOAD_INSTRUCTION
         return ANSWER_INSTRUCTION + "\n\n" + ON_DEMAND_INSTRUCTION.format(scope=cls.recall_policy(settings).scope)
 
+    # Generic arms (agentlab.bench.arms): the transcript seeded as today, the long-context instruction.
+    def history(self, case: Case, settings: Settings) -> list[Event]:
+        """The meeting transcript, one user event per turn (the events every mode is seeded with)."""
+        return seed_events(case.data.meeting, f"arm-{case.id}")
+
+    def arm_instruction(self, case: Case, settings: Settings) -> str:
+        """The answer instruction every mode starts from."""
+        return ANSWER_INSTRUCTION
+
+    def arm_generation(self, settings: Settings) -> GenerationConfig:
+        """The ``[answer]`` generation config."""
+        return self.generation(settings)
+
     def case_group(self, case: Case) -> str | None:
         """A meeting's questions run back to back: one summary, one cached transcript prefix."""
         return str(case.metadata.get("meeting_id") or "") or None
