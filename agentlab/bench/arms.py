@@ -18,7 +18,7 @@ Two kinds:
   history into a session, asks the question in one Runner/LLMAgent run with the arm's mechanisms
   (``ctx.run_options()`` carries the budget), and scores (:meth:`agentlab.bench.tasks.Task.run_arm`).
   Every peer policy of :mod:`agentlab.policies` is registered as a lossy generic arm under its
-  name. ``<lossy>+recall`` exists for every lossy generic arm: the lossy arm's mechanisms, then
+  name, and so is ``rolling_summary`` (the runtime's summary, from ``[summary]``, with its own triggers). ``<lossy>+recall`` exists for every lossy generic arm: the lossy arm's mechanisms, then
   :class:`HiddenRecall`, which searches the history events that arm's projection hid and
   preloads the best matches.
 * **task** arms are a benchmark's published modes (``long_context``, ``summary``, ``recall`` …):
@@ -269,6 +269,16 @@ def _peer_builder(name: str) -> Builder:
     return build
 
 
+def _rolling_summary(settings: Any, model: Any) -> list[ContextMechanism]:
+    """The runtime's rolling summary, from the ``[summary]`` section (defaults without one)."""
+    from agentlab.core import as_mechanism
+    from agentlab.summary import SummaryPolicy
+
+    section = settings.section("summary") if settings is not None and "summary" in settings else None
+    policy = section if isinstance(section, SummaryPolicy) else SummaryPolicy()
+    return [as_mechanism(policy, model)]
+
+
 def _register_peers() -> None:
     from agentlab.policies import POLICIES
 
@@ -277,6 +287,10 @@ def _register_peers() -> None:
                          description=f"peer policy {name} ({entry.source})"))
 
 
+#: The rolling summary as a generic arm: its own triggers decide when it summarises (with
+#: ``--seeding lived`` they fire during the replayed history, as in a live agent).
+register_arm(Arm("rolling_summary", "lossy", _rolling_summary, sections=("summary",),
+                 description="the rolling summary ([summary]) with its own triggers"))
 _register_peers()
 
 __all__ = [
