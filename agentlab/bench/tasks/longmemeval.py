@@ -347,30 +347,20 @@ class LongMemEvalTask(Task):
 
     async def _force_summary(self, runner: Any, service: Any, session: Any, max_steps: int) -> dict[str, Any]:
         """Summarise the whole seeded history, in rolling steps when the summary model's window is small."""
-        from agentlab.summary import delta_after_boundary
+        from agentlab.summary import summarise_all
 
         worker = runner.summary_worker
-        steps = 0
-        while steps < max_steps:
-            current = await service.get_session(APP_NAME, USER_ID, session.id)
-            summary = current.summaries.get("") if current is not None else None
-            if not delta_after_boundary(current, summary.boundary if summary else None, ""):
-                break
-            steps += 1
-            if not await worker.summarize(current, "", force=True):
-                break
-        current = await service.get_session(APP_NAME, USER_ID, session.id)
-        summary = current.summaries.get("") if current is not None else None
-        remaining = len(delta_after_boundary(current, summary.boundary if summary else None, ""))
+        done = await summarise_all(worker, session, "", max_steps=max_steps)
+        summary, steps, remaining = done.summary, done.steps, done.remaining
         error = worker.stats.last_error
         reason = f"{type(error).__name__}: {error}" if error is not None else (
-            f"[summary] max_steps = {max_steps} reached" if steps >= max_steps else "an update did not advance it")
+            f"[summary] max_steps = {max_steps} reached" if done.hit_max_steps else "an update did not advance it")
         if summary is None or not summary.text:
             raise CaseError(f"the summary could not be built ({reason})", code="summary_failed")
         if remaining:
             # As in QMSum: an answer from a summary that stopped short of the history is not the
             # summary mode being measured, so the case fails (and counts 0) instead of scoring.
-            total = len(delta_after_boundary(current, None, ""))
+            total = done.total
             code = error.code if isinstance(error, ModelError) else "summary_incomplete"
             raise CaseError(f"the summary covers {total - remaining} of {total} events after {steps} forced "
                             f"updates ({reason})", code=code)

@@ -68,7 +68,14 @@ from agentlab.recall.tools import recall_overview
 from agentlab.runtime import LLMAgent, Runner
 from agentlab.runtime.invocation import Invocation
 from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
-from agentlab.summary import Summarizer, SummaryOutcome, SummaryPolicy, SummaryWorker, render_injection
+from agentlab.summary import (
+    Summarizer,
+    SummaryOutcome,
+    SummaryPolicy,
+    SummaryWorker,
+    render_injection,
+    summarise_all,
+)
 
 # ------------------------------------------------------------------------------------ prompts
 # Paraphrased from the published harness's instructions (docs/sources.md#summary-benchmark-setup); a change of
@@ -276,20 +283,10 @@ async def build_meeting_summary(meeting: Meeting, ctx: RunContext, policy: Summa
     session = await seed_session(service, meeting, f"summary-{meeting.meeting_id}")
     summarizer = _ErrorKeepingSummarizer(ctx.model, policy)
     worker = SummaryWorker(service, summarizer, policy)
-    last_turn_id = session.events[-1].id
     positions = {e.id: i for i, e in enumerate(session.events)}
     started = time.perf_counter()
-    steps = 0
-    summary: Summary | None = None
-    # Every advancing step covers at least one turn, so this bound is never the reason to stop.
-    for _ in range(len(session.events) + 1):
-        advanced = await worker.summarize(session, FULL_SESSION_KEY, force=True)
-        steps += 1
-        summary = await service.get_summary(session, FULL_SESSION_KEY)
-        if summary is not None and summary.boundary is not None and summary.boundary.last_event_id == last_turn_id:
-            break
-        if not advanced:
-            break
+    done = await summarise_all(worker, session, FULL_SESSION_KEY)
+    summary, steps = done.summary, done.steps
     covered = 0
     if summary is not None and summary.text and summary.boundary is not None:
         covered = positions.get(summary.boundary.last_event_id, -1) + 1
