@@ -135,7 +135,7 @@ def get_arm(name: str, task: Any = None) -> Arm:
     ``LookupError`` with the task's reason.
     """
     if task is not None:
-        reason = dict(task.inapplicable_arms).get(name)
+        reason = _inapplicable(task, name)
         if reason:
             raise UnknownArm(f"{task.name}: arm {name!r} does not apply: {reason}")
         if name in task.modes:
@@ -158,10 +158,16 @@ def task_arm(task: Any, mode: str) -> Arm:
     return Arm(mode, "lossy", description=f"{task.name}'s {mode} mode")
 
 
+def _inapplicable(task: Any, name: str) -> str | None:
+    """The task's reason ``name`` does not apply to it (``<lossy>+recall`` inherits its lossy arm's)."""
+    skip = dict(task.inapplicable_arms)
+    base = name[: -len(RECALL_SUFFIX)] if name.endswith(RECALL_SUFFIX) else name
+    return skip.get(name) or skip.get(base)
+
+
 def arm_names(task: Any) -> list[str]:
     """The arms ``task`` runs: its modes, then every generic arm it did not declare inapplicable."""
-    skip = dict(task.inapplicable_arms)
-    return [*task.modes, *(n for n in generic_names() if n not in task.modes and n not in skip)]
+    return [*task.modes, *(n for n in generic_names() if n not in task.modes and not _inapplicable(task, n))]
 
 
 def role_of(mode: str, baseline: str, lossy: str | None, recovered: str | None) -> tuple[str, str | None]:

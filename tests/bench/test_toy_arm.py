@@ -187,3 +187,23 @@ async def test_the_toy_and_its_recall_run_and_pair_in_the_report(benchmark: str,
     # The echo answers show what each arm kept: recall wins back some of what the toy hid.
     f1 = next(r for r in recovery if r["metric"] in ("rouge_l_f1", "f1", "locomo_f1", "rouge1_f1"))
     assert f1["recovered_mean"] > f1["lossy_mean"]
+
+
+def test_list_shows_the_registered_arm_and_an_unknown_arm_lists_the_known_ones() -> None:
+    code, out, _ = run_cli("list", "--json")
+    assert code == 0
+    for row in json.loads(out)["benchmarks"]:
+        if row["benchmark"] in BENCHMARKS:
+            assert {"toy_keep_last", "toy_keep_last+recall", "inspect_trim", "inspect_trim+recall"} <= set(row["arms"])
+    with pytest.raises(arms.UnknownArm, match="unknown mode 'toy_keep_lost'.*toy_keep_last"):
+        get_task("qmsum").arm("toy_keep_lost")
+
+
+def test_a_task_declares_an_arm_that_does_not_apply_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    task = get_task("locomo")
+    monkeypatch.setattr(type(task), "inapplicable_arms", {"toy_keep_last": "every question needs the whole history"})
+    assert "toy_keep_last" not in task.arm_names() and not task.has_arm("toy_keep_last")
+    assert "toy_keep_last+recall" not in task.arm_names() and not task.has_arm("toy_keep_last+recall")
+    with pytest.raises(arms.UnknownArm, match="does not apply: every question needs the whole history"):
+        task.arm("toy_keep_last")
+    assert get_task("qmsum").has_arm("toy_keep_last")  # the other benchmarks still run it
