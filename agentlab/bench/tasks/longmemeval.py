@@ -483,15 +483,6 @@ class LongMemEvalTask(Task):
         return out
 
 
-class _SearchOnlyAgent:
-    """Stands in for an agent in an invocation that only runs ``session_search``."""
-
-    name = AGENT_NAME
-
-    def run(self, inv: Any) -> Any:  # pragma: no cover - never run
-        raise NotImplementedError
-
-
 async def evidence_recall(service: Any, session: Any, question: LongMemEvalQuestion, policy: Any,
                           ks: Sequence[int]) -> dict[str, float]:
     """Model-free retrieval quality of the ``session_search`` tool for one question.
@@ -502,17 +493,14 @@ async def evidence_recall(service: Any, session: Any, question: LongMemEvalQuest
     ``evidence_recall@k`` = share of the ``has_answer`` turns among the top k hits,
     ``evidence_hit@k`` = 1 if any of them is. Empty for questions without evidence (abstention).
     """
-    from agentlab.recall.search import session_search
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.recall.search import search_session
 
     evidence = evidence_ids(question)
     if not evidence:
         return {}
-    inv = Invocation(app_name=APP_NAME, user_id=USER_ID, session=session, session_service=service,
-                     agent=_SearchOnlyAgent(), message=Message.user(question.question))
     out: dict[str, float] = {}
     for k in ks:
-        result = await session_search(inv, policy, question.question, scope="current_session", top_k=k)
+        result = await search_session(service, session, policy, question.question, scope="current_session", top_k=k)
         retrieved = [str(r.get("event_id")) for r in result["results"]]
         out[f"evidence_recall@{k}"] = evidence_recall_at_k(retrieved, evidence, k) or 0.0
         out[f"evidence_hit@{k}"] = evidence_hit_at_k(retrieved, evidence, k) or 0.0

@@ -63,7 +63,7 @@ from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message
 from agentlab.model.base import CallRecord, GenerationConfig, ModelError, ModelInfo, observe_calls
 from agentlab.policy import PolicyJSON
 from agentlab.recall import SCOPES, RecallPolicy
-from agentlab.recall.search import session_search
+from agentlab.recall.search import search_session
 from agentlab.recall.tools import recall_overview
 from agentlab.runtime import LLMAgent, Runner
 from agentlab.runtime.invocation import Invocation
@@ -311,15 +311,6 @@ async def install_summary(service: SessionService, session: Session, built: Meet
 # ------------------------------------------------------------------------------ evidence recall
 
 
-class _SearchOnlyAgent:
-    """Stands in for an agent in an invocation that only runs ``session_search``."""
-
-    name = "qmsum-evidence"
-
-    def run(self, inv: Invocation) -> Any:  # pragma: no cover - never run
-        raise NotImplementedError
-
-
 def span_hits(turns: Sequence[int], item: QMSumCase) -> tuple[int, bool]:
     """(relevant spans containing at least one of ``turns``, whether any turn is relevant)."""
     last = len(item.meeting.turns) - 1
@@ -341,12 +332,10 @@ async def evidence_recall(service: SessionService, session: Session, item: QMSum
     if not item.spans:
         return {}  # no gold evidence: left out rather than scored (the selected cases all have spans)
     positions = {e.id: i for i, e in enumerate(session.events)}
-    inv = Invocation(app_name=APP_NAME, user_id=USER_ID, session=session, session_service=service,
-                     agent=_SearchOnlyAgent(), message=Message.user(item.query))
     out: dict[str, float] = {}
     n_spans = len(item.spans)
     for k in ks:
-        result = await session_search(inv, policy, item.query, scope="current_session", top_k=k)
+        result = await search_session(service, session, policy, item.query, scope="current_session", top_k=k)
         turns = [positions[r["event_id"]] for r in result["results"] if r.get("event_id") in positions]
         found, relevant = span_hits(turns, item)
         out[f"evidence_recall@{k}"] = found / n_spans
@@ -364,9 +353,8 @@ async def preload_hidden_turns(service: SessionService, session: Session, questi
     ``scope=current_hidden``, ``top_k`` hits — and widens every hit by the ``session_load`` window
     (``before`` / ``after`` turns), because one speaker turn rarely holds a whole answer.
     """
-    inv = Invocation(app_name=APP_NAME, user_id=USER_ID, session=session, session_service=service,
-                     agent=_SearchOnlyAgent(), message=Message.user(question))
-    result = await session_search(inv, policy, question, scope="current_hidden", top_k=policy.search_top_k)
+    result = await search_session(service, session, policy, question, scope="current_hidden",
+                                  top_k=policy.search_top_k)
     positions = {e.id: i for i, e in enumerate(session.events)}
     anchors = [positions[r["event_id"]] for r in result["results"] if r.get("event_id") in positions]
     last = len(session.events) - 1
