@@ -292,11 +292,14 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
         raise CliError(f"--variant {variant!r}: use letters, digits and . _ - = ; : + , (no spaces)")
     mode = mode or task.default_mode
     try:
-        task.arm(mode)
+        arm = task.arm(mode)
     except LookupError as exc:
         raise CliError(str(exc.args[0])) from exc
     if seeding is not None and seeding not in ("forced", "lived"):
         raise CliError(f"--seeding {seeding!r}: use forced or lived")
+    if seeding == "lived" and not arm.generic:
+        raise CliError(f"--seeding lived is for generic arms; {task.name}'s {mode} mode seeds its own way "
+                       f"(try --arm rolling_summary)")
     if action == "retrieval_only" and not has_retrieval(task):
         with_retrieval = ", ".join(name for name, cls in sorted(discover().items()) if has_retrieval(cls()))
         raise CliError(f"{task.name} has no retrieval to measure, so --retrieval-only does not apply; "

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentlab.bench import executor
+from agentlab.bench.cli_common import CliError
 from agentlab.bench.config import apply_overrides, load_settings
 from agentlab.bench.datasets.longmemeval import write_longmemeval_fixture
 from agentlab.bench.replay import check_seeding
@@ -73,5 +74,10 @@ def test_seeding_is_in_the_run_id_only_when_lived() -> None:
     task = get_task("qmsum")
     configs = {s.seeding: executor.run_config(task, s.request("rolling_summary"), "sha") for s in (forced, lived)}
     assert "seeding" not in configs["forced"] and configs["lived"]["seeding"] == "lived"
+    info = ModelInfo("scripted", 32_000)
+    assert "seeding lived" in lived.bind(info, "sha").header() and "seeding" not in forced.bind(info, "sha").header()
     with pytest.raises(ValueError, match="forced, lived"):
         check_seeding("sometimes")
+    # A task's own mode seeds its own way: a lived id for it would name a run that is not lived.
+    with pytest.raises(CliError, match="--seeding lived is for generic arms"):
+        resolve_run("qmsum", mode="summary", model="scripted", action="dry_run", seeding="lived")
