@@ -80,7 +80,7 @@ def cmd_fixture(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
-    """``list``: the registered benchmarks with their modes, version and settings file."""
+    """``list``: the registered benchmarks with their modes (and arms), version and settings file."""
     tasks = discover()
     rows: list[dict[str, Any]] = []
     for name in sorted(tasks):
@@ -88,7 +88,7 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
         path = settings_path(name)
         rows.append({"benchmark": name, "modes": list(cls.modes), "default_mode": cls.default_mode,
                      "version": cls.version, "settings": str(path) if path.is_file() else None,
-                     "description": cls.description})
+                     "description": cls.description, "arms": cls().arm_names()})
     if args.json:
         _print_json({"benchmarks": rows}, out)
         return 0
@@ -99,6 +99,9 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"{r['benchmark']:<14} modes: {modes}\n")
         if r["description"]:
             out.write(f"{'':<14} {r['description']}\n")
+    if rows:  # the generic arms are the same on every benchmark (a task may leave some out)
+        generic = [a for a in rows[0]["arms"] if a not in tasks[rows[0]["benchmark"]].modes]
+        out.write(f"arms on every benchmark besides its modes (--arm NAME): {', '.join(generic)}\n")
     return 0
 
 

@@ -35,7 +35,12 @@ class CliError(Exception):
 def _run_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Run one mode of a benchmark (resumable).")
     p.add_argument("benchmark")
-    p.add_argument("--mode", help="mode (arm) to run; default: the benchmark's default mode")
+    p.add_argument("--arm", "--mode", dest="mode",
+                   help="arm to run: a mode of the benchmark or a registered arm (`list` shows them); "
+                        "--mode is its synonym; default: the benchmark's default mode")
+    p.add_argument("--seeding", choices=("forced", "lived"), default=None,
+                   help="how a generic arm's history reaches its session: all at once (forced, the default) or "
+                        "replayed event by event so each mechanism's trigger fires (lived; part of the run id)")
     p.add_argument("--limit", type=int, default=None,
                    help=f"run the first N selected cases (0 = all; default all, {EMBEDDED_DEFAULT_LIMIT} on the embedded model)")
     p.add_argument("--model", help="answer model spec (e.g. embedded, openai:gpt-4o-mini); default from the environment")
@@ -107,7 +112,7 @@ def _sweep_parser(prog: str) -> argparse.ArgumentParser:
                "--set for settings shared by every point, --published-settings, --json, --no-progress) is passed "
                "to each run.")
     p.add_argument("benchmark")
-    p.add_argument("--mode", help="mode (arm) to sweep; default: the benchmark's default mode")
+    p.add_argument("--arm", "--mode", dest="mode", help="arm (mode) to sweep; default: the benchmark's default mode")
     p.add_argument("--grid", action="append", required=True, metavar="SECTION.FIELD=V1,V2[,...]",
                    help="a setting and its values (repeatable: the grid is the product)")
     p.add_argument("--no-baseline", action="store_true", help="do not run the baseline mode first")

@@ -49,8 +49,8 @@ def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -
 
     task = get_task(args.benchmark)
     mode = args.mode or task.default_mode
-    if mode not in task.modes:
-        raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
+    if not task.has_arm(mode):
+        raise CliError(f"{task.name}: unknown arm {mode!r}; arms: {', '.join(task.arm_names())}")
     parser = _run_parser("python -m agentlab.bench")
     shared = parser.parse_args([task.name, "--mode", mode, *run_flags])
     for flag, used in (("--dry-run", shared.dry_run), ("--retrieval-only", shared.retrieval_only),

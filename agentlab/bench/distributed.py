@@ -286,7 +286,7 @@ class CaseWorker:
         model, judge = build_models(request, cache=self.cache)
         self.ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
                               model_spec=request.model_spec, judge=judge, run_id=run_id,
-                              context_budget=request.context_budget)
+                              context_budget=request.context_budget, seeding=request.seeding)
 
     async def ready(self) -> str:
         """``host:pid`` of this worker, reported once it has built its models."""

@@ -81,6 +81,9 @@ class RunRequest:
     #: ``--context-budget``: the window the mechanisms see, below the model's (``None``: the model's).
     #: Part of the run id only when set; the tasks pass it on as ``RunOptions.context_window``.
     context_budget: int | None = None
+    #: ``--seeding``: how a generic arm's history reaches its session (:mod:`agentlab.bench.replay`).
+    #: Part of the run id only when not the default ``forced``.
+    seeding: str = "forced"
 
     @property
     def variant_label(self) -> str:
@@ -184,6 +187,8 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: Model
     # Only when set: every run made without a budget keeps the id it had before budgets existed.
     if request.context_budget is not None:
         config["context_budget"] = request.context_budget
+    if request.seeding != "forced":  # only when not the default: every earlier id stays as it was
+        config["seeding"] = request.seeding
     # A derived variant name is a function of the settings, already hashed; only an explicit
     # --variant NAME adds to the identity (so runs made before variants existed keep their ids).
     if request.variant:
@@ -261,7 +266,11 @@ async def attempt_case(task: Task, mode: str, ctx: RunContext, ordinal: int, cas
     with observe_calls(calls.append), (steps if steps is not None else contextlib.nullcontext()), \
             reproducible_ids(f"{task.name}/{mode}/{case.id}"):
         try:
-            result: CaseResult = await task.run_case(case, mode, ctx)
+            # A mode runs through the task's own code, a generic arm through the generic path.
+            if mode in task.modes:
+                result: CaseResult = await task.run_case(case, mode, ctx)
+            else:
+                result = await task.run_generic(case, ctx.arm if ctx.arm is not None else task.arm(mode), ctx)
             record.prediction = result.prediction
             record.reference = result.reference if result.reference is not None else case.reference
             record.metadata = {**case.metadata, **result.metadata}
@@ -450,8 +459,7 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
                    session_service_factory: Callable[[], Any] | None = None,
                    executor: Executor | None = None) -> RunSummary:
     """Run (or resume) one benchmark mode and store every case. See the module docstring."""
-    if request.mode not in task.modes:
-        raise ValueError(f"{task.name}: unknown mode {request.mode!r}; modes: {', '.join(task.modes)}")
+    arm = task.arm(request.mode)  # an unknown arm is a LookupError naming the known ones
     executor = executor or InProcessExecutor()
     # Resolved before anything is stored: a model whose window nobody states stops the run here.
     info = model.info
@@ -471,7 +479,8 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
     ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
                      model_spec=request.model_spec, judge=judge, run_id=run_id,
                      session_service_factory=session_service_factory, store=store,
-                     context_budget=request.context_budget)
+                     context_budget=request.context_budget, seeding=request.seeding)
+    ctx.arm = arm
     cache = getattr(model, "cache", None)
     job = Job(task, request, run_id, ctx, cache if isinstance(cache, CallCache) else None)
     bar = tqdm(total=len(cases), initial=summary.already_done, desc=f"{request.benchmark}/{request.mode}",
@@ -541,14 +550,13 @@ def dry_run(task: Task, mode: str, settings: Settings, *, limit: int | None = No
     ``avg_prompt_tokens`` is the mean over cases of the summed prompt tokens of the case's prompts
     (for a single-call mode: the answer prompt); chat-format overheads are included.
     """
-    if mode not in task.modes:
-        raise ValueError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
+    task.arm(mode)  # an unknown arm is a LookupError naming the known ones
     selection = selection or task.load_cases(settings)
     cases = select(selection, limit)
     per_case: list[int] = []
     per_call: list[int] = []
     for case in cases:
-        counts = [tokens.count_messages(messages, encoding=encoding) for messages in task.dry_run_prompts(case, mode, settings)]
+        counts = [tokens.count_messages(messages, encoding=encoding) for messages in task.dry_run_arm(case, mode, settings)]
         per_call.extend(counts)
         per_case.append(sum(counts))
     from agentlab.bench.metrics import percentiles

@@ -108,6 +108,8 @@ class RunSpec:
     context_window_source: str = ""
     #: Fingerprint of the data the cases come from (set by :meth:`bind`).
     dataset_sha256: str = ""
+    #: ``--seeding``: how a generic arm's history reaches its session (``forced``: all at once).
+    seeding: str = "forced"
     #: The task instance (not part of equality).
     task: Task | None = field(default=None, compare=False, repr=False)
 
@@ -147,7 +149,8 @@ class RunSpec:
             progress=self.progress, code_version=self.code_version,
             # Remote workers build their own models (executor.build_models): the same window for them.
             model_options={} if self.context_window_flag is None else {"context_window": self.context_window_flag},
-            variant=self.variant, variant_settings=dict(self.variant_settings), context_budget=self.context_budget)
+            variant=self.variant, variant_settings=dict(self.variant_settings), context_budget=self.context_budget,
+            seeding=self.seeding)
 
     def requests(self) -> list[RunRequest]:
         """One :class:`RunRequest` per mode, in run order."""
@@ -171,6 +174,8 @@ class RunSpec:
                 f"{self.context_window} tokens ({self.context_window_source or 'stated by the model'})")
         if self.context_budget is not None:
             line += f", context budget {self.context_budget} tokens (the window the mechanisms see)"
+        if self.seeding != "forced":
+            line += f", seeding {self.seeding} (the history replayed event by event)"
         return line
 
 
@@ -206,15 +211,16 @@ def load_run_settings(task: Task, overrides: Sequence[str], *, smoke: bool = Fal
 def comparison_modes(task: Task, mode: str) -> list[str]:
     """The modes a run of ``mode`` is compared with, then ``mode``: baseline [, lossy], mode.
 
-    A recovered mode needs its baseline and its lossy mode (recovery); any other non-baseline
-    mode needs the baseline (token savings, quality loss); the baseline needs nothing.
+    A recovered arm needs its baseline and its lossy partner (recovery); any other non-baseline
+    arm needs the baseline (token savings, quality loss); the baseline needs nothing.
     """
     roles = task.roles()
     if roles is None or mode == roles.baseline or roles.baseline not in task.modes:
         return [mode]
     modes = [roles.baseline]
-    if mode == roles.recovered and roles.lossy and roles.lossy in task.modes:
-        modes.append(roles.lossy)
+    arm = task.arm(mode)
+    if arm.role == "recovered" and arm.partner and task.has_arm(arm.partner):
+        modes.append(arm.partner)
     return [*modes, mode]
 
 
@@ -224,9 +230,9 @@ def has_retrieval(task: Task) -> bool:
 
 
 def check_policies(task: Task, mode: str, settings: Settings) -> None:
-    """Build the mode's policies now, so a value one rejects stops the run before any case."""
+    """Build the arm's policies now, so a value one rejects stops the run before any case."""
     try:
-        task.policies(mode, settings)
+        task.arm_policies(mode, settings)
     except (ValueError, TypeError, KeyError) as exc:
         detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         raise CliError(f"{task.name}/{mode} settings rejected: {detail} (fix the --set value or "
@@ -264,7 +270,7 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
                 overrides: Sequence[str] = (), published_settings: bool = False, variant: str | None = None,
                 baselines: bool = True, concurrency: int | None = None, action: Action = "run",
                 progress: bool = True, loader: Loader = load_settings,
-                version: Callable[[], str] = code_version) -> RunSpec:
+                version: Callable[[], str] = code_version, seeding: str | None = None) -> RunSpec:
     """Flags + the benchmark's settings file + the mode → the run's :class:`RunSpec` (not yet bound).
 
     The keyword arguments are the run command's flags (``limit=0`` = all cases, ``None`` = the
@@ -285,8 +291,15 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
     if variant is not None and not _VARIANT_NAME.fullmatch(variant):
         raise CliError(f"--variant {variant!r}: use letters, digits and . _ - = ; : + , (no spaces)")
     mode = mode or task.default_mode
-    if mode not in task.modes:
-        raise CliError(f"{task.name}: unknown mode {mode!r}; modes: {', '.join(task.modes)}")
+    try:
+        arm = task.arm(mode)
+    except LookupError as exc:
+        raise CliError(str(exc.args[0])) from exc
+    if seeding is not None and seeding not in ("forced", "lived"):
+        raise CliError(f"--seeding {seeding!r}: use forced or lived")
+    if seeding == "lived" and not arm.generic:
+        raise CliError(f"--seeding lived is for generic arms; {task.name}'s {mode} mode seeds its own way "
+                       f"(try --arm rolling_summary)")
     if action == "retrieval_only" and not has_retrieval(task):
         with_retrieval = ", ".join(name for name, cls in sorted(discover().items()) if has_retrieval(cls()))
         raise CliError(f"{task.name} has no retrieval to measure, so --retrieval-only does not apply; "
@@ -316,7 +329,8 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
         context_window_flag=context_window, context_budget=context_budget, limit=run_limit,
         demo_selection=smoke_test and limit is None,
         concurrency=concurrency or int(settings.get("run", "concurrency", 4)), variant=variant,
-        variant_settings=MappingProxyType(diff), progress=progress, code_version=version() if calls_model else "", task=task)
+        variant_settings=MappingProxyType(diff), progress=progress, code_version=version() if calls_model else "",
+        seeding=seeding or "forced", task=task)
 
 
 def spec_from_args(args: Any, *, loader: Loader = load_settings, version: Callable[[], str] = code_version) -> RunSpec:
@@ -327,7 +341,7 @@ def spec_from_args(args: Any, *, loader: Loader = load_settings, version: Callab
         context_window=args.context_window, context_budget=getattr(args, "context_budget", None),
         overrides=args.overrides, published_settings=args.published_settings, variant=args.variant,
         baselines=not args.no_baselines, concurrency=args.concurrency, action=action,
-        progress=not args.no_progress, loader=loader, version=version)
+        progress=not args.no_progress, loader=loader, version=version, seeding=getattr(args, "seeding", None))
 
 
 def smoke_banner(benchmark: str, changes: Mapping[str, tuple[Any, Any]]) -> str:

@@ -559,10 +559,13 @@ class ResultStore:
 ROLE_BASELINE, ROLE_LOSSY, ROLE_RECOVERED, ROLE_OTHER = "baseline", "lossy", "recovered", "other"
 
 
-def _role(mode: str, roles: ModeRoles | None) -> str:
+def _role(mode: str, roles: ModeRoles | None) -> tuple[str, str | None]:
+    """(role, lossy partner) of ``mode``: the task's named roles, else the registered arm's (:mod:`arms`)."""
     if roles is None:
-        return ROLE_OTHER
-    return {roles.baseline: ROLE_BASELINE, roles.lossy: ROLE_LOSSY, roles.recovered: ROLE_RECOVERED}.get(mode, ROLE_OTHER)
+        return ROLE_OTHER, None
+    from agentlab.bench.arms import role_of
+
+    return role_of(mode, roles.baseline, roles.lossy, roles.recovered)
 
 
 def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -600,7 +603,10 @@ def _best_partner(run: Mapping[str, Any], mode: str | None, runs: Sequence[Mappi
 
 
 def pair_runs(runs: Sequence[Mapping[str, Any]], roles: Mapping[str, ModeRoles]) -> list[dict[str, Any]]:
-    """Every run, with the baseline run (and for a recovered run, the lossy run) it is compared with.
+    """Every run, with the baseline run (and for a recovered run, its lossy partner's run) it is compared with.
+
+    A run's role and partner come from the benchmark's mode roles, then the registered arms
+    (:func:`agentlab.bench.arms.role_of`): any number of lossy and recovered arms per benchmark.
 
     Every run is its own row — nothing is replaced because a newer run exists. Two runs of the same
     (mode, variant, model, judge) can only differ in data or task version (``--limit`` is not part of
@@ -611,7 +617,7 @@ def pair_runs(runs: Sequence[Mapping[str, Any]], roles: Mapping[str, ModeRoles])
     out = []
     for run in runs:
         mode_roles = roles.get(run["benchmark"])
-        role = _role(run["mode"], mode_roles)
+        role, partner = _role(run["mode"], mode_roles)
         row: dict[str, Any] = {"run_id": run["run_id"], "variant": run["variant"], "role": role,
                                "baseline_run_id": None, "baseline_variant": None, "lossy_run_id": None,
                                "lossy_variant": None, "pairing": None}
@@ -627,7 +633,7 @@ def pair_runs(runs: Sequence[Mapping[str, Any]], roles: Mapping[str, ModeRoles])
                            pairing="same variant" if base["variant"] == run["variant"] else
                            f"baseline variant {base['variant']!r} (the most specific one this variant extends)")
             if role == ROLE_RECOVERED:
-                lossy = _best_partner(run, mode_roles.lossy, runs)
+                lossy = _best_partner(run, partner, runs)
                 if lossy is not None:
                     row.update(lossy_run_id=lossy["run_id"], lossy_variant=lossy["variant"])
         out.append(row)

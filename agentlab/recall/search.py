@@ -397,6 +397,30 @@ def resolve_search_mode(requested: Any, policy: RecallPolicy, index: UserEventIn
     return fallback
 
 
+class _OutsideRun:
+    """The agent of a search made outside any run (:func:`search_session`): it never runs."""
+
+    name = "recall"
+
+    def run(self, inv: Invocation) -> Any:  # pragma: no cover - never run
+        raise NotImplementedError("a search outside a run has no agent to run")
+
+
+async def search_session(service: SessionService, session: Session, policy: RecallPolicy, query: str,
+                         scope: str | None = None, top_k: Any = None) -> dict[str, Any]:
+    """:func:`session_search` over ``session`` outside any run: what the tool would return, with no agent.
+
+    For model-free retrieval measures (evidence recall@k) and preload-style recall done by a
+    harness: the question is the query, nothing of a current run is excluded.
+    """
+    from agentlab.core import Invocation as _Invocation
+    from agentlab.events import Message
+
+    inv = _Invocation(app_name=session.app_name, user_id=session.user_id, session=session, session_service=service,
+                      agent=_OutsideRun(), message=Message.user(query))
+    return await session_search(inv, policy, query, scope=scope, top_k=top_k)
+
+
 async def session_search(inv: Invocation, policy: RecallPolicy, query: str, scope: str | None = None,
                          top_k: Any = None, min_score: Any = None, search_mode: Any = None) -> dict[str, Any]:
     """Search recallable history and return the tool's JSON-ready result."""

@@ -74,7 +74,13 @@ from agentlab.summary.render import (
     truncate_middle,
 )
 from agentlab.summary.summarizer import Summarizer, SummaryInputTooLarge, SummaryOutcome
-from agentlab.summary.worker import SummaryWorker, WorkerStats, summary_worker_for
+from agentlab.summary.worker import (
+    SummarisedAll,
+    SummaryWorker,
+    WorkerStats,
+    summarise_all,
+    summary_worker_for,
+)
 
 __all__ = [
     "BUILTIN_PROMPTS",
@@ -105,6 +111,7 @@ __all__ = [
     "SummaryInputTooLarge",
     "SummaryOutcome",
     "SummaryPolicy",
+    "SummarisedAll",
     "SummaryWorker",
     "Summarizer",
     "TokensOverCheck",
@@ -116,6 +123,7 @@ __all__ = [
     "coverage_boundary",
     "covering_keys",
     "delta_after_boundary",
+    "summarise_all",
     "pick_summary",
     "previous_summary_event",
     "render_event_line",

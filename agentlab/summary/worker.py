@@ -332,6 +332,56 @@ class SummaryWorker:
             self._tasks = []
 
 
+@dataclass(frozen=True)
+class SummarisedAll:
+    """What :func:`summarise_all` did: the summary, its forced steps, and what it left out."""
+
+    summary: Summary | None
+    #: Forced updates made.
+    steps: int
+    #: History events after the boundary before the first step (what there was to summarise).
+    total: int
+    #: History events still after the boundary at the end (0: the summary covers everything).
+    remaining: int
+    #: Whether ``max_steps`` was the reason to stop.
+    hit_max_steps: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """A summary with text covers every history event."""
+        return self.summary is not None and bool(self.summary.text) and self.remaining == 0
+
+
+async def summarise_all(worker: SummaryWorker, session: Session, filter_key: str = FULL_SESSION_KEY, *,
+                        max_steps: int | None = None) -> SummarisedAll:
+    """Summarise everything now: forced rolling updates of ``filter_key`` until no history event is left.
+
+    One stop rule: stop when nothing is left after the boundary, when an update does not advance
+    (the summariser failed or wrote nothing; ``worker.stats.last_error`` says why), or after
+    ``max_steps`` updates (``None``: as many as there are events, which an advancing update never
+    reaches since each covers at least one). Each update summarises the longest prefix of what is
+    left that fits the summary model's input (the safe prefix), so a small window takes several.
+    """
+    service = worker.session_service
+
+    async def current() -> tuple[Session, Summary | None]:
+        fresh = await service.get_session(session.app_name, session.user_id, session.id) or session
+        return fresh, await service.get_summary(fresh, filter_key)
+
+    fresh, summary = await current()
+    total = len(delta_after_boundary(fresh, summary.boundary if summary else None, filter_key))
+    limit = total + 1 if max_steps is None else max_steps
+    steps, left = 0, total
+    while left and steps < limit:
+        steps += 1
+        advanced = await worker.summarize(fresh, filter_key, force=True)
+        fresh, summary = await current()
+        left = len(delta_after_boundary(fresh, summary.boundary if summary else None, filter_key))
+        if not advanced:
+            break
+    return SummarisedAll(summary, steps, total, left, hit_max_steps=bool(left) and steps >= limit)
+
+
 def _describe(key: LockKey) -> str:
     app, user, session, filter_key = key
     return f"app={app!r} user={user!r} session={session!r} filter_key={filter_key!r}"

@@ -8,6 +8,7 @@ that runs only inside a function or only for the type checker counts like any ot
 from __future__ import annotations
 
 import ast
+import gc
 import json
 import os
 import subprocess
@@ -37,6 +38,9 @@ def imported_modules(source: str, module: str, is_package: bool, known: set[str]
     """
     found: set[str] = set()
     package = module if is_package else module.rpartition(".")[0]
+    # Collect first: on CPython 3.11.7 a garbage finalizer that runs during ast.parse (e.g. of a run
+    # interrupted by an earlier test) makes it raise 'AST constructor recursion depth mismatch'.
+    gc.collect()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)

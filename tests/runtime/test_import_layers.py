@@ -8,6 +8,7 @@ lazy ``_EXPORTS`` tables — goes to the same layer or one below.
 from __future__ import annotations
 
 import ast
+import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,9 @@ def test_no_import_cycle_through_the_runtime_and_its_components() -> None:
     An edge A -> B means importing A imports B (and so B's parent packages) before A is done;
     imports inside functions and under ``TYPE_CHECKING`` run later or never and are no edge.
     """
+    # Collect first: on CPython 3.11.7 a garbage finalizer that runs during ast.parse (e.g. of a run
+    # interrupted by an earlier test) makes it raise 'AST constructor recursion depth mismatch'.
+    gc.collect()
     root = Path(__file__).resolve().parents[2]
     modules: dict[str, set[str]] = {}
     for path in (root / "agentlab").rglob("*.py"):
@@ -230,6 +234,9 @@ def _every_import(tree: ast.Module, module: str, is_package: bool) -> set[str]:
 
 def _package_graph(root: Path) -> dict[str, set[str]]:
     """Module -> the agentlab modules it imports (every import, see :func:`_every_import`)."""
+    # Collect first: on CPython 3.11.7 a garbage finalizer that runs during ast.parse (e.g. of a run
+    # interrupted by an earlier test) makes it raise 'AST constructor recursion depth mismatch'.
+    gc.collect()
     sources = {_module_name(p, root): p for p in (root / "agentlab").rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in sources.items():

@@ -79,9 +79,15 @@ from agentlab.events import OBJ_COMPACTION, Event, Message
 from agentlab.model.base import Model
 
 if TYPE_CHECKING:
+    from agentlab.bench.arms import Arm
     from agentlab.runtime import RunOptions
 
 T = TypeVar("T")
+
+#: App, user and agent names of a generic arm's runs.
+GENERIC_APP, GENERIC_USER, GENERIC_AGENT = "agentlab-bench", "user", "assistant"
+#: Window the generic dry run projects with (the published models' 128k): no mechanism needs a model then.
+DRY_RUN_WINDOW = 128_000
 
 #: Extra modules to import when discovering tasks (comma-separated), e.g. a task kept outside the package.
 TASK_MODULES_ENV = "AGENTLAB_TASK_MODULES"
@@ -210,7 +216,7 @@ class RunContext:
     def __init__(self, *, benchmark: str, mode: str, model: Model, settings: Settings, model_spec: str = "",
                  judge: Judge | None = None, run_id: str = "",
                  session_service_factory: Callable[[], Any] | None = None, store: ResultStore | None = None,
-                 context_budget: int | None = None) -> None:
+                 context_budget: int | None = None, seeding: str = "forced") -> None:
         self.benchmark = benchmark
         self.mode = mode
         self.model = model
@@ -224,6 +230,10 @@ class RunContext:
         #: ``--context-budget``: the window the mechanisms see (``None``: the model's own). A task hands
         #: it to every run through :meth:`run_options`; the model's real window is unchanged.
         self.context_budget = context_budget
+        #: ``--seeding``: how a generic arm's history reaches its session (``forced`` or ``lived``).
+        self.seeding = seeding
+        #: The run's arm, resolved once by the executor (``None``: resolved per case from ``mode``).
+        self.arm: Arm | None = None
         self._session_service_factory = session_service_factory
         self._memo: dict[Any, Any] = {}
         self._locks: dict[Any, asyncio.Lock] = {}
@@ -278,6 +288,8 @@ class Task(ABC):
     #: (:data:`~agentlab.bench.facts.LAST_ANSWER_CALL` or :data:`~agentlab.bench.facts.SUM_ANSWER_CALLS`),
     #: so the token columns compared with it use the same rule; ``None``: no published tokens.
     published_token_rule: ClassVar[str | None] = None
+    #: Generic arms that do not apply to this benchmark: arm name → the reason (``--arm`` says it).
+    inapplicable_arms: ClassVar[Mapping[str, str]] = {}
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
     #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
@@ -322,6 +334,96 @@ class Task(ABC):
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
         """LLM-free evidence recall@k of the retrieval for ``cases`` (``--retrieval-only``)."""
         raise NotImplementedError(f"{self.name} does not support --retrieval-only")
+
+    # ------------------------------------------------------------------------------- arms
+
+    def arm(self, name: str) -> Arm:
+        """The arm ``name`` of this task: one of its modes, or a generic arm that applies to it.
+
+        ``LookupError`` naming the known arms (or the task's reason an arm does not apply).
+        """
+        from agentlab.bench.arms import get_arm
+
+        return get_arm(name, self)
+
+    def arm_names(self) -> list[str]:
+        """Every arm this task runs: its modes, then the generic arms it did not declare inapplicable."""
+        from agentlab.bench.arms import arm_names
+
+        return arm_names(self)
+
+    def has_arm(self, name: str) -> bool:
+        """Whether :meth:`arm` knows ``name``."""
+        try:
+            self.arm(name)
+        except LookupError:
+            return False
+        return True
+
+    def arm_policies(self, name: str, settings: Settings) -> list[Any]:
+        """What arm ``name`` runs with: a mode's :meth:`policies`, a generic arm's mechanisms (no model)."""
+        arm = self.arm(name)
+        return arm.mechanisms(settings, None) if arm.generic else self.policies(name, settings)
+
+    def run_arm(self, case: Case, name: str, ctx: RunContext) -> Awaitable[CaseResult]:
+        """Answer one case in arm ``name``: a mode through :meth:`run_case`, a generic arm through :meth:`run_generic`.
+
+        Returns the coroutine of the one it dispatches to (no coroutine of its own in between).
+        """
+        arm = self.arm(name)
+        if not arm.generic:
+            return self.run_case(case, name, ctx)
+        return self.run_generic(case, arm, ctx)
+
+    def history(self, case: Case, settings: Settings) -> list[Event]:
+        """The events a generic arm's session is seeded with, oldest first (the case's conversation)."""
+        raise NotImplementedError(f"{self.name} does not seed a history for generic arms")
+
+    def arm_instruction(self, case: Case, settings: Settings) -> str:
+        """The answer instruction of a generic arm's agent (default: none)."""
+        return ""
+
+    def arm_generation(self, settings: Settings) -> Any:
+        """The ``GenerationConfig`` of a generic arm's answer (default: the model's)."""
+        return None
+
+    async def run_generic(self, case: Case, arm: Arm, ctx: RunContext) -> CaseResult:
+        """Seed the history, ask once with the arm's mechanisms, return the answer (scored by :meth:`score`).
+
+        ``[run] seeding`` (``--seeding``) decides how the history reaches the session
+        (:func:`agentlab.bench.replay.seed`): all at once (``forced``), or event by event with the
+        mechanisms' triggers firing as in a live agent (``lived``).
+        """
+        from agentlab.bench.replay import seed
+        from agentlab.runtime import LLMAgent, Runner
+
+        service = ctx.new_session_service()
+        session_id = f"{arm.name}-{case.id}"
+        mechanisms = arm.mechanisms(ctx.settings, ctx.model)
+        agent = LLMAgent(GENERIC_AGENT, ctx.model, instruction=self.arm_instruction(case, ctx.settings),
+                         generation=self.arm_generation(ctx.settings), mechanisms=mechanisms, max_tool_iterations=6)
+        runner = Runner(GENERIC_APP, agent, service)
+        try:
+            seeded = await seed(runner, GENERIC_USER, session_id, self.history(case, ctx.settings),
+                                ctx.seeding, options=ctx.run_options())
+            outcome = await collect_run(runner.run(GENERIC_USER, session_id, case.question, options=ctx.run_options()))
+        finally:
+            await runner.close()
+        return CaseResult(prediction=outcome.answer, compactions=outcome.compactions,
+                          metadata={"arm": arm.name, "seeding": ctx.seeding, **seeded,
+                                    "tool_calls": outcome.tool_calls})
+
+    def dry_run_arm(self, case: Case, name: str, settings: Settings) -> list[list[Message]]:
+        """The dry-run prompts of arm ``name``: a mode's :meth:`dry_run_prompts`, a generic arm's projection."""
+        arm = self.arm(name)
+        if not arm.generic:
+            return self.dry_run_prompts(case, name, settings)
+        return self.generic_dry_run(case, arm, settings)
+
+    def generic_dry_run(self, case: Case, arm: Arm, settings: Settings) -> list[list[Message]]:
+        """The one answer prompt: the seeded history and the question, projected by the arm's mechanisms."""
+        return [project_prompt(self.history(case, settings), arm.mechanisms(settings, None), case.question,
+                               self.arm_instruction(case, settings))]
 
     def roles(self) -> ModeRoles | None:
         """Baseline / lossy / recovered modes of the report (``None``: the benchmark has no comparisons)."""
@@ -411,6 +513,28 @@ def get_task(name: str) -> Task:
 # ------------------------------------------------------------------------------ run helper
 
 
+def project_prompt(history: Sequence[Event], mechanisms: Sequence[Any], question: str,
+                   instruction: str = "") -> list[Message]:
+    """The answer prompt ``mechanisms`` build for ``history`` + ``question`` (no model; :func:`agentlab.core.project`)."""
+    from agentlab.core import project
+    from agentlab.model.base import ModelInfo
+
+    async def build() -> list[Message]:
+        result = await project(list(history), mechanisms, question, ModelInfo("dry-run", DRY_RUN_WINDOW),
+                               instruction=instruction)
+        return list(result.request.messages)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(build())
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # called from inside a loop (a notebook)
+        return pool.submit(asyncio.run, build()).result()
+
+
+
 @dataclass
 class RunOutcome:
     """What one ``runner.run(...)`` produced."""
@@ -467,5 +591,6 @@ __all__ = [
     "collect_run",
     "discover",
     "get_task",
+    "project_prompt",
     "register",
 ]

@@ -178,6 +178,11 @@ Format:
 - Numbers as digits: "3", not "three".
 - Do not start with a name or a pronoun: "Running, painting", not "She runs and paints"."""
 
+#: The instruction of a generic arm (agentlab.bench.arms): the conversation is the history, the question the turn.
+ARM_INSTRUCTION = """You answer one question about the conversation between two people shown above (each message
+starts with its session date and speaker). Answer briefly, with the facts as stated in the conversation. If the
+conversation does not contain the answer, answer exactly: {fallback}"""
+
 MEMORY_QA_PROMPT_VERSION = "locomo-memory-qa-v1"
 MEMORY_QA_INSTRUCTION = """You answer one question about earlier conversations between two people, using the long-term
 memories stored about them.
@@ -469,6 +474,20 @@ class LoCoMoTask(Task):
         """The conversation: its seeded sessions and extracted memories are built once per run."""
         # The seeded sessions and the extracted memories are built once per conversation and run.
         return str(case.data.conversation.sample_id)
+
+    # Generic arms (agentlab.bench.arms): every session's turns in order, in one session.
+    def history(self, case: Case, settings: Settings) -> list[Event]:
+        """The conversation's sessions as one history, oldest first (the events the recall modes seed)."""
+        captions = settings.of("dataset", LoCoMoDataset).include_image_captions
+        return [e for _, events in seed_plan(case.data.conversation, captions) for e in events]
+
+    def arm_instruction(self, case: Case, settings: Settings) -> str:
+        """:data:`ARM_INSTRUCTION`."""
+        return ARM_INSTRUCTION.format(fallback=FALLBACK_ANSWER)
+
+    def arm_generation(self, settings: Settings) -> GenerationConfig:
+        """The ``[answer]`` generation config."""
+        return self._generation(settings)
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
         """Answer one question in ``mode`` (see the module docstring for what each mode sends)."""

@@ -294,6 +294,19 @@ class LongMemEvalTask(Task):
         summary = settings.of("summary", LongMemEvalSummary)
         return summary, (settings.of("recall", RecallPolicy) if mode == "recall" else None)
 
+    # Generic arms (agentlab.bench.arms): the haystack seeded as today, the dated answer instruction.
+    def history(self, case: Case, settings: Settings) -> list[Event]:
+        """The question's whole haystack in order (what every mode is seeded with)."""
+        return haystack_events(case.data)
+
+    def arm_instruction(self, case: Case, settings: Settings) -> str:
+        """The answer instruction dated like the question."""
+        return instruction_for(case.data, "long_context")
+
+    def arm_generation(self, settings: Settings) -> Any:
+        """The ``[answer]`` generation config."""
+        return generation_config(settings.section("answer"))
+
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
         """Seed the haystack and answer the question in ``mode`` with the agent."""
         from agentlab.runtime import LLMAgent, Runner
@@ -334,30 +347,20 @@ class LongMemEvalTask(Task):
 
     async def _force_summary(self, runner: Any, service: Any, session: Any, max_steps: int) -> dict[str, Any]:
         """Summarise the whole seeded history, in rolling steps when the summary model's window is small."""
-        from agentlab.summary import delta_after_boundary
+        from agentlab.summary import summarise_all
 
         worker = runner.summary_worker
-        steps = 0
-        while steps < max_steps:
-            current = await service.get_session(APP_NAME, USER_ID, session.id)
-            summary = current.summaries.get("") if current is not None else None
-            if not delta_after_boundary(current, summary.boundary if summary else None, ""):
-                break
-            steps += 1
-            if not await worker.summarize(current, "", force=True):
-                break
-        current = await service.get_session(APP_NAME, USER_ID, session.id)
-        summary = current.summaries.get("") if current is not None else None
-        remaining = len(delta_after_boundary(current, summary.boundary if summary else None, ""))
+        done = await summarise_all(worker, session, "", max_steps=max_steps)
+        summary, steps, remaining = done.summary, done.steps, done.remaining
         error = worker.stats.last_error
         reason = f"{type(error).__name__}: {error}" if error is not None else (
-            f"[summary] max_steps = {max_steps} reached" if steps >= max_steps else "an update did not advance it")
+            f"[summary] max_steps = {max_steps} reached" if done.hit_max_steps else "an update did not advance it")
         if summary is None or not summary.text:
             raise CaseError(f"the summary could not be built ({reason})", code="summary_failed")
         if remaining:
             # As in QMSum: an answer from a summary that stopped short of the history is not the
             # summary mode being measured, so the case fails (and counts 0) instead of scoring.
-            total = len(delta_after_boundary(current, None, ""))
+            total = done.total
             code = error.code if isinstance(error, ModelError) else "summary_incomplete"
             raise CaseError(f"the summary covers {total - remaining} of {total} events after {steps} forced "
                             f"updates ({reason})", code=code)
@@ -480,15 +483,6 @@ class LongMemEvalTask(Task):
         return out
 
 
-class _SearchOnlyAgent:
-    """Stands in for an agent in an invocation that only runs ``session_search``."""
-
-    name = AGENT_NAME
-
-    def run(self, inv: Any) -> Any:  # pragma: no cover - never run
-        raise NotImplementedError
-
-
 async def evidence_recall(service: Any, session: Any, question: LongMemEvalQuestion, policy: Any,
                           ks: Sequence[int]) -> dict[str, float]:
     """Model-free retrieval quality of the ``session_search`` tool for one question.
@@ -499,17 +493,14 @@ async def evidence_recall(service: Any, session: Any, question: LongMemEvalQuest
     ``evidence_recall@k`` = share of the ``has_answer`` turns among the top k hits,
     ``evidence_hit@k`` = 1 if any of them is. Empty for questions without evidence (abstention).
     """
-    from agentlab.recall.search import session_search
-    from agentlab.runtime.invocation import Invocation
+    from agentlab.recall.search import search_session
 
     evidence = evidence_ids(question)
     if not evidence:
         return {}
-    inv = Invocation(app_name=APP_NAME, user_id=USER_ID, session=session, session_service=service,
-                     agent=_SearchOnlyAgent(), message=Message.user(question.question))
     out: dict[str, float] = {}
     for k in ks:
-        result = await session_search(inv, policy, question.question, scope="current_session", top_k=k)
+        result = await search_session(service, session, policy, question.question, scope="current_session", top_k=k)
         retrieved = [str(r.get("event_id")) for r in result["results"]]
         out[f"evidence_recall@{k}"] = evidence_recall_at_k(retrieved, evidence, k) or 0.0
         out[f"evidence_hit@{k}"] = evidence_hit_at_k(retrieved, evidence, k) or 0.0

@@ -63,11 +63,12 @@ from agentlab.bench.tasks import (
     RunContext,
     Task,
     collect_run,
+    project_prompt,
     register,
 )
 from agentlab.bench.tasks.mtbench101_judge import CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE
 from agentlab.bench.tasks.mtbench101_judge import parse_retention_rate as parse_retention_rate  # re-export
-from agentlab.events import Message
+from agentlab.events import OBJ_USER, Event, Message
 from agentlab.model.base import GenerationConfig, ModelRequest, ModelResponse
 from agentlab.policy import PolicyJSON
 from agentlab.summary import SummaryPolicy
@@ -258,23 +259,26 @@ class MTBench101Task(Task):
 
     # -------------------------------------------------------------------------- dialogue
 
-    def _agent(self, settings: Settings, model: Any, *, with_summary: bool) -> Any:
+    def _agent(self, settings: Settings, model: Any, *, with_summary: bool, mechanisms: Sequence[Any] = ()) -> Any:
         from agentlab.runtime import LLMAgent
 
         answer = settings.of("answer", MTBenchAnswer)
         return LLMAgent(AGENT_NAME, model, instruction=answer.instruction,
                         summary=settings.of("summary", MTBenchSummary) if with_summary else None,
-                        generation=generation_config(answer), max_tool_iterations=1)
+                        generation=generation_config(answer), max_tool_iterations=1, mechanisms=mechanisms)
 
     async def converse(self, dialogue: Dialogue, settings: Settings, model: Any, session_service: Any, *,
-                       with_summary: bool, session_id: str, options: Any = None) -> dict[str, Any]:
+                       with_summary: bool, session_id: str, options: Any = None,
+                       mechanisms: Sequence[Any] = ()) -> dict[str, Any]:
         """Answer every user turn in order; return answers and per-turn facts.
 
-        ``options``: the ``RunOptions`` of every turn (``ctx.run_options()``: the run's context budget).
+        ``options``: the ``RunOptions`` of every turn (``ctx.run_options()``: the run's context budget);
+        ``mechanisms``: a generic arm's.
         """
         from agentlab.runtime import Runner
 
-        runner = Runner(APP_NAME, self._agent(settings, model, with_summary=with_summary), session_service)
+        agent = self._agent(settings, model, with_summary=with_summary, mechanisms=mechanisms)
+        runner = Runner(APP_NAME, agent, session_service)
         wait = settings.of("summary", MTBenchSummary).wait_between_turns
         answers: list[str] = []
         prompt_tokens: list[int] = []
@@ -316,6 +320,29 @@ class MTBench101Task(Task):
                                     with_summary=True, session_id=f"{case.id}-summary", options=ctx.run_options())
         facts.update({"baseline_answers": baseline, "baseline_source": source})
         return CaseResult(prediction=facts["turn_answers"][-1], metadata=facts)
+
+    async def run_generic(self, case: Case, arm: Any, ctx: RunContext) -> CaseResult:
+        """A generic arm in MT-Bench-101's per-turn flow: every turn answered live with the arm's mechanisms,
+        scored against the baseline's answers like ``summary``.
+        """
+        baseline, source = await self.baseline_answers(case, ctx)
+        facts = await self.converse(case.data, ctx.settings, ctx.model, ctx.new_session_service(), with_summary=False,
+                                    session_id=f"{case.id}-{arm.name}", options=ctx.run_options(),
+                                    mechanisms=arm.mechanisms(ctx.settings, ctx.model))
+        facts.update({"arm": arm.name, "baseline_answers": baseline, "baseline_source": source})
+        return CaseResult(prediction=facts["turn_answers"][-1], metadata=facts)
+
+    def generic_dry_run(self, case: Case, arm: Any, settings: Settings) -> list[list[Message]]:
+        """Every turn's prompt, the golden answers standing in for the model's, projected by the arm's mechanisms."""
+        dialogue: Dialogue = case.data
+        instruction = settings.of("answer", MTBenchAnswer).instruction
+        history: list[Event] = []
+        prompts = []
+        for i, turn in enumerate(dialogue.turns):
+            prompts.append(project_prompt(history, arm.mechanisms(settings, None), turn.user, instruction))
+            history += [Event(author="user", choices=[Message.user(turn.user)], object=OBJ_USER, id=f"t{i}-u"),
+                        Event(author=AGENT_NAME, choices=[Message.assistant(turn.bot)], id=f"t{i}-a")]
+        return prompts
 
     # -------------------------------------------------------------------- baseline lookup
 

@@ -63,12 +63,19 @@ from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message
 from agentlab.model.base import CallRecord, GenerationConfig, ModelError, ModelInfo, observe_calls
 from agentlab.policy import PolicyJSON
 from agentlab.recall import SCOPES, RecallPolicy
-from agentlab.recall.search import session_search
+from agentlab.recall.search import search_session
 from agentlab.recall.tools import recall_overview
 from agentlab.runtime import LLMAgent, Runner
 from agentlab.runtime.invocation import Invocation
 from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
-from agentlab.summary import Summarizer, SummaryOutcome, SummaryPolicy, SummaryWorker, render_injection
+from agentlab.summary import (
+    Summarizer,
+    SummaryOutcome,
+    SummaryPolicy,
+    SummaryWorker,
+    render_injection,
+    summarise_all,
+)
 
 # ------------------------------------------------------------------------------------ prompts
 # Paraphrased from the published harness's instructions (docs/sources.md#summary-benchmark-setup); a change of
@@ -276,20 +283,10 @@ async def build_meeting_summary(meeting: Meeting, ctx: RunContext, policy: Summa
     session = await seed_session(service, meeting, f"summary-{meeting.meeting_id}")
     summarizer = _ErrorKeepingSummarizer(ctx.model, policy)
     worker = SummaryWorker(service, summarizer, policy)
-    last_turn_id = session.events[-1].id
     positions = {e.id: i for i, e in enumerate(session.events)}
     started = time.perf_counter()
-    steps = 0
-    summary: Summary | None = None
-    # Every advancing step covers at least one turn, so this bound is never the reason to stop.
-    for _ in range(len(session.events) + 1):
-        advanced = await worker.summarize(session, FULL_SESSION_KEY, force=True)
-        steps += 1
-        summary = await service.get_summary(session, FULL_SESSION_KEY)
-        if summary is not None and summary.boundary is not None and summary.boundary.last_event_id == last_turn_id:
-            break
-        if not advanced:
-            break
+    done = await summarise_all(worker, session, FULL_SESSION_KEY)
+    summary, steps = done.summary, done.steps
     covered = 0
     if summary is not None and summary.text and summary.boundary is not None:
         covered = positions.get(summary.boundary.last_event_id, -1) + 1
@@ -314,15 +311,6 @@ async def install_summary(service: SessionService, session: Session, built: Meet
 # ------------------------------------------------------------------------------ evidence recall
 
 
-class _SearchOnlyAgent:
-    """Stands in for an agent in an invocation that only runs ``session_search``."""
-
-    name = "qmsum-evidence"
-
-    def run(self, inv: Invocation) -> Any:  # pragma: no cover - never run
-        raise NotImplementedError
-
-
 def span_hits(turns: Sequence[int], item: QMSumCase) -> tuple[int, bool]:
     """(relevant spans containing at least one of ``turns``, whether any turn is relevant)."""
     last = len(item.meeting.turns) - 1
@@ -344,12 +332,10 @@ async def evidence_recall(service: SessionService, session: Session, item: QMSum
     if not item.spans:
         return {}  # no gold evidence: left out rather than scored (the selected cases all have spans)
     positions = {e.id: i for i, e in enumerate(session.events)}
-    inv = Invocation(app_name=APP_NAME, user_id=USER_ID, session=session, session_service=service,
-                     agent=_SearchOnlyAgent(), message=Message.user(item.query))
     out: dict[str, float] = {}
     n_spans = len(item.spans)
     for k in ks:
-        result = await session_search(inv, policy, item.query, scope="current_session", top_k=k)
+        result = await search_session(service, session, policy, item.query, scope="current_session", top_k=k)
         turns = [positions[r["event_id"]] for r in result["results"] if r.get("event_id") in positions]
         found, relevant = span_hits(turns, item)
         out[f"evidence_recall@{k}"] = found / n_spans
@@ -367,9 +353,8 @@ async def preload_hidden_turns(service: SessionService, session: Session, questi
     ``scope=current_hidden``, ``top_k`` hits — and widens every hit by the ``session_load`` window
     (``before`` / ``after`` turns), because one speaker turn rarely holds a whole answer.
     """
-    inv = Invocation(app_name=APP_NAME, user_id=USER_ID, session=session, session_service=service,
-                     agent=_SearchOnlyAgent(), message=Message.user(question))
-    result = await session_search(inv, policy, question, scope="current_hidden", top_k=policy.search_top_k)
+    result = await search_session(service, session, policy, question, scope="current_hidden",
+                                  top_k=policy.search_top_k)
     positions = {e.id: i for i, e in enumerate(session.events)}
     anchors = [positions[r["event_id"]] for r in result["results"] if r.get("event_id") in positions]
     last = len(session.events) - 1
@@ -499,6 +484,19 @@ class QMSumTask(Task):
         if cls.recall_path(settings) == "preload":
             return ANSWER_INSTRUCTION + "\n\n" + PRELOAD_INSTRUCTION
         return ANSWER_INSTRUCTION + "\n\n" + ON_DEMAND_INSTRUCTION.format(scope=cls.recall_policy(settings).scope)
+
+    # Generic arms (agentlab.bench.arms): the transcript seeded as today, the long-context instruction.
+    def history(self, case: Case, settings: Settings) -> list[Event]:
+        """The meeting transcript, one user event per turn (the events every mode is seeded with)."""
+        return seed_events(case.data.meeting, f"arm-{case.id}")
+
+    def arm_instruction(self, case: Case, settings: Settings) -> str:
+        """The answer instruction every mode starts from."""
+        return ANSWER_INSTRUCTION
+
+    def arm_generation(self, settings: Settings) -> GenerationConfig:
+        """The ``[answer]`` generation config."""
+        return self.generation(settings)
 
     def case_group(self, case: Case) -> str | None:
         """A meeting's questions run back to back: one summary, one cached transcript prefix."""

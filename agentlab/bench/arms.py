@@ -1,0 +1,313 @@
+"""Arms: the registered, typed experimental conditions a benchmark runs (``--arm NAME``).
+
+An arm is a name, a role in the comparison tables (``baseline``, ``lossy``, or ``recovered`` with
+the lossy arm it wins back from), the settings sections its mechanisms are built from, and a
+builder returning those :class:`~agentlab.core.ContextMechanism` objects (given the typed
+settings and the answer model, for summarising mechanisms)::
+
+    from agentlab.bench.arms import Arm, register_arm
+
+    register_arm(Arm("keep_last_8", role="lossy", build=lambda settings, model: [KeepLast(8)]))
+
+    python -m agentlab.bench qmsum --arm keep_last_8          # baseline, then the arm
+    python -m agentlab.bench qmsum --arm keep_last_8+recall   # baseline, keep_last_8, then recall over what it hid
+
+Two kinds:
+
+* **generic** arms (``build`` set) run the same way on every benchmark: the task seeds the case's
+  history into a session, asks the question in one Runner/LLMAgent run with the arm's mechanisms
+  (``ctx.run_options()`` carries the budget), and scores (:meth:`agentlab.bench.tasks.Task.run_arm`).
+  Every peer policy of :mod:`agentlab.policies` is registered as a lossy generic arm under its
+  name, and so is ``rolling_summary`` (the runtime's summary, from ``[summary]``, with its own triggers). ``<lossy>+recall`` exists for every lossy generic arm: the lossy arm's mechanisms, then
+  :class:`HiddenRecall`, which searches the history events that arm's projection hid and
+  preloads the best matches.
+* **task** arms are a benchmark's published modes (``long_context``, ``summary``, ``recall`` …):
+  same names, same run ids; the task runs them through its own code (``Task.run_case``), since
+  their published behaviour is specific (QMSum's shared meeting summary, LoCoMo's memory,
+  MT-Bench-101's per-turn flow). ``--mode`` is a synonym of ``--arm``.
+
+A task lists the generic arms that do not apply to it, with the reason, in
+``Task.inapplicable_arms``; :func:`get_arm` of an unknown name is a ``LookupError`` naming the
+known arms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentlab.core import ContextMechanism, Invocation, RequestDraft, Stage, StagedProcessor, is_history_event
+
+Role = Literal["baseline", "lossy", "recovered"]
+ROLES: tuple[str, ...] = ("baseline", "lossy", "recovered")
+#: ``build(settings, model)``: the arm's mechanisms from the run's typed settings and the answer model.
+Builder = Callable[[Any, Any], Sequence[ContextMechanism]]
+#: Suffix of the recovered arm that adds recall over what a lossy arm hid.
+RECALL_SUFFIX = "+recall"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One experimental condition."""
+
+    #: The CLI / store name (``runs.mode``).
+    name: str
+    #: Its part in the comparison tables.
+    role: Role
+    #: The builder of its mechanisms; ``None`` for a task arm (the task's own code path).
+    build: Builder | None = None
+    #: For a recovered arm: the lossy arm it is compared with (recovery = (recovered − lossy)/(baseline − lossy)).
+    partner: str | None = None
+    #: The settings sections its mechanisms read (a section a task does not have: the defaults).
+    sections: tuple[str, ...] = ()
+    #: One line for ``list`` and the run header.
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"arm {self.name!r}: role {self.role!r} is not one of {', '.join(ROLES)}")
+        if (self.role == "recovered") != (self.partner is not None):
+            raise ValueError(f"arm {self.name!r}: a recovered arm names its lossy partner, and only it")
+
+    @property
+    def generic(self) -> bool:
+        """Whether the arm runs through the tasks' generic path (it has a builder)."""
+        return self.build is not None
+
+    def mechanisms(self, settings: Any, model: Any) -> list[ContextMechanism]:
+        """The arm's mechanisms for one run (a task arm has none of its own here)."""
+        return list(self.build(settings, model)) if self.build is not None else []
+
+
+ARMS: dict[str, Arm] = {}
+
+
+class UnknownArm(LookupError, ValueError):
+    """No arm of that name (or it does not apply to the task); the message lists the known ones."""
+
+
+def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
+    """Make ``arm`` available to every benchmark under ``arm.name``; returns it."""
+    if not arm.generic:
+        raise ValueError(f"arm {arm.name!r}: a registered arm needs a builder (task arms are the tasks' modes)")
+    if arm.name in ARMS and not replace and ARMS[arm.name] != arm:
+        raise ValueError(f"arm {arm.name!r} is already registered (pass replace=True to replace it)")
+    if arm.partner is not None and arm.partner not in ARMS:
+        raise ValueError(f"arm {arm.name!r}: its lossy partner {arm.partner!r} is not a registered arm")
+    ARMS[arm.name] = arm
+    return arm
+
+
+def generic_arm(name: str) -> Arm | None:
+    """The generic arm ``name`` (``<lossy>+recall`` built on demand), or ``None``."""
+    if name in ARMS:
+        return ARMS[name]
+    base = name[: -len(RECALL_SUFFIX)] if name.endswith(RECALL_SUFFIX) else None
+    lossy = ARMS.get(base) if base else None
+    if lossy is None or lossy.role != "lossy":
+        return None
+    return with_recall(lossy)
+
+
+def with_recall(lossy: Arm) -> Arm:
+    """``<lossy>+recall``: the lossy arm's mechanisms, then recall over the events they hid."""
+    build = lossy.build
+    assert build is not None
+
+    def build_recalled(settings: Any, model: Any) -> list[ContextMechanism]:
+        return [*build(settings, model), HiddenRecall(_recall_policy(settings))]
+
+    return Arm(lossy.name + RECALL_SUFFIX, "recovered", build_recalled, partner=lossy.name,
+               sections=(*lossy.sections, "recall"), description=f"{lossy.name}, then recall over what it hid")
+
+
+def generic_names() -> list[str]:
+    """Every registered generic arm, then each lossy one's ``+recall``."""
+    names = list(ARMS)
+    return names + [n + RECALL_SUFFIX for n, a in ARMS.items() if a.role == "lossy" and n + RECALL_SUFFIX not in ARMS]
+
+
+def get_arm(name: str, task: Any = None) -> Arm:
+    """The arm ``name`` (of ``task`` when given: its modes and the generic arms that apply to it).
+
+    Unknown → ``LookupError`` listing the known arms; an arm the task declared inapplicable →
+    ``LookupError`` with the task's reason.
+    """
+    if task is not None:
+        reason = _inapplicable(task, name)
+        if reason:
+            raise UnknownArm(f"{task.name}: arm {name!r} does not apply: {reason}")
+        if name in task.modes:
+            return task_arm(task, name)
+    arm = generic_arm(name)
+    if arm is None:
+        known = ([*task.modes] if task is not None else []) + generic_names()
+        where = f"{task.name}: " if task is not None else ""
+        raise UnknownArm(f"{where}unknown mode {name!r}; arms (--arm / --mode): {', '.join(known) or 'none'}")
+    return arm
+
+
+def task_arm(task: Any, mode: str) -> Arm:
+    """The arm of a task's published mode: role from ``Task.mode_roles`` (lossy when not named there)."""
+    roles = task.roles()
+    if roles is not None and mode == roles.baseline:
+        return Arm(mode, "baseline", description=f"{task.name}'s {mode} mode")
+    if roles is not None and mode == roles.recovered and roles.lossy:
+        return Arm(mode, "recovered", partner=roles.lossy, description=f"{task.name}'s {mode} mode")
+    return Arm(mode, "lossy", description=f"{task.name}'s {mode} mode")
+
+
+def _inapplicable(task: Any, name: str) -> str | None:
+    """The task's reason ``name`` does not apply to it (``<lossy>+recall`` inherits its lossy arm's)."""
+    skip = dict(task.inapplicable_arms)
+    base = name[: -len(RECALL_SUFFIX)] if name.endswith(RECALL_SUFFIX) else name
+    return skip.get(name) or skip.get(base)
+
+
+def arm_names(task: Any) -> list[str]:
+    """The arms ``task`` runs: its modes, then every generic arm it did not declare inapplicable."""
+    return [*task.modes, *(n for n in generic_names() if n not in task.modes and not _inapplicable(task, n))]
+
+
+def role_of(mode: str, baseline: str, lossy: str | None, recovered: str | None) -> tuple[str, str | None]:
+    """(role, lossy partner) of a stored run's mode: the task's named roles first, then the arms."""
+    if mode == baseline:
+        return "baseline", None
+    if mode == lossy:
+        return "lossy", None
+    if mode == recovered:
+        return "recovered", lossy
+    arm = generic_arm(mode)
+    if arm is None:
+        return "other", None
+    return arm.role, arm.partner
+
+
+# ---------------------------------------------------------------------------- recall over what an arm hid
+
+#: After every built-in stage (the peer policies run at ``compact``): the arm's projection is final.
+ARM_RECALL = Stage("arm_recall", 900)
+#: The block in front of the recalled turns.
+HIDDEN_RECALL_HEADER = ("Earlier conversation turns that are not shown above, retrieved because they match the "
+                        "current question (oldest first):")
+
+
+def _recall_policy(settings: Any) -> Any:
+    from agentlab.recall import RecallPolicy
+
+    section = settings.section("recall") if settings is not None and "recall" in settings else None
+    return section if isinstance(section, RecallPolicy) else RecallPolicy()
+
+
+def hidden_history(inv: Invocation, draft: RequestDraft) -> list[Any]:
+    """The ledger's history events (visible to ``inv``) that ``draft`` does not show, oldest first."""
+    from agentlab.core import in_filter
+
+    shown = {e.id for e in draft.events}
+    return [e for e in inv.session.events
+            if is_history_event(e) and in_filter(e.filter_key, inv.filter_key) and e.id not in shown
+            and e.invocation_id != inv.id and e.text]
+
+
+def search_hidden(inv: Invocation, draft: RequestDraft, query: str, top_k: int, max_events: int) -> list[Any]:
+    """The recall lexical scan over only the events ``draft`` hid: hits, best first."""
+    from agentlab.recall.search import scan_session
+
+    hidden = {e.id for e in hidden_history(inv, draft)}
+    if not hidden:
+        return []
+    return scan_session(inv.session, query, top_k, lambda e: e.id in hidden, max_events)
+
+
+class _HiddenRecallProcessor:
+    name = "hidden_recall"
+
+    def __init__(self, owner: HiddenRecall) -> None:
+        self.owner = owner
+
+    async def process(self, inv: Invocation, draft: RequestDraft) -> None:
+        policy = self.owner.policy
+        query = inv.message.content if inv.message is not None else ""
+        hits = search_hidden(inv, draft, query, int(policy.preload_limit or policy.search_top_k),
+                             int(policy.max_scan_events))
+        if not hits:
+            return
+        order = {e.id: i for i, e in enumerate(inv.session.events)}
+        hits = sorted(hits, key=lambda h: order.get(h.ref.event_id, 0))
+        runes = int(policy.preload_event_runes)
+        lines = [f"- {h.text[:runes]}" for h in hits]
+        draft.system_parts.append(HIDDEN_RECALL_HEADER + "\n" + "\n".join(lines))
+        draft.stats.append({"hidden_recall": {"hits": [h.ref.event_id for h in hits]}})
+
+
+class HiddenRecall(ContextMechanism):
+    """Recall whose hidden scope is what the other mechanisms' projection hid (any lossy arm).
+
+    At :data:`ARM_RECALL`, after the lossy arm's processors, it searches the history events the
+    draft no longer shows with the current question (the recall package's lexical scan) and
+    preloads the ``preload_limit`` (else ``search_top_k``) best as a system block, in ledger order.
+    """
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def describe(self) -> str:
+        """The mechanism's name in projection reports."""
+        return "hidden_recall"
+
+    def request_processors(self) -> Sequence[StagedProcessor]:
+        """The one preload processor."""
+        return [StagedProcessor(ARM_RECALL, _HiddenRecallProcessor(self))]
+
+
+# ---------------------------------------------------------------------------- peer policies as arms
+
+
+def _peer_builder(name: str) -> Builder:
+    def build(settings: Any, model: Any) -> list[ContextMechanism]:
+        from agentlab.policies import POLICIES, mechanism
+
+        section = settings.section(name) if settings is not None and name in settings else None
+        policy = section if isinstance(section, POLICIES[name].policy_class) else None
+        return [mechanism(name, policy)]
+
+    return build
+
+
+def _rolling_summary(settings: Any, model: Any) -> list[ContextMechanism]:
+    """The runtime's rolling summary, from the ``[summary]`` section (defaults without one)."""
+    from agentlab.core import as_mechanism
+    from agentlab.summary import SummaryPolicy
+
+    section = settings.section("summary") if settings is not None and "summary" in settings else None
+    policy = section if isinstance(section, SummaryPolicy) else SummaryPolicy()
+    return [as_mechanism(policy, model)]
+
+
+def _register_peers() -> None:
+    from agentlab.policies import POLICIES
+
+    for name, entry in POLICIES.items():
+        register_arm(Arm(name, "lossy", _peer_builder(name), sections=(name,),
+                         description=f"peer policy {name} ({entry.source})"))
+
+
+#: The rolling summary as a generic arm: its own triggers decide when it summarises (with
+#: ``--seeding lived`` they fire during the replayed history, as in a live agent).
+register_arm(Arm("rolling_summary", "lossy", _rolling_summary, sections=("summary",),
+                 description="the rolling summary ([summary]) with its own triggers"))
+_register_peers()
+
+__all__ = [
+    "ARMS",
+    "Arm",
+    "HiddenRecall",
+    "UnknownArm",
+    "arm_names",
+    "generic_arm",
+    "get_arm",
+    "register_arm",
+    "role_of",
+    "with_recall",
+]
