@@ -88,7 +88,7 @@ from agentlab.core.tools import Tool
 from agentlab.events import Event
 from agentlab.model.base import Model, ModelInfo
 from agentlab.policies import mechanism as peer_mechanism
-from agentlab.recall import RecallPolicy
+from agentlab.recall import RecallMechanism, RecallPolicy
 from agentlab.session.base import Session
 
 #: Search depths of ``recoverable@k``.
@@ -158,7 +158,7 @@ def retention_arms() -> dict[str, Arm]:
             "the seed's passes 0/1/2, reference defaults (pass 1 over 1,024 tokens, pass 2 off)"),
         Arm("compaction_oversized", lambda: [CompactionPolicy(enabled=True, oversized_tool_result_max_tokens=8192)],
             "the seed's passes with pass 2 at the recommended 8,192 tokens"),
-        Arm("compaction_recall", lambda: [CompactionPolicy(enabled=True), RecallPolicy()],
+        Arm("compaction_recall", lambda: [CompactionPolicy(enabled=True), RecallMechanism(RecallPolicy())],
             "the seed's passes plus session_search / session_load"),
         Arm("langchain_clear_tool_uses", peer("langchain_clear_tool_uses", trigger_fraction=PEER_TRIGGER_FRACTION),
             "LangChain ClearToolUsesEdit, keep 3, trigger 0.9 of the window"),
@@ -408,10 +408,12 @@ async def search_left_out(service: Any, session_id: str, policy: RecallPolicy, q
     return [h.ref.event_id for h in hits[:top_k]]
 
 
-def _recall_policy(mechanisms: Sequence[ContextMechanism]) -> RecallPolicy | None:
+def _recall_policy(mechanisms: Sequence[Any]) -> RecallPolicy | None:
     for m in mechanisms:
-        if isinstance(m, RecallPolicy) and m.tools_enabled and m.search_tool:
-            return m
+        # A policy given as settings or as its mechanism (project() accepts both).
+        policy = m.policy if isinstance(m, RecallMechanism) else m if isinstance(m, RecallPolicy) else None
+        if policy is not None and policy.tools_enabled and policy.search_tool:
+            return policy
     return None
 
 

@@ -506,7 +506,7 @@ class ResultStore:
 
     def _attach_stats(self) -> None:
         """Add ``ci_low``, ``ci_high``, ``p_value``, ``n_pairs``, ``stats_*`` to the three tables."""
-        from agentlab.bench import stats
+        import agentlab.bench.stats as stats
 
         savings = self.conn.execute(
             "SELECT run_id, prompt_savings FROM token_savings WHERE level = 'case' AND prompt_savings IS NOT NULL"

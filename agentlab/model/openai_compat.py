@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import openai
 from pydantic import BaseModel
 
+import agentlab.model.window as window
 from agentlab.events import Message, ToolCall, Usage, new_id
-from agentlab.model import window
 from agentlab.model.base import (
     CallRecord,
     ContextWindowUnknown,

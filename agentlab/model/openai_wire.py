@@ -16,8 +16,8 @@ from typing import Any
 
 import openai
 
+import agentlab.model.tokens as tokens
 from agentlab.events import Message, ToolCall, Usage, new_id
-from agentlab.model import tokens
 from agentlab.model.base import (
     ContextLengthError,
     MalformedResponse,

@@ -21,8 +21,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import agentlab.model.tokens as tokens
 from agentlab.events import Message, ToolCall, Usage
-from agentlab.model import tokens
 from agentlab.model.base import (
     CallRecord,
     ModelChunk,

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from agentlab.core.projection import EventsRole, in_filter
-from agentlab.recall import RecallPolicy
+from agentlab.recall.policy import RecallPolicy
 from agentlab.recall.search import EventHit, EventRef, compact_text, index_for_invocation
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentlab.events import Event
-from agentlab.recall import RecallPolicy
 from agentlab.recall.hits import MESSAGE_ROLES, EventHit, compact_text, iso_time, message_text
+from agentlab.recall.policy import RecallPolicy
 from agentlab.session.base import Session
 
 if TYPE_CHECKING:

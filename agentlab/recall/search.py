@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from agentlab.core.projection import in_filter
 from agentlab.events import Event
-from agentlab.recall import SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.embed import Embedder, shared_embedder
 from agentlab.recall.hits import (
     MESSAGE_ROLES,
@@ -35,6 +34,7 @@ from agentlab.recall.hits import (
     message_text,
 )
 from agentlab.recall.index import SearchIndex
+from agentlab.recall.policy import SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.query import (
     clause_queries,
     dedupe,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from agentlab.core.projection import EventsRole
 from agentlab.core.tools import check_arguments, function_declaration
 from agentlab.events import Event
-from agentlab.recall import SCOPES, SEARCH_MODES, RecallPolicy
+from agentlab.recall.policy import SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.render import loaded_message, utf8_page
 from agentlab.recall.search import MESSAGE_ROLES, session_search
 

@@ -19,11 +19,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import agentlab.serve.keys as keys
 from agentlab.events import OBJ_CHUNK, OBJ_TOOL_RESPONSE, Event, Message, new_id
 from agentlab.model import tokens
 from agentlab.runtime.invocation import RunOptions
 from agentlab.runtime.runner import Runner
-from agentlab.serve import keys
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.projection import CallerTool
 from agentlab.serve.store import ServeStore

@@ -32,12 +32,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from dataclasses import dataclass, field
 from typing import Any
 
+import agentlab.serve.keys as keys
 from agentlab.events import OBJ_COMPLETION, OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message, Usage, new_id
 from agentlab.model import tokens
 from agentlab.model.base import CallRecord, ContextWindowUnknown, ModelInfo, observe_calls
 from agentlab.model.openai_compat import OpenAICompatModel
 from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
-from agentlab.serve import keys
 from agentlab.serve.arms import get_arm
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.projection import CallerTool, project

@@ -232,8 +232,13 @@ def _every_import(tree: ast.Module, module: str, is_package: bool) -> set[str]:
     return found
 
 
-def _package_graph(root: Path) -> dict[str, set[str]]:
-    """Module -> the agentlab modules it imports (every import, see :func:`_every_import`)."""
+def _package_graph(root: Path, *, parents: bool = False) -> dict[str, set[str]]:
+    """Module -> the agentlab modules it imports (every import, see :func:`_every_import`).
+
+    ``parents``: also keep a module's imports of its own parent packages (``from agentlab.recall
+    import X`` inside ``agentlab.recall.search``): the package's ``__init__`` imports its
+    submodules, so such an import closes a cycle through the package.
+    """
     # Collect first: on CPython 3.11.7 a garbage finalizer that runs during ast.parse (e.g. of a run
     # interrupted by an earlier test) makes it raise 'AST constructor recursion depth mismatch'.
     gc.collect()
@@ -243,9 +248,14 @@ def _package_graph(root: Path) -> dict[str, set[str]]:
         edges: set[str] = set()
         for target in _every_import(ast.parse(path.read_text()), name, path.name == "__init__.py"):
             parts = target.split(".")
-            edges.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+            prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+            if parents:  # the module an import names (the longest prefix that is one), not every package on the way
+                edges.update(next(([p] for p in prefixes if p in sources), []))
+            else:
+                edges.update(prefixes)
         own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
-        graph[name] = {t for t in edges if t in sources and t != name and t not in own and t != FACADE}
+        graph[name] = {t for t in edges
+                       if t in sources and t != name and (parents or t not in own) and t != FACADE}
     return graph
 
 
@@ -292,6 +302,21 @@ def test_no_import_goes_up_a_layer_and_no_mechanism_imports_the_runtime() -> Non
 
 def test_no_import_cycle_counting_every_import() -> None:
     assert _cycles_outside_bench(_package_graph(ROOT)) == []
+
+
+def test_no_module_imports_its_own_package_back() -> None:
+    """Every import counted, a submodule's import of its own package included, over the whole package."""
+    assert _cycles(_package_graph(ROOT, parents=True)) == []
+
+
+def test_an_import_of_the_own_package_is_caught(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(ROOT / "agentlab", tmp_path / "agentlab", ignore=shutil.ignore_patterns("__pycache__"))
+    render = tmp_path / "agentlab" / "recall" / "render.py"
+    render.write_text(render.read_text().replace("from agentlab.recall.policy import ", "from agentlab.recall import ", 1))
+    assert _cycles(_package_graph(tmp_path)) == []  # the looser graph does not see it
+    assert any("agentlab.recall.render" in c for c in _cycles(_package_graph(tmp_path, parents=True)))
 
 
 def test_a_planted_upward_import_and_a_planted_cycle_are_caught(tmp_path: Path) -> None:

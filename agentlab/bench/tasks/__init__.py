@@ -69,7 +69,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from agentlab.bench import facts
+import agentlab.bench.facts as facts
 from agentlab.bench.config import Settings
 from agentlab.bench.facts import ModeRoles
 from agentlab.bench.judge import Judge, JudgeTemplate
