@@ -42,7 +42,11 @@ def plot_grouped_bars(frame: pd.DataFrame, category: str, columns: Sequence[str]
     if percent:
         ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.axhline(0, color="black", linewidth=0.8)
+    drawn = [float(v) for c in columns for v in frame[c].astype(float) if np.isfinite(v)]
     low, high = ax.get_ylim()
+    # From the data as well as the current limits: on an axis shared with a panel drawn before
+    # (sharey), the limits that panel set must not clip these bars.
+    low, high = min(low, *drawn, 0.0), max(high, *drawn, 0.0)
     ax.set_ylim(low, high + 0.18 * (high - low))  # headroom so the legend does not cover bars
     ax.set_title(title)
     ax.legend(fontsize=8, ncols=min(4, len(columns)), loc="upper right")
@@ -96,11 +100,13 @@ def plot_quality_vs_savings(ours: pd.DataFrame, metric: str, *, published_frame:
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots()[1]
+    anchors: list[tuple[float, float]] = []
+    labels: list[str] = []
     for _, row in ours.iterrows():
         colour = MODE_COLOURS.get(row["mode"], "grey")
         ax.scatter(row["prompt_savings"], row[metric], s=80, color=colour, zorder=3)
-        ax.annotate(f"{row['mode']} (ours)", (row["prompt_savings"], row[metric]), textcoords="offset points",
-                    xytext=(6, 4), fontsize=8)
+        anchors.append((float(row["prompt_savings"]), float(row[metric])))
+        labels.append(f"{row['mode']} (ours)")
     if published_frame is not None and len(published_frame):
         column = published_metric or metric
         for _, row in published_frame.iterrows():
@@ -108,14 +114,19 @@ def plot_quality_vs_savings(ours: pd.DataFrame, metric: str, *, published_frame:
             x = 0.0 if pd.isna(x) else x
             colour = MODE_COLOURS.get(row["mode"], "grey")
             ax.scatter(x, row[column], s=80, facecolor="none", edgecolor=colour, linewidth=2, zorder=3)
-            ax.annotate(f"{row['mode']} (published)", (x, row[column]), textcoords="offset points",
-                        xytext=(6, -10), fontsize=8, color="dimgrey")
+            anchors.append((float(x), float(row[column])))
+            labels.append(f"{row['mode']} (published)")
     low, high = ax.get_xlim()
     ax.set_xlim(min(low, -0.05), max(high, 1.15))  # room for the labels right of the points
     ax.set_xlabel("prompt savings vs the baseline mode (mean per case)")
     ax.set_ylabel(metric)
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.set_title(title or f"{metric} against savings: filled = ours, hollow = published")
+    figure = ax.get_figure(root=True)
+    if figure is not None:
+        figure.tight_layout()  # the labels are placed in display pixels: lay the figure out first
+    finite = [(a, lab) for a, lab in zip(anchors, labels, strict=True) if all(v == v for v in a)]
+    label_points(ax, [a for a, _ in finite], [lab for _, lab in finite])
     return ax
 
 
@@ -233,6 +244,37 @@ def _widen(low: float, high: float, least: float) -> tuple[float, float]:
     return centre - 1.08 * half, centre + 1.08 * half
 
 
+def label_points(ax: Axes, anchors: Sequence[tuple[float, float]], labels: Sequence[str], *,
+                 fontsize: float = 8, color: str | None = None) -> list[Any]:
+    """Annotate each data point ``anchors[i]`` with ``labels[i]``, placed so that labels overlap least.
+
+    The labels are drawn, measured in display pixels and moved by :func:`place_labels` (clear of the
+    other labels and of the markers, inside the axes), each joined to its point by a thin line.
+    Lay the figure out (``tight_layout``) before calling, so the measured pixels hold.
+    """
+    figure = ax.get_figure(root=True)
+    assert figure is not None
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    texts = [ax.annotate(label, anchor, textcoords="offset points", xytext=(0, 0), fontsize=fontsize,
+                         color=color, ha="left", va="bottom", zorder=4,
+                         bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+                         arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.6})
+             for anchor, label in zip(anchors, labels, strict=True)]
+    pixels = [tuple(ax.transData.transform(a)) for a in anchors]
+    sizes = []
+    for text in texts:
+        extent = text.get_window_extent(renderer)
+        sizes.append((extent.width + 4, extent.height + 4))
+    frame = ax.get_window_extent(renderer)
+    markers = [(px - 7, py - 7, px + 7, py + 7) for px, py in pixels]
+    boxes = place_labels(pixels, sizes, (frame.x0, frame.y0, frame.x1, frame.y1), obstacles=markers)
+    to_points = 72 / figure.dpi
+    for text, (px, py), box in zip(texts, pixels, boxes, strict=True):
+        text.xyann = ((box[0] + 2 - px) * to_points, (box[1] + 2 - py) * to_points)
+    return texts
+
+
 def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = "") -> Axes:
     """Quality loss (y, lower is better) against token savings (x, higher is better), one point per
     (mode, variant) run with its 95 % intervals as error bars; frontier points filled and joined.
@@ -291,32 +333,14 @@ def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = ""
     assert figure is not None
     if len(figure.axes) == 1:  # a figure of its own: lay it out now, so the pixels measured below hold
         figure.tight_layout()
-    figure.canvas.draw()
-    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
-    to_pixels = ax.transData.transform
-    anchors, texts = [], []
+    anchors, labels = [], []
     for group in groups:
         rows = points.loc[group]
         names = [f"{m} · {v}" for m, v in zip(rows["mode"], rows["variant"], strict=True)]
         pairs = [int(n) for n in rows["loss_n_pairs"]]
-        x, y = float(rows["token_savings"].iloc[0]), float(rows["quality_loss"].iloc[0])
-        anchors.append((x, y))
-        texts.append(ax.annotate(pareto_label(names, pairs), (x, y), textcoords="offset points", xytext=(0, 0),
-                                 fontsize=8, ha="left", va="bottom", zorder=4,
-                                 bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none",
-                                       "alpha": 0.8},
-                                 arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.6}))
-    pixels = [tuple(to_pixels(a)) for a in anchors]
-    sizes = []
-    for text in texts:
-        extent = text.get_window_extent(renderer)
-        sizes.append((extent.width + 4, extent.height + 4))
-    frame = ax.get_window_extent(renderer)
-    markers = [(px - 7, py - 7, px + 7, py + 7) for px, py in pixels]
-    boxes = place_labels(pixels, sizes, (frame.x0, frame.y0, frame.x1, frame.y1), obstacles=markers)
-    to_points = 72 / figure.dpi
-    for text, (px, py), box in zip(texts, pixels, boxes, strict=True):
-        text.xyann = ((box[0] + 2 - px) * to_points, (box[1] + 2 - py) * to_points)
+        anchors.append((float(rows["token_savings"].iloc[0]), float(rows["quality_loss"].iloc[0])))
+        labels.append(pareto_label(names, pairs))
+    label_points(ax, anchors, labels)
     if len(front) > 1:
         ax.legend(fontsize=8, loc="best")
     return ax
