@@ -70,3 +70,13 @@ def test_the_drawn_plot_is_legible(coords: list[tuple[float, float]], n_labels: 
     frontier = [line for line in ax.get_lines() if line.get_label() == "frontier"]
     assert len(frontier) == (n_labels > 1), "a frontier line joins distinct points only"
     plt.close(fig)
+
+
+def test_grouped_bars_on_a_shared_axis_are_not_clipped_by_the_panel_drawn_first() -> None:
+    small = pd.DataFrame({"category": ["a", "b"], "x": [0.1, 0.2]})
+    large = pd.DataFrame({"category": ["a", "b"], "x": [0.5, 0.7]})
+    fig, (left, right) = plt.subplots(1, 2, sharey=True)
+    plots.plot_grouped_bars(small, "category", ["x"], ax=left)
+    plots.plot_grouped_bars(large, "category", ["x"], ax=right)
+    assert right.get_ylim()[1] >= 0.7 and left.get_ylim() == right.get_ylim()
+    plt.close(fig)
