@@ -273,15 +273,6 @@ def _upward(graph: dict[str, set[str]]) -> list[str]:
     return found
 
 
-def _cycles_outside_bench(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Cycles of the graph once edges inside ``agentlab.bench`` are left out (another issue removes those)."""
-    def in_bench(m: str) -> bool:
-        return m == "agentlab.bench" or m.startswith("agentlab.bench.")
-
-    pruned = {m: {t for t in ts if not (in_bench(m) and in_bench(t))} for m, ts in graph.items()}
-    return _cycles(pruned)
-
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -301,7 +292,8 @@ def test_no_import_goes_up_a_layer_and_no_mechanism_imports_the_runtime() -> Non
 
 
 def test_no_import_cycle_counting_every_import() -> None:
-    assert _cycles_outside_bench(_package_graph(ROOT)) == []
+    """Inside ``agentlab.bench`` too: the config/store/tasks circle of the arms issue is gone."""
+    assert _cycles(_package_graph(ROOT)) == []
 
 
 def test_no_module_imports_its_own_package_back() -> None:
@@ -338,9 +330,7 @@ def test_a_planted_upward_import_and_a_planted_cycle_are_caught(tmp_path: Path) 
                               "agentlab.core.rules (3) -> agentlab.summary.mechanism (4)"]
     # core.rules -> summary.mechanism -> ... -> core.rules is a cycle once the type-only import counts
     assert any("agentlab.core.rules" in c and "agentlab.summary.mechanism" in c
-               for c in _cycles_outside_bench(graph))
-    # a cycle inside bench alone is left to the bench issue; across bench and another package it counts
-    assert _cycles_outside_bench({"agentlab.bench.a": {"agentlab.bench.b"}, "agentlab.bench.b": {"agentlab.bench.a"}}) == []
-    assert _cycles_outside_bench({"agentlab.bench.a": {"agentlab.testing.x"},
-                                  "agentlab.testing.x": {"agentlab.bench.a"}}) == [["agentlab.bench.a",
-                                                                                   "agentlab.testing.x"]]
+               for c in _cycles(graph))
+    # a cycle inside bench counts like any other
+    assert _cycles({"agentlab.bench.a": {"agentlab.bench.b"}, "agentlab.bench.b": {"agentlab.bench.a"}}) == [
+        ["agentlab.bench.a", "agentlab.bench.b"]]
