@@ -329,10 +329,17 @@ def _compaction(settings: Any, model: Any) -> list[ContextMechanism]:
 
 
 def _compaction_recall(settings: Any, model: Any) -> list[ContextMechanism]:
-    """:func:`_compaction` with Session Recall's ``session_search`` / ``session_load`` offered (``[recall]``)."""
+    """:func:`_compaction` with Session Recall's ``session_search`` / ``session_load`` offered.
+
+    The rest of ``[recall]`` (search depth, mode, load window) as set; the tools switched on, as
+    the arm's point is to offer them (LoCoMo's published ``[recall]`` is preload-only).
+    """
+    import dataclasses
+
     from agentlab.recall import RecallMechanism
 
-    return [_compaction_policy(settings), RecallMechanism(_recall_policy(settings))]
+    recall = dataclasses.replace(_recall_policy(settings), tools_enabled=True, search_tool=True, load_tool=True)
+    return [_compaction_policy(settings), RecallMechanism(recall)]
 
 
 def _codex_truncation(settings: Any, model: Any) -> list[ContextMechanism]:

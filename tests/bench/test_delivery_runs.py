@@ -171,3 +171,13 @@ def test_the_registry_knows_the_compaction_arms_and_which_arms_need_a_model() ->
     assert arms.get_arm("rolling_summary").needs_model and arms.get_arm("langchain_summarization").needs_model
     assert not arms.get_arm("inspect_edit").needs_model and not arms.get_arm("compaction").needs_model
     assert arms.get_arm("langchain_summarization+recall").needs_model
+
+
+def test_compaction_recall_offers_the_search_tools_even_where_recall_is_preload_only() -> None:
+    task = get_task("locomo")
+    settings = load_settings("locomo", task.default_settings())
+    assert settings.get("recall", "tools_enabled") is False  # LoCoMo's published recall: preload only
+    compaction, recall = arms.get_arm("compaction_recall").mechanisms(settings, None)
+    assert isinstance(compaction, CompactionPolicy) and compaction.enabled
+    assert recall.policy.tools_enabled and recall.policy.search_tool and recall.policy.load_tool  # type: ignore[attr-defined]
+    assert recall.policy.preload_limit == settings.get("recall", "preload_limit")  # type: ignore[attr-defined]
