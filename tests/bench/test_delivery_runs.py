@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from cli_helpers import run_cli
 
 from agentlab.bench import arms, executor
@@ -181,3 +182,47 @@ def test_compaction_recall_offers_the_search_tools_even_where_recall_is_preload_
     assert isinstance(compaction, CompactionPolicy) and compaction.enabled
     assert recall.policy.tools_enabled and recall.policy.search_tool and recall.policy.load_tool  # type: ignore[attr-defined]
     assert recall.policy.preload_limit == settings.get("recall", "preload_limit")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("benchmark", ["locomo", "longmemeval"])
+async def test_locomo_and_longmemeval_run_a_generic_arm_on_their_sessions_opened_as_tool_results(
+        benchmark: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_toy_arm import LOCOMO_RAW
+
+    from agentlab.bench.datasets.locomo import LoCoMoData, parse_conversation
+    from agentlab.bench.datasets.longmemeval import write_longmemeval_fixture
+    from agentlab.bench.tasks import locomo as lc
+
+    monkeypatch.setattr(lc, "load_locomo", lambda: LoCoMoData((parse_conversation(LOCOMO_RAW, "toy"),), "toy-sha"))
+    task = get_task(benchmark)
+    extra = [f"dataset.path={write_longmemeval_fixture(tmp_path / 'lme.json', n_questions=2)}"] \
+        if benchmark == "longmemeval" else []
+    settings = apply_overrides(load_settings(benchmark, task.default_settings()),
+                               [*extra, "dataset.delivery=tool_results"])
+    case = task.load_cases(settings).cases[0]
+    [prompt] = task.dry_run_arm(case, "long_context", settings)
+    assert [m.role for m in prompt][-1] == "user" and any(m.role == "tool" for m in prompt)
+    assert any(m.tool_calls and m.tool_calls[0].name == "open_session" for m in prompt)
+    model = ScriptedModel(info=ModelInfo("scripted", 32_000), default_reply=echo)  # type: ignore[arg-type]
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        request = executor.RunRequest(benchmark=benchmark, mode="compaction", model_spec="scripted",
+                                      settings=settings, limit=1, progress=False)
+        summary = await executor.run_task(task, request, model=model, store=store)
+        assert summary.ok == 1, summary.errors
+        [(meta,)] = store.query("SELECT metadata FROM cases WHERE run_id = ?", [summary.run_id])
+    assert '"delivery": "tool_results"' in meta
+
+
+async def test_a_lived_seeding_replays_the_reading_and_still_answers(tmp_path: Path) -> None:
+    task = get_task("qmsum")
+    settings = qmsum_settings("dataset.delivery=tool_results", "dataset.chunk_turns=4",
+                              "compaction.tool_result_max_tokens=20")
+    model = ScriptedModel(info=ModelInfo("scripted", 32_000), default_reply=echo)  # type: ignore[arg-type]
+    with ResultStore(tmp_path / "r.duckdb") as store:
+        request = executor.RunRequest(benchmark="qmsum", mode="compaction", model_spec="scripted", settings=settings,
+                                      limit=1, progress=False, seeding="lived")
+        summary = await executor.run_task(task, request, model=model, store=store, selection=tiny_qmsum())
+        assert summary.ok == 1, summary.errors
+        [(meta,)] = store.query("SELECT metadata FROM cases WHERE run_id = ?", [summary.run_id])
+    # One request built after each of the 13 reading events (the opening, 6 calls, 6 results).
+    assert '"lived_requests": 13' in meta and '"delivery": "tool_results"' in meta
