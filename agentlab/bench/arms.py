@@ -18,9 +18,17 @@ Two kinds:
   history into a session, asks the question in one Runner/LLMAgent run with the arm's mechanisms
   (``ctx.run_options()`` carries the budget), and scores (:meth:`agentlab.bench.tasks.Task.run_arm`).
   Every peer policy of :mod:`agentlab.policies` is registered as a lossy generic arm under its
-  name, and so is ``rolling_summary`` (the runtime's summary, from ``[summary]``, with its own triggers). ``<lossy>+recall`` exists for every lossy generic arm: the lossy arm's mechanisms, then
+  name, and so are ``rolling_summary`` (the runtime's summary, from ``[summary]``, with its own
+  triggers), ``compaction`` (the seed's passes 0/1/2 from ``[compaction]``, switched on) and
+  ``codex_truncation`` (Codex's output truncation alone); ``compaction_recall`` is compaction's
+  recovered partner (the same passes with ``session_search`` / ``session_load`` offered). An arm
+  whose mechanisms call a model of their own says why in ``needs_model`` (the LLM-free
+  ``retention`` command skips it with that reason). With ``[dataset] delivery = "tool_results"``
+  a generic arm's history is the scripted tool-reading trajectory (:meth:`Task.delivered_history`).
+  ``<lossy>+recall`` exists for every lossy generic arm: the lossy arm's mechanisms, then
   :class:`HiddenRecall`, which searches the history events that arm's projection hid and
-  preloads the best matches.
+  preloads the best matches (an event the arm replaced in place by a placeholder is not hidden
+  by id, so the +recall of a clearing arm sends what the arm sends).
 * **task** arms are a benchmark's published modes (``long_context``, ``summary``, ``recall`` …):
   same names, same run ids; the task runs them through its own code (``Task.run_case``), since
   their published behaviour is specific (QMSum's shared meeting summary, LoCoMo's memory,
