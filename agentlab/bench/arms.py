@@ -18,9 +18,17 @@ Two kinds:
   history into a session, asks the question in one Runner/LLMAgent run with the arm's mechanisms
   (``ctx.run_options()`` carries the budget), and scores (:meth:`agentlab.bench.tasks.Task.run_arm`).
   Every peer policy of :mod:`agentlab.policies` is registered as a lossy generic arm under its
-  name, and so is ``rolling_summary`` (the runtime's summary, from ``[summary]``, with its own triggers). ``<lossy>+recall`` exists for every lossy generic arm: the lossy arm's mechanisms, then
+  name, and so are ``rolling_summary`` (the runtime's summary, from ``[summary]``, with its own
+  triggers), ``compaction`` (the seed's passes 0/1/2 from ``[compaction]``, switched on) and
+  ``codex_truncation`` (Codex's output truncation alone); ``compaction_recall`` is compaction's
+  recovered partner (the same passes with ``session_search`` / ``session_load`` offered). An arm
+  whose mechanisms call a model of their own says why in ``needs_model`` (the LLM-free
+  ``retention`` command skips it with that reason). With ``[dataset] delivery = "tool_results"``
+  a generic arm's history is the scripted tool-reading trajectory (:meth:`Task.delivered_history`).
+  ``<lossy>+recall`` exists for every lossy generic arm: the lossy arm's mechanisms, then
   :class:`HiddenRecall`, which searches the history events that arm's projection hid and
-  preloads the best matches.
+  preloads the best matches (an event the arm replaced in place by a placeholder is not hidden
+  by id, so the +recall of a clearing arm sends what the arm sends).
 * **task** arms are a benchmark's published modes (``long_context``, ``summary``, ``recall`` …):
   same names, same run ids; the task runs them through its own code (``Task.run_case``), since
   their published behaviour is specific (QMSum's shared meeting summary, LoCoMo's memory,
@@ -63,6 +71,9 @@ class Arm:
     sections: tuple[str, ...] = ()
     #: One line for ``list`` and the run header.
     description: str = ""
+    #: Why the arm needs a model besides the answer (its summariser), e.g. for the LLM-free
+    #: ``retention`` command, which skips it with this reason; ``""``: its mechanisms call none.
+    needs_model: str = ""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -119,7 +130,13 @@ def with_recall(lossy: Arm) -> Arm:
         return [*build(settings, model), HiddenRecall(_recall_policy(settings))]
 
     return Arm(lossy.name + RECALL_SUFFIX, "recovered", build_recalled, partner=lossy.name,
-               sections=(*lossy.sections, "recall"), description=f"{lossy.name}, then recall over what it hid")
+               sections=(*lossy.sections, "recall"), description=f"{lossy.name}, then recall over what it hid",
+               needs_model=lossy.needs_model)
+
+
+def full_history_arm(name: str) -> Arm:
+    """A baseline arm with no mechanism: the whole history stays visible (the baseline of a tool-result delivery)."""
+    return Arm(name, "baseline", lambda settings, model: [], description="no mechanism: the whole history")
 
 
 def generic_names() -> list[str]:
@@ -285,18 +302,77 @@ def _rolling_summary(settings: Any, model: Any) -> list[ContextMechanism]:
     return [as_mechanism(policy, model)]
 
 
+#: The peer policies that write a summary with a model, and what it is.
+PEER_SUMMARISERS: dict[str, str] = {
+    "langchain_summarization": "SummarizationMiddleware replaces old messages with a model-written summary",
+    "inspect_summary": "CompactionSummary asks a model for the summary",
+    "langmem_summarize": "summarize_messages keeps a model-written running summary",
+    "adk_compaction": "ADK's token-threshold compaction summarises old events with a model",
+    "codex_compaction": "Codex auto-compaction at 90 % of the window writes a handoff summary with a model",
+    "letta_sliding_window": "Letta evicts the oldest messages into a model-written summary",
+}
+
+
 def _register_peers() -> None:
     from agentlab.policies import POLICIES
 
     for name, entry in POLICIES.items():
         register_arm(Arm(name, "lossy", _peer_builder(name), sections=(name,),
-                         description=f"peer policy {name} ({entry.source})"))
+                         description=f"peer policy {name} ({entry.source})", needs_model=PEER_SUMMARISERS.get(name, "")))
+
+
+def _compaction_policy(settings: Any) -> Any:
+    import dataclasses
+
+    from agentlab.compaction import CompactionPolicy
+
+    section = settings.section("compaction") if settings is not None and "compaction" in settings else None
+    policy = section if isinstance(section, CompactionPolicy) else CompactionPolicy()
+    return dataclasses.replace(policy, enabled=True)
+
+
+def _compaction(settings: Any, model: Any) -> list[ContextMechanism]:
+    """The seed's compaction passes, from ``[compaction]``, switched on (the arm is the switch)."""
+    return [_compaction_policy(settings)]
+
+
+def _compaction_recall(settings: Any, model: Any) -> list[ContextMechanism]:
+    """:func:`_compaction` with Session Recall's ``session_search`` / ``session_load`` offered.
+
+    The rest of ``[recall]`` (search depth, mode, load window) as set; the tools switched on, as
+    the arm's point is to offer them (LoCoMo's published ``[recall]`` is preload-only).
+    """
+    import dataclasses
+
+    from agentlab.recall import RecallMechanism
+
+    recall = dataclasses.replace(_recall_policy(settings), tools_enabled=True, search_tool=True, load_tool=True)
+    return [_compaction_policy(settings), RecallMechanism(recall)]
+
+
+def _codex_truncation(settings: Any, model: Any) -> list[ContextMechanism]:
+    """Codex's tool-output truncation alone: its auto-compaction (a model-written summary) out of reach."""
+    from agentlab.policies import mechanism
+
+    return [mechanism("codex_compaction", auto_compact_token_limit=1 << 62)]
 
 
 #: The rolling summary as a generic arm: its own triggers decide when it summarises (with
 #: ``--seeding lived`` they fire during the replayed history, as in a live agent).
 register_arm(Arm("rolling_summary", "lossy", _rolling_summary, sections=("summary",),
-                 description="the rolling summary ([summary]) with its own triggers"))
+                 description="the rolling summary ([summary]) with its own triggers",
+                 needs_model="the rolling summary (SummaryPolicy) writes its text with a model"))
+#: The seed's request-side compaction (passes 0/1/2) as a generic arm, its knobs from ``[compaction]``
+#: (``--set compaction.tool_result_max_tokens=512``); ``enabled`` is the switch of code that passes
+#: ``compaction=`` itself, this arm runs the passes on. Its synchronous pressure summary needs a
+#: summary service, which no arm of it has, so it never runs here.
+register_arm(Arm("compaction", "lossy", _compaction, sections=("compaction",),
+                 description="the seed's compaction passes 0/1/2 ([compaction], switched on)"))
+register_arm(Arm("compaction_recall", "recovered", _compaction_recall, partner="compaction",
+                 sections=("compaction", "recall"),
+                 description="compaction, with session_search / session_load offered (the placeholder points there)"))
+register_arm(Arm("codex_truncation", "lossy", _codex_truncation, sections=(),
+                 description="Codex's tool-output truncation only (10,000 tokens x 1.2); auto-compaction off"))
 _register_peers()
 
 __all__ = [
@@ -305,6 +381,7 @@ __all__ = [
     "HiddenRecall",
     "UnknownArm",
     "arm_names",
+    "full_history_arm",
     "generic_arm",
     "get_arm",
     "register_arm",

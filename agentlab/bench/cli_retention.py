@@ -14,9 +14,12 @@ skipped, with the reason. The context budget the mechanisms see is stated in the
 :data:`~agentlab.bench.retention.DEFAULT_CONTEXT_WINDOW`); with no model there is no window to
 resolve, so the budget is the window.
 
-``dataset.delivery`` and ``dataset.chunk_turns`` are this command's own settings (the benchmark
-runs do not read them yet); every other ``--set`` goes to the benchmark's settings as in a run,
-e.g. ``--set dataset.categories=[1,4]`` for LoCoMo.
+``dataset.delivery`` (and QMSum's ``dataset.chunk_turns``) are the benchmark's own settings, read
+by its runs too (``python -m agentlab.bench qmsum --arm compaction --set dataset.delivery=tool_results``);
+every ``--set`` goes to the benchmark's settings as in a run, e.g. ``--set dataset.categories=[1,4]``
+for LoCoMo or ``--set compaction.tool_result_max_tokens=512`` for the ``compaction`` arms. The arms
+are the registry's (:func:`~agentlab.bench.retention.retention_arms`); the peers whose source
+trigger is an absolute 100,000 tokens run at 0.9 of the budget here (stated in the output).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from agentlab.bench.cli_common import CliError, _print_json
 from agentlab.bench.delivery import Delivery
 from agentlab.bench.retention import (
     DEFAULT_CONTEXT_WINDOW,
+    FRACTION_TRIGGERED_PEERS,
+    PEER_TRIGGER_FRACTION,
     HistoryGroup,
     RetentionSummary,
     aggregate,
@@ -40,11 +45,10 @@ from agentlab.bench.retention import (
     model_arms,
     qmsum_groups,
     retention_arms,
+    retention_settings,
 )
 from agentlab.bench.store import DEFAULT_DB
 
-#: The ``--set`` keys this command reads itself (the rest are the benchmark's settings).
-DELIVERY_KEYS = ("dataset.delivery", "dataset.chunk_turns")
 BENCHMARKS = ("qmsum", "locomo", "longmemeval")
 
 
@@ -63,28 +67,15 @@ def retention_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def _split_overrides(overrides: Sequence[str]) -> tuple[Delivery, list[str]]:
-    fields: dict[str, Any] = {}
-    rest = []
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise CliError(f"--set {item!r}: use section.field=value")
-        if key.strip() in DELIVERY_KEYS:
-            fields[key.strip().split(".", 1)[1]] = value.strip()
-        else:
-            rest.append(item)
-    try:
-        delivery = Delivery.from_dict({"delivery": fields.get("delivery", "turns"),
-                                       "chunk_turns": int(fields.get("chunk_turns", Delivery().chunk_turns))})
-    except ValueError as exc:
-        raise CliError(f"retention [dataset] {exc}") from exc
-    return delivery, rest
+def _delivery(settings: Any) -> Delivery:
+    """``[dataset] delivery`` (and QMSum's ``chunk_turns``) of the benchmark's settings."""
+    dataset = settings.section("dataset")
+    return dataset if isinstance(dataset, Delivery) else Delivery(settings.get("dataset", "delivery", "turns"))
 
 
-def _pick_arms(names: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """(the arms to run, the skipped ones with their reasons)."""
-    free, needing = retention_arms(), model_arms()
+def _pick_arms(names: str, task: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the arms to run, the skipped ones with their reasons): views over the arms registry for ``task``."""
+    free, needing = retention_arms(task), model_arms(task)
     if names.strip() == "all":
         return free, {name: s.reason for name, s in needing.items()}
     chosen = [n.strip() for n in names.split(",") if n.strip()]
@@ -133,11 +124,12 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def format_table(summaries: Sequence[RetentionSummary]) -> str:
-    """The printed table: one line per arm."""
-    lines = [f"{'arm':28s} {'cases':>5s} {'retained':>8s} {'rec@5':>6s} {'rec@10':>6s} {'peak':>7s} "
+    """The printed table: one line per arm (the arm column as wide as the longest name)."""
+    w = max([28, *(len(s.arm) for s in summaries)])
+    lines = [f"{'arm':{w}s} {'cases':>5s} {'retained':>8s} {'rec@5':>6s} {'rec@10':>6s} {'peak':>7s} "
              f"{'max peak':>8s} {'>budget':>7s} {'total sent':>10s} {'final':>7s}"]
     for s in summaries:
-        lines.append(f"{s.arm:28s} {s.n_scored:5d} {_fmt(s.retained):>8s} {_fmt(s.recoverable.get(5)):>6s} "
+        lines.append(f"{s.arm:{w}s} {s.n_scored:5d} {_fmt(s.retained):>8s} {_fmt(s.recoverable.get(5)):>6s} "
                      f"{_fmt(s.recoverable.get(10)):>6s} {s.mean_peak_prompt_tokens:7.0f} "
                      f"{s.max_peak_prompt_tokens:8d} {s.n_over_window or 0:7d} {s.mean_total_prompt_tokens:10.0f} "
                      f"{s.mean_final_prompt_tokens:7.0f}")
@@ -162,14 +154,15 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     budget = DEFAULT_CONTEXT_WINDOW if args.context_budget is None else args.context_budget
     if budget < 1:
         raise CliError(f"--context-budget must be >= 1, got {budget}")
-    delivery, overrides = _split_overrides(args.overrides)
-    arms, skipped = _pick_arms(args.arms)
     task = get_task(args.benchmark)
-    settings = _load(task, overrides)
+    arms, skipped = _pick_arms(args.arms, task)
+    settings = _load(task, args.overrides)
+    delivery = _delivery(settings)
     started = time.perf_counter()
     cases = select(load_selection(task, settings), args.limit or None)
     groups = _groups(args.benchmark, cases, delivery, settings)
-    timed = run_sync(measure_groups(groups, list(arms.values()), context_window=budget))
+    timed = run_sync(measure_groups(groups, list(arms.values()), context_window=budget,
+                                    settings=retention_settings(settings)))
     summaries = aggregate(timed.rows, budget)
     chunk = delivery.chunk_turns if (args.benchmark == "qmsum" and delivery.delivery == "tool_results") else None
     stored = 0
@@ -187,16 +180,21 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     read = f", {delivery.chunk_turns} turns per read" if chunk is not None else ""
     out.write(f"{args.benchmark} retention: {len(cases)} cases, {delivery.delivery} delivery{read}, context budget "
               f"{budget} tokens ({budget_source}), no model called\n")
+    fractioned = [n for n in FRACTION_TRIGGERED_PEERS if n not in settings and any(a.startswith(n) for a in arms)]
+    if fractioned:
+        out.write(f"({', '.join(fractioned)}: trigger at {PEER_TRIGGER_FRACTION} of the budget, not the source's "
+                  "absolute 100,000 tokens)\n")
     out.write(format_table(summaries))
     missing = sum(r.n_missing for r in timed.rows) // max(1, len(arms))
     if missing:
         out.write(f"({missing} gold evidence ids are not in the history; left out of every fraction)\n")
     if skipped:
         out.write("skipped (they need a model; this command calls none):\n")
-        out.write("".join(f"  {name:26s} {reason}\n" for name, reason in skipped.items()))
+        w = max(len(name) for name in skipped)
+        out.write("".join(f"  {name:{w}s}  {reason}\n" for name, reason in skipped.items()))
     where = f"; {stored} rows stored in {args.db} (table retention)" if stored else "; nothing stored"
     out.write(f"measured in {wall:.1f} s{where}\n")
     return 0
 
 
-__all__ = ["BENCHMARKS", "DELIVERY_KEYS", "cmd_retention", "format_table", "retention_parser"]
+__all__ = ["BENCHMARKS", "cmd_retention", "format_table", "retention_parser"]

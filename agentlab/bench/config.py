@@ -79,6 +79,14 @@ SMOKE_SECTION = "smoke"
 DEFAULT_VARIANT = "default"
 #: Settings sections that tune how a run executes, not what it computes: left out of the run id.
 EXECUTION_SECTIONS = frozenset({"run"})
+#: Settings added after run ids were first recorded, kept out of the identity while at their
+#: default so that every id made before them stays the id it was: section -> its late fields
+#: (``None``: the whole section, left out while every field of it is at its default). A value
+#: that differs from the default is hashed like any other setting.
+LATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
+    "compaction": None,                           # [compaction]: the seed's defaults (issue 21)
+    "dataset": ("delivery", "chunk_turns"),       # turns | tool_results delivery (issue 21)
+}
 
 
 class SettingsError(ValueError):
@@ -234,9 +242,25 @@ class Settings:
         """The sections that change results (everything but :data:`EXECUTION_SECTIONS`).
 
         Every field is included, defaults too: a changed library default changes the run id, so
-        a rerun after it starts a new run instead of resuming one made with the old value.
+        a rerun after it starts a new run instead of resuming one made with the old value. The
+        one exception is :data:`LATE_SETTINGS`, left out while at their default (see there).
         """
-        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_SECTIONS}
+        out: dict[str, dict[str, Any]] = {}
+        for name, obj in sorted(self._sections.items()):
+            if name in EXECUTION_SECTIONS:
+                continue
+            values = to_dict(obj)
+            if name in LATE_SETTINGS:
+                defaults = _defaults_of(type(obj))
+                late = LATE_SETTINGS[name]
+                if late is None:
+                    if values == defaults:
+                        continue
+                else:
+                    values = {k: v for k, v in values.items()
+                              if not (k in late and k in defaults and defaults[k] == v)}
+            out[name] = values
+        return out
 
     def with_values(self, section: str, **fields: Any) -> Settings:
         """A copy with fields set, checked like any other value."""
@@ -254,6 +278,14 @@ class Settings:
 
     def __repr__(self) -> str:
         return f"Settings({self.to_dict()!r})"
+
+
+def _defaults_of(cls: type[Any]) -> dict[str, Any]:
+    """The JSON view of ``cls()`` (every field at its default); ``{}`` when a field has no default."""
+    try:
+        return to_dict(cls())
+    except TypeError:
+        return {}
 
 
 def _where(benchmark: str, section: str) -> str:

@@ -25,7 +25,9 @@ tell whether it is still in a request. The same maps exist for turn delivery ove
 tasks seed (:func:`qmsum_turn_evidence`, :func:`locomo_turn_evidence`,
 :func:`longmemeval_turn_evidence`).
 
-:class:`Delivery` is the setting meant to become ``[dataset] delivery = "turns" | "tool_results"``.
+:class:`DeliverySetting` is ``[dataset] delivery = "turns" | "tool_results"`` of LoCoMo and LongMemEval,
+:class:`Delivery` adds QMSum's ``chunk_turns``; the tasks' ``[dataset]`` sections extend them, and
+a generic arm's run (:meth:`agentlab.bench.tasks.Task.run_generic`) seeds the delivery they name.
 """
 
 from __future__ import annotations
@@ -65,18 +67,27 @@ SESSIONS_OPENING = ("Open every session of this conversation history with open_s
 
 
 @dataclass(frozen=True)
-class Delivery(PolicyJSON):
-    """``[dataset]`` delivery settings: how the history reaches the agent (turns or tool results)."""
+class DeliverySetting(PolicyJSON):
+    """``[dataset] delivery``: how the history reaches the agent (a base of the tasks' ``[dataset]``)."""
 
-    #: ``turns``: seeded conversation turns (the tasks today); ``tool_results``: the scripted reading
-    #: trajectory of this module.
+    #: ``turns``: the seeded conversation turns (the published setup); ``tool_results``: the scripted
+    #: reading trajectory of :mod:`agentlab.bench.delivery` (generic arms and the baseline only).
     delivery: Literal["turns", "tool_results"] = "turns"
-    #: QMSum turns per ``read_transcript`` call in tool delivery (ours: 40).
-    chunk_turns: int = DEFAULT_CHUNK_TURNS
 
     def __post_init__(self) -> None:
         if self.delivery not in DELIVERIES:
             raise ValueError(f"delivery must be one of {', '.join(DELIVERIES)}; got {self.delivery!r}")
+
+
+@dataclass(frozen=True)
+class Delivery(DeliverySetting):
+    """``[dataset]`` delivery settings with QMSum's read size (``chunk_turns``)."""
+
+    #: QMSum turns per ``read_transcript`` call in tool delivery (ours: 40).
+    chunk_turns: int = DEFAULT_CHUNK_TURNS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.chunk_turns < 1:
             raise ValueError(f"chunk_turns must be >= 1; got {self.chunk_turns}")
 
@@ -436,6 +447,7 @@ __all__ = [
     "SESSION_TOOL",
     "TRANSCRIPT_TOOL",
     "Delivery",
+    "DeliverySetting",
     "EvidenceMap",
     "EvidencePiece",
     "EvidenceUnit",

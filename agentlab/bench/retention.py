@@ -50,8 +50,9 @@ places, from general knowledge or from a summary loses less than its evidence su
 that cannot find what is present loses more. Retention explains a quality loss (which arm dropped
 what), it does not replace it.
 
-The arms: :func:`retention_arms` lists the LLM-free candidates, :func:`model_arms` the ones that
-need a summariser, with the reason (**this list is what the arms registry will replace**).
+The arms are the :mod:`agentlab.bench.arms` registry's: :func:`retention_arms` is its view of the
+arms that call no model (plus the ``long_context`` baseline), :func:`model_arms` of the ones that
+need a summariser, each with the reason ``Arm.needs_model`` gives.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import agentlab.bench.arms as arms_registry
+from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.locomo import Conversation
 from agentlab.bench.datasets.longmemeval import LongMemEvalQuestion
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase
@@ -81,7 +84,6 @@ from agentlab.bench.delivery import (
     question_event,
 )
 from agentlab.bench.metrics import normalize_tokens
-from agentlab.compaction import CompactionPolicy
 from agentlab.core import ContextMechanism, project
 from agentlab.core.project import ProjectionResult
 from agentlab.core.tools import Tool
@@ -106,17 +108,6 @@ SEARCH_TOOL = "session_search"
 
 
 @dataclass(frozen=True)
-class Arm:
-    """A named list of mechanisms; ``build`` makes fresh ones (some peers carry state per session)."""
-
-    name: str
-    build: Callable[[], list[ContextMechanism]]
-    description: str
-    #: Whether a summariser (a model) is needed to run it.
-    needs_model: bool = False
-
-
-@dataclass(frozen=True)
 class SkippedArm:
     """An arm a run without a model cannot measure, and why."""
 
@@ -125,74 +116,59 @@ class SkippedArm:
 
 
 #: Share of the window at which the peers whose source trigger is an absolute 100,000 tokens
-#: fire here (their ``trigger_fraction`` variant), so that they act inside the retention window;
+#: fire here (their ``trigger_fraction`` variant), so that they act inside the retention budget;
 #: 0.9 is the share inspect, Codex and Letta use by default.
 PEER_TRIGGER_FRACTION = 0.9
+#: Those peers: retention builds them with ``trigger_fraction`` = :data:`PEER_TRIGGER_FRACTION`
+#: unless the settings carry their own section (the command states it in its output).
+FRACTION_TRIGGERED_PEERS: tuple[str, ...] = ("langchain_clear_tool_uses", "anthropic_clear_tool_uses")
+#: The baseline's name in the retention table (no mechanism: everything stays).
+FULL_HISTORY = "long_context"
 
 
-def retention_arms() -> dict[str, Arm]:
-    """The LLM-free candidate arms: name -> :class:`Arm` (**replaced by the arms registry later**).
+def _registry_arms(task: Any = None) -> list[Arm]:
+    """The baseline, then every generic arm of the registry (those ``task`` did not declare inapplicable)."""
+    names = [n for n in arms_registry.arm_names(task) if n not in task.modes] if task is not None \
+        else arms_registry.generic_names()
+    return [arms_registry.full_history_arm(FULL_HISTORY), *(arms_registry.get_arm(n) for n in names)]
 
-    * ``long_context`` — no mechanism: everything stays.
-    * ``compaction`` — the seed's passes 0/1/2 with the reference defaults (pass 1: results over
-      1,024 tokens outside the protected units become a recoverable placeholder; pass 2 off). Its
-      pre-model synchronous summary needs a summary service, so it does nothing here.
-    * ``compaction_oversized`` — the same plus pass 2 at the recommended 8,192 tokens.
-    * ``compaction_recall`` — ``compaction`` with Session Recall's tools offered (the placeholder
-      then points to ``session_load``): the arm that has a recall tool.
-    * ``langchain_clear_tool_uses``, ``anthropic_clear_tool_uses`` — the peers' source defaults
-      (keep 3) with the trigger at :data:`PEER_TRIGGER_FRACTION` of the window instead of 100,000.
-    * ``inspect_edit``, ``inspect_trim`` — inspect's defaults (their threshold is already 0.9 of
-      the window).
-    * ``codex_truncation`` — Codex's tool-output truncation alone (10,000 tokens × 1.2 per
-      output), its auto-compaction switched off (an unreachable limit): the summary half needs a model.
+
+def retention_arms(task: Any = None) -> dict[str, Arm]:
+    """The LLM-free arms: a view over the :mod:`agentlab.bench.arms` registry (name -> arm).
+
+    ``long_context`` (no mechanism), then every registered generic arm whose mechanisms call no
+    model (``Arm.needs_model`` empty) — the seed's ``compaction`` (``[compaction]``, switched on),
+    ``compaction_recall`` (with ``session_search`` / ``session_load``), ``codex_truncation`` and the
+    peers' tool clearing — and their ``+recall``; with ``task``, only the arms it runs.
     """
-    unreachable = 1 << 62
-
-    def peer(name: str, **fields: Any) -> Callable[[], list[ContextMechanism]]:
-        return lambda: [peer_mechanism(name, **fields)]
-
-    arms = [
-        Arm("long_context", lambda: [], "no mechanism: the whole history"),
-        Arm("compaction", lambda: [CompactionPolicy(enabled=True)],
-            "the seed's passes 0/1/2, reference defaults (pass 1 over 1,024 tokens, pass 2 off)"),
-        Arm("compaction_oversized", lambda: [CompactionPolicy(enabled=True, oversized_tool_result_max_tokens=8192)],
-            "the seed's passes with pass 2 at the recommended 8,192 tokens"),
-        Arm("compaction_recall", lambda: [CompactionPolicy(enabled=True), RecallMechanism(RecallPolicy())],
-            "the seed's passes plus session_search / session_load"),
-        Arm("langchain_clear_tool_uses", peer("langchain_clear_tool_uses", trigger_fraction=PEER_TRIGGER_FRACTION),
-            "LangChain ClearToolUsesEdit, keep 3, trigger 0.9 of the window"),
-        Arm("anthropic_clear_tool_uses", peer("anthropic_clear_tool_uses", trigger_fraction=PEER_TRIGGER_FRACTION),
-            "Anthropic clear_tool_uses_20250919, keep 3, trigger 0.9 of the window"),
-        Arm("inspect_edit", peer("inspect_edit"), "inspect_ai CompactionEdit, keep 3 tool uses, threshold 0.9"),
-        Arm("inspect_trim", peer("inspect_trim"), "inspect_ai CompactionTrim, keep the last 80 %, threshold 0.9"),
-        Arm("codex_truncation", peer("codex_compaction", auto_compact_token_limit=unreachable),
-            "Codex tool-output truncation only (10,000 tokens x 1.2); auto-compaction off"),
-    ]
-    return {a.name: a for a in arms}
+    return {a.name: a for a in _registry_arms(task) if not a.needs_model}
 
 
-def model_arms() -> dict[str, SkippedArm]:
-    """The arms that need a summariser (a model), with the reason: what a "no model" run skips."""
-    summarising = {
-        "summary": "the seed's rolling summary (SummaryPolicy) writes its text with a model",
-        "compaction_sync_summary": "compaction's pre-model pressure path summarises synchronously with a model",
-        "langchain_summarization": "SummarizationMiddleware replaces old messages with a model-written summary",
-        "inspect_summary": "CompactionSummary asks a model for the summary",
-        "langmem_summarize": "summarize_messages keeps a model-written running summary",
-        "adk_compaction": "ADK's token-threshold compaction summarises old events with a model",
-        "codex_compaction": "Codex auto-compaction at 90 % of the window writes a handoff summary with a model",
-        "letta_sliding_window": "Letta evicts the oldest messages into a model-written summary",
-    }
-    return {name: SkippedArm(name, reason) for name, reason in summarising.items()}
+def model_arms(task: Any = None) -> dict[str, SkippedArm]:
+    """The registered arms that need a summariser (a model), with the registry's reason: what a "no model" run skips."""
+    return {a.name: SkippedArm(a.name, a.needs_model) for a in _registry_arms(task) if a.needs_model}
 
 
 def summarising_arm(name: str, **fields: Any) -> Arm:
-    """A peer summarising policy as an arm (its summariser is the model given to :func:`measure_retention`)."""
-    if name not in model_arms() or name in ("summary", "compaction_sync_summary"):
-        raise ValueError(f"{name!r} is not a summarising peer policy; known: "
-                         f"{', '.join(n for n in model_arms() if n not in ('summary', 'compaction_sync_summary'))}")
-    return Arm(name, lambda: [peer_mechanism(name, **fields)], model_arms()[name].reason, needs_model=True)
+    """A peer summarising policy as an arm with ``fields`` set (its summariser is the model given to :func:`measure_retention`)."""
+    peers = list(arms_registry.PEER_SUMMARISERS)
+    if name not in peers:
+        raise ValueError(f"{name!r} is not a summarising peer policy; known: {', '.join(peers)}")
+    return Arm(name, "lossy", lambda settings, model: [peer_mechanism(name, **fields)],
+               description=arms_registry.PEER_SUMMARISERS[name], needs_model=arms_registry.PEER_SUMMARISERS[name])
+
+
+def retention_settings(settings: Any) -> Any:
+    """``settings`` with the :data:`FRACTION_TRIGGERED_PEERS` sections at :data:`PEER_TRIGGER_FRACTION` (when absent)."""
+    from agentlab.bench.config import Settings
+    from agentlab.policies import POLICIES
+
+    if settings is None:
+        settings = Settings()
+    sections = {name: settings.section(name) for name in settings.sections()}
+    for name in FRACTION_TRIGGERED_PEERS:
+        sections.setdefault(name, POLICIES[name].policy_class(trigger_fraction=PEER_TRIGGER_FRACTION))
+    return Settings(sections, settings.published, settings.source, settings.smoke, settings.benchmark)
 
 
 # ------------------------------------------------------------------------------------ rows
@@ -453,20 +429,22 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
                             session_id: str, delivery: str, model_info: ModelInfo | None = None,
                             model: Model | None = None, tools: Sequence[Tool] = (), instruction: str = "",
                             context_window: int | None = DEFAULT_CONTEXT_WINDOW,
-                            ks: Sequence[int] = DEFAULT_KS) -> list[RetentionRow]:
+                            ks: Sequence[int] = DEFAULT_KS, settings: Any = None) -> list[RetentionRow]:
     """Retention of every question over one ``history`` under ``arm`` (see the module docstring).
 
     ``history`` is the seeded ledger (turns, or a reading trajectory of :mod:`agentlab.bench.delivery`);
     ``tools`` are declared in every request (the delivery's tools); ``context_window`` is the
     run's window (``RunOptions.context_window``). The reading requests do not depend on the
     question, so they are projected once and shared; the mechanisms' carried-over state after
-    them is copied for each question. A summarising arm needs ``model`` (its summariser).
+    them is copied for each question. ``arm`` is an :class:`agentlab.bench.arms.Arm`; its mechanisms
+    are built from ``settings`` (the benchmark's typed settings, ``None``: the defaults) and
+    ``model``. A summarising arm (``arm.needs_model``) needs ``model`` (its summariser).
     """
     if arm.needs_model and model is None:
-        raise ValueError(f"arm {arm.name!r} needs a model: {arm.description}")
+        raise ValueError(f"arm {arm.name!r} needs a model: {arm.needs_model}")
     info = model_info or (model.info if model is not None else ModelInfo("retention", context_window or 0))
     events = _with_counts(history)
-    prefix = _Prefix([], arm.build())
+    prefix = _Prefix([], arm.mechanisms(settings, model))
     for length, current in request_points(events):
         result = await _project(_session(session_id, events[:length]), prefix.mechanisms, current,
                                 model_info=info, model=model, tools=tools, instruction=instruction,
@@ -639,7 +617,7 @@ __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
     "DEFAULT_KS",
     "RETENTION_VERSION",
-    "Arm",
+    "FULL_HISTORY",
     "HistoryGroup",
     "Question",
     "RetentionRow",
@@ -658,6 +636,7 @@ __all__ = [
     "request_points",
     "request_texts",
     "retention_arms",
+    "retention_settings",
     "rouge_l_recall",
     "search_left_out",
     "summarising_arm",

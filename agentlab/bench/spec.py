@@ -51,6 +51,8 @@ from agentlab.model.base import ModelInfo
 Action = Literal["run", "dry_run", "retrieval_only"]
 #: The ``variant_settings`` key a context budget is listed under (it is not a settings field).
 BUDGET_KEY = "context_budget"
+#: The setting that chooses how the history reaches a generic arm (``turns`` | ``tool_results``).
+DELIVERY_KEY = "dataset.delivery"
 #: How the settings file is read: ``loader(benchmark, schema)`` (tests point it at another folder).
 Loader = Callable[[str, Any], Settings]
 
@@ -176,6 +178,9 @@ class RunSpec:
             line += f", context budget {self.context_budget} tokens (the window the mechanisms see)"
         if self.seeding != "forced":
             line += f", seeding {self.seeding} (the history replayed event by event)"
+        delivery = self.settings.get("dataset", "delivery", "turns")
+        if delivery not in (None, "turns"):
+            line += f", delivery {delivery} (the history read through a tool, then the question)"
         return line
 
 
@@ -283,6 +288,8 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
 
     _check_numbers(limit, concurrency, context_window, context_budget)
     task = get_task(benchmark)
+    if task.tool_delivery_inapplicable and any(o.partition("=")[0].strip() == DELIVERY_KEY for o in overrides):
+        raise CliError(f"{task.name}: --set {DELIVERY_KEY} does not apply: {task.tool_delivery_inapplicable}")
     model_spec = model or default_spec()
     calls_model = action == "run"
     embedded = calls_model and is_embedded(model_spec)
@@ -306,6 +313,11 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
                        f"benchmarks with it: {with_retrieval}")
     check_policies(task, mode, settings)
     modes = [mode] if (not calls_model or not baselines) else comparison_modes(task, mode)
+    for name in modes:  # a task mode other than the baseline has no tool-result delivery
+        try:
+            task.delivered_arm(name, settings)
+        except ValueError as exc:
+            raise CliError(str(exc)) from exc
     for compared in modes[:-1]:  # the baseline and lossy runs use the same settings
         check_policies(task, compared, settings)
     judge_enabled = bool(settings.get("judge", "enabled", True))

@@ -169,6 +169,7 @@ CREATE TABLE IF NOT EXISTS compactions (
     results_compacted INTEGER,
     tokens_before BIGINT,
     tokens_after BIGINT,
+    mechanism VARCHAR,
     PRIMARY KEY (run_id, case_id, seq)
 );
 """
@@ -177,6 +178,7 @@ CREATE TABLE IF NOT EXISTS compactions (
 # old rows) when they are opened for writing.
 _MIGRATIONS = """
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS attempts INTEGER;
+ALTER TABLE compactions ADD COLUMN IF NOT EXISTS mechanism VARCHAR;
 """
 
 RAW_TABLES = ("runs", "cases", "calls", "scores", "compactions")
@@ -211,6 +213,8 @@ class CompactionRow:
     results_compacted: int
     tokens_before: int
     tokens_after: int
+    #: What compacted: ``compaction`` (the seed's passes), ``compaction_sync_summary``, or a peer policy's name.
+    mechanism: str = ""
 
 
 @dataclass
@@ -368,8 +372,8 @@ class ResultStore:
                        c.usage.cached_tokens, c.latency_ms, c.cache_hit, c.error, c.attempts)
                       for i, c in enumerate(r.calls)]
             scores += [(r.run_id, r.case_id, x.metric, x.value, x.version, x.detail) for x in r.scores]
-            compactions += [(r.run_id, r.case_id, i, c.results_compacted, c.tokens_before, c.tokens_after)
-                            for i, c in enumerate(r.compactions)]
+            compactions += [(r.run_id, r.case_id, i, c.results_compacted, c.tokens_before, c.tokens_after,
+                             c.mechanism or None) for i, c in enumerate(r.compactions)]
         by_run: dict[str, list[str]] = {}
         for run_id, case_id in latest:
             by_run.setdefault(run_id, []).append(case_id)
@@ -384,7 +388,8 @@ class ResultStore:
                 _insert_rows(self.conn, "calls", "(run_id, case_id, seq, purpose, model, prompt_tokens, "
                              "completion_tokens, cached_tokens, latency_ms, cache_hit, error, attempts)", calls)
                 _insert_rows(self.conn, "scores", "", scores)
-                _insert_rows(self.conn, "compactions", "", compactions)
+                _insert_rows(self.conn, "compactions", "(run_id, case_id, seq, results_compacted, tokens_before, "
+                             "tokens_after, mechanism)", compactions)
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.conn.execute("ROLLBACK")

@@ -254,11 +254,11 @@ class Explorer:
 
     def __init__(self, ledger: Ledger, *, window: int = 8192,
                  policies: dict[str, PolicyChoice] | None = None, draw: bool = True,
-                 recipe_benchmark: str = "mtbench101", recipe_mode: str = "summary") -> None:
+                 recipe_benchmark: str | None = None, recipe_mode: str | None = None) -> None:
         import ipywidgets as w
 
         self.ledger = ledger
-        #: The benchmark and mode :meth:`recipe` writes the run command for (shown under the table).
+        #: The benchmark and arm :meth:`recipe` writes the run command for (``None``: chosen per policy, :func:`run_recipe`).
         self.recipe_benchmark, self.recipe_mode = recipe_benchmark, recipe_mode
         self.draw = draw
         self.results: dict[str, Projection] = {}

@@ -101,7 +101,7 @@ class RunRecipe:
     benchmark: str
     mode: str
     flags: list[str]
-    #: Settings of the policy that the benchmark does not read: the run would not reflect them.
+    #: Settings of the policy that this benchmark's arm does not read: the run would not reflect them.
     unsupported: list[str]
     toml: str
 
@@ -109,15 +109,41 @@ class RunRecipe:
     def command(self) -> str:
         """The shell command that runs the variant."""
         sets = " ".join(f"--set {flag}" for flag in self.flags)
-        return f"python -m agentlab.bench {self.benchmark} --mode {self.mode} {sets}".rstrip()
+        return f"python -m agentlab.bench {self.benchmark} --arm {self.mode} {sets}".rstrip()
 
     def describe(self) -> str:
         """The command, and below it as a comment the settings it cannot carry."""
         text = self.command
         if self.unsupported:
-            text += ("\n# not read by " + self.benchmark + " (the run would not reflect these): "
+            text += (f"\n# not read by {self.benchmark}/{self.mode} (the run would not reflect these): "
                      + ", ".join(self.unsupported))
         return text
+
+
+#: Where a compaction-only choice runs: the ``compaction`` arm on LoCoMo (the explorer's data), its
+#: history delivered as tool results so that the passes have results to act on.
+COMPACTION_RECIPE = ("locomo", "compaction", ("dataset.delivery=tool_results",))
+#: Where a choice with a summary runs (the explorer's default): MT-Bench-101's summary mode.
+SUMMARY_RECIPE = ("mtbench101", "summary", ())
+
+
+def sections_read(benchmark: str, arm: str) -> set[str]:
+    """The settings sections a run of ``benchmark`` with ``arm`` reads.
+
+    A generic arm declares them (``Arm.sections``); a task mode reads the sections whose typed
+    objects are the policies it runs (``Task.policies``). Other sections are known to the
+    benchmark but do not change what that arm does.
+    """
+    from agentlab.bench.config import load_settings
+    from agentlab.bench.tasks import get_task
+
+    task = get_task(benchmark)
+    chosen = task.arm(arm)
+    if chosen.generic:
+        return set(chosen.sections)
+    settings = load_settings(task.name, task.default_settings())
+    policies = task.policies(arm, settings)
+    return {name for name in settings.sections() if any(settings.section(name) is p for p in policies)}
 
 
 def _toml_value(value: Any) -> str:
@@ -128,15 +154,27 @@ def _toml_value(value: Any) -> str:
     return str(value)
 
 
-def run_recipe(choice: PolicyChoice, benchmark: str = "mtbench101", mode: str = "summary") -> RunRecipe:
-    """The ``--set`` flags (and TOML) that run ``choice`` as a variant of ``benchmark``/``mode``.
+def run_recipe(choice: PolicyChoice, benchmark: str | None = None, mode: str | None = None) -> RunRecipe:
+    """The ``--set`` flags (and TOML) that run ``choice`` as a variant of ``benchmark``/``mode`` (an arm).
 
-    Only the settings the benchmark reads become flags; the rest are listed as unsupported rather
-    than dropped silently (the CLI refuses unknown settings, so they could not be passed anyway).
+    Without them: a choice with a summary runs as :data:`SUMMARY_RECIPE`, a compaction-only one
+    as :data:`COMPACTION_RECIPE`. Only the settings that arm reads (:func:`sections_read`) become
+    flags; the rest are listed as unsupported rather than dropped silently. The ``compaction``
+    arms switch compaction on themselves, so ``compaction.enabled`` is not passed to them.
     """
+    if benchmark is None or mode is None:
+        auto = SUMMARY_RECIPE if choice.summary_policy() is not None or not choice.compaction else COMPACTION_RECIPE
+        benchmark, mode = benchmark or auto[0], mode or auto[1]
+    extra = list(COMPACTION_RECIPE[2]) if (benchmark, mode) == COMPACTION_RECIPE[:2] else []
     settings = choice.settings()
+    read = sections_read(benchmark, mode)
+    if "compaction" in read and mode.startswith("compaction"):
+        settings.pop("compaction.enabled", None)
     assignments = [f"{key}={_toml_value(value).strip(chr(34))}" for key, value in settings.items()]
-    kept, missing = partition_settings(benchmark, assignments)
+    known, missing = partition_settings(benchmark, assignments)
+    kept = [a for a in known if a.split(".", 1)[0] in read]
+    missing += [a for a in known if a.split(".", 1)[0] not in read]
+    kept = extra + kept
     sections: dict[str, list[str]] = {}
     for key, value in settings.items():
         section, field_name = key.split(".")

@@ -53,20 +53,20 @@ def test_measuring_again_replaces_rows_and_another_budget_sits_beside_them(tmp_p
 
 
 def test_turn_delivery_locomo_long_context_keeps_everything_and_the_table_is_printed(tmp_path: Path) -> None:
-    code, out, err = run_cli("retention", "locomo", "--limit", "5", "--arms", "long_context,inspect_trim,summary",
+    code, out, err = run_cli("retention", "locomo", "--limit", "5", "--arms", "long_context,inspect_trim,rolling_summary",
                              "--db", str(tmp_path / "r.duckdb"))
     assert code == 0, err
     assert "5 cases, turns delivery, context budget 8192 tokens (the retention default), no model called" in out
     line = next(x for x in out.splitlines() if x.startswith("long_context"))
     assert line.split()[2] == "1.000"
-    assert "skipped (they need a model; this command calls none):" in out and "summary" in out
+    assert "skipped (they need a model; this command calls none):" in out and "rolling_summary" in out
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (("qmsum", "--arms", "nope"), "unknown arm 'nope'"),
-    (("qmsum", "--arms", "summary"), "every arm named needs a model"),
-    (("qmsum", "--set", "dataset.delivery=email"), "retention [dataset]"),
-    (("qmsum", "--set", "dataset.chunk_turns=many"), "retention [dataset]"),
+    (("qmsum", "--arms", "rolling_summary"), "every arm named needs a model"),
+    (("qmsum", "--set", "dataset.delivery=email"), "qmsum [dataset]"),
+    (("qmsum", "--set", "dataset.chunk_turns=many"), "qmsum [dataset]"),
     (("mtbench101",), "retention is defined for qmsum, locomo, longmemeval"),
     (("qmsum", "--limit", "-1"), "--limit must be >= 0"),
     (("qmsum", "--context-budget", "0"), "--context-budget must be >= 1"),

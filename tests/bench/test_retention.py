@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import agentlab.bench.arms as arms
+from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, TextSpan, TranscriptTurn
 from agentlab.bench.delivery import (
     EvidenceMap,
@@ -18,7 +20,6 @@ from agentlab.bench.delivery import (
     question_event,
 )
 from agentlab.bench.retention import (
-    Arm,
     Question,
     aggregate,
     measure_retention,
@@ -134,7 +135,7 @@ async def test_tool_delivery_with_clearing_loses_evidence_as_counted_by_hand() -
     history_tokens = sum(e.token_count or 0 for e in td.events)
     # LangChain's edit with keep=1 and a trigger far below the history: only the last read survives,
     # so span 10-11 (read 4) stays; span 1-1 (read 1) and span 2-3 (reads 1 and 2) are lost.
-    arm = Arm("clear", lambda: [mechanism("langchain_clear_tool_uses", trigger=100, keep=1)], "test")
+    arm = Arm("clear", "lossy", lambda settings, model: [mechanism("langchain_clear_tool_uses", trigger=100, keep=1)])
     row = await one(list(td.events), Question(case.case_id, case.query, evidence), arm, tools=td.tools,
                     context_window=history_tokens // 2)
     assert row.retained == pytest.approx(1 / 3)
@@ -150,15 +151,15 @@ async def test_recoverable_counts_the_lost_units_one_search_finds() -> None:
     case = toy_case(meeting, (TextSpan(0, 1), TextSpan(6, 7)),
                     query="What was said about the zebra budget and penguin marketing?")
     evidence = qmsum_tool_evidence(case, td.events)
-    arm = Arm("compaction_recall", lambda: [CompactionPolicy(enabled=True, tool_result_max_tokens=50), RecallPolicy()],
-              "test")
+    arm = Arm("compaction_recall", "lossy",
+              lambda settings, model: [CompactionPolicy(enabled=True, tool_result_max_tokens=50), RecallPolicy()])
     row = await one(list(td.events), Question(case.case_id, case.query, evidence), arm, tools=td.tools, ks=(1, 10))
     assert row.retained == 0.0  # every read is over 50 tokens and historical at the question: placeholders
     assert row.recoverable[1] == 0.5  # the top hit is one of the two reads
     assert row.recoverable[10] == 1.0  # both matching reads are among 10 hits
     assert row.n_hidden_events == 4
     # the same arm without the search tool has no recoverable figure
-    bare = Arm("compaction", lambda: [CompactionPolicy(enabled=True, tool_result_max_tokens=50)], "test")
+    bare = Arm("compaction", "lossy", lambda settings, model: [CompactionPolicy(enabled=True, tool_result_max_tokens=50)])
     row = await one(list(td.events), Question(case.case_id, case.query, evidence), bare, tools=td.tools, ks=(1, 10))
     assert row.retained == 0.0 and row.recoverable == {1: None, 10: None}
 
@@ -187,11 +188,11 @@ async def test_peak_and_total_are_over_every_request_a_reading_agent_sends() -> 
     assert (row.n_requests, row.peak_prompt_tokens, row.total_prompt_tokens) == (5, by_hand[-1], sum(by_hand))
     # a clearing arm (stateless): peak and total are the max and the sum of its own requests, each
     # projected by hand; clearing keeps every request under the long context's
-    arm = Arm("clear", lambda: [mechanism("langchain_clear_tool_uses", trigger=300, keep=1)], "test")
+    arm = Arm("clear", "lossy", lambda settings, model: [mechanism("langchain_clear_tool_uses", trigger=300, keep=1)])
     cleared = await one(list(td.events), question, arm, tools=td.tools)
     own = []
     for length, current in [*points, (len(td.events), question_event("s", case.query, list(td.events)))]:
-        result = await project(Session("a", "u", "s", events=list(td.events[:length])), arm.build(), current,
+        result = await project(Session("a", "u", "s", events=list(td.events[:length])), arm.mechanisms(None, None), current,
                                ModelInfo("m", 0), tools=td.tools, context_window=8192)
         own.append(result.prompt_tokens)
     assert (cleared.peak_prompt_tokens, cleared.total_prompt_tokens, cleared.final_prompt_tokens) == \
@@ -212,8 +213,14 @@ def test_arm_lists_split_llm_free_from_summarising() -> None:
             "anthropic_clear_tool_uses", "codex_truncation"} <= set(free)
     assert {"langchain_summarization", "inspect_summary", "langmem_summarize", "adk_compaction", "codex_compaction",
             "letta_sliding_window"} <= set(needing)
-    assert all(not a.needs_model for a in free.values())
-    assert all(a.build() is not a.build() for a in free.values())  # fresh mechanisms each time
+    assert all(not a.needs_model for a in free.values()) and all(r.reason for r in needing.values())
+    assert all(a.mechanisms(None, None) is not a.mechanisms(None, None) for a in free.values())  # fresh each time
+    # A view over the registry: every registered generic arm is in one list or the other.
+    assert set(free) | set(needing) == {"long_context", *arms.generic_names()}
+    assert "rolling_summary" in needing and "compaction+recall" in free and "inspect_summary+recall" in needing
+    # With a task: only the arms it runs (one it declared inapplicable is in neither).
+    task = type("T", (), {"modes": ("m",), "inapplicable_arms": {"inspect_trim": "test"}})()
+    assert "inspect_trim" not in retention_arms(task) and "inspect_trim+recall" not in retention_arms(task)
 
 
 async def test_a_summarising_arm_needs_a_model_and_reports_rouge_of_the_evidence() -> None:
@@ -246,7 +253,7 @@ async def test_longmemeval_groups_in_both_deliveries(tmp_path: Path) -> None:
     turns = longmemeval_groups(items, Delivery("turns"), seed=haystack_events)
     tools = longmemeval_groups(items, Delivery("tool_results"))
     # the evidence sits in the middle one of three sessions; keep=1 keeps only the last one opened
-    clear = Arm("clear", lambda: [mechanism("langchain_clear_tool_uses", trigger=50, keep=1)], "test")
+    clear = Arm("clear", "lossy", lambda settings, model: [mechanism("langchain_clear_tool_uses", trigger=50, keep=1)])
     timed = await measure_groups([*turns, *tools], [LONG, clear], context_window=8192)
     by: dict[tuple[str, str], list[float | None]] = {}
     for r in timed.rows:

@@ -150,3 +150,22 @@ def test_the_current_policy_is_shown_as_the_flags_that_run_it(explorer: ex.Explo
     task = get_task("mtbench101")
     settings = apply_overrides(load_settings(task.name, task.default_settings()), explorer.recipe("B").flags)
     assert settings.get("summary", "events_over") == 25 and settings.get("summary", "checks_mode") == "any"
+
+
+def test_a_compaction_only_policy_runs_as_the_compaction_arm_with_its_knobs() -> None:
+    from agentlab.bench.config import apply_overrides, load_settings
+    from agentlab.bench.tasks import get_task
+
+    choice = ex.PolicyChoice(tool_result_max_tokens=256, keep_recent_requests=3, recall_tools="none")
+    recipe = ex.run_recipe(choice)
+    assert (recipe.benchmark, recipe.mode) == ("locomo", "compaction")
+    assert recipe.flags[0] == "dataset.delivery=tool_results"
+    assert "--set compaction.tool_result_max_tokens=256" in recipe.command
+    assert "--set compaction.keep_recent_requests=3" in recipe.command
+    # The arm switches compaction on itself; [recall] is not read by it, so listed, not passed.
+    assert "compaction.enabled" not in recipe.command and "recall.search_tool" in recipe.unsupported
+    task = get_task("locomo")
+    settings = apply_overrides(load_settings(task.name, task.default_settings()), recipe.flags)
+    assert settings.get("compaction", "tool_result_max_tokens") == 256
+    # A summary mode reads only [summary]: asked for explicitly, the compaction knobs are not read by it.
+    assert "compaction.tool_result_max_tokens" in ex.run_recipe(choice, "mtbench101", "summary").unsupported

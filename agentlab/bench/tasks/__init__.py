@@ -290,6 +290,9 @@ class Task(ABC):
     published_token_rule: ClassVar[str | None] = None
     #: Generic arms that do not apply to this benchmark: arm name → the reason (``--arm`` says it).
     inapplicable_arms: ClassVar[Mapping[str, str]] = {}
+    #: Why ``[dataset] delivery`` does not apply to this benchmark (``None``: its ``[dataset]`` has the
+    #: field when it delivers its history as tool results too; see :meth:`tool_delivery`).
+    tool_delivery_inapplicable: ClassVar[str | None] = None
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
     #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
@@ -368,12 +371,53 @@ class Task(ABC):
     def run_arm(self, case: Case, name: str, ctx: RunContext) -> Awaitable[CaseResult]:
         """Answer one case in arm ``name``: a mode through :meth:`run_case`, a generic arm through :meth:`run_generic`.
 
-        Returns the coroutine of the one it dispatches to (no coroutine of its own in between).
+        With ``[dataset] delivery = "tool_results"`` the baseline mode runs as a generic arm with no
+        mechanism (the whole reading, then the question) and any other mode is refused
+        (:meth:`delivered_arm`). Returns the coroutine of the one it dispatches to.
         """
-        arm = self.arm(name)
+        arm = self.delivered_arm(name, ctx.settings)
         if not arm.generic:
             return self.run_case(case, name, ctx)
         return self.run_generic(case, arm, ctx)
+
+    def delivery(self, settings: Settings) -> str:
+        """``[dataset] delivery``: ``turns`` (also for a benchmark without the field) or ``tool_results``."""
+        return str(settings.get("dataset", "delivery", "turns") or "turns")
+
+    def delivered_arm(self, name: str, settings: Settings) -> Arm:
+        """The arm ``name`` runs as under the settings' delivery.
+
+        Turns: :meth:`arm`. Tool results: a generic arm as it is; the baseline mode as the generic
+        arm of that name with no mechanism (everything read stays visible); any other task mode is
+        a ``ValueError`` — it seeds its own history as turns (QMSum's shared meeting summary,
+        LoCoMo's memory), so it has no tool-result form.
+        """
+        arm = self.arm(name)
+        if arm.generic or self.delivery(settings) == "turns":
+            return arm
+        from agentlab.bench.arms import full_history_arm
+
+        roles = self.roles()
+        if roles is not None and name == roles.baseline:
+            return full_history_arm(name)
+        raise ValueError(f"{self.name}'s {name} mode seeds its own history as turns, so dataset.delivery="
+                         f"{self.delivery(settings)} does not apply to it; run a generic arm instead (e.g. "
+                         f"--arm compaction, --arm rolling_summary, --arm inspect_edit; list shows them all)")
+
+    def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> Any:
+        """The case's history as a scripted tool-reading trajectory and its tools (a :class:`~agentlab.bench.delivery.ToolDelivery`)."""
+        raise NotImplementedError(self.tool_delivery_inapplicable or f"{self.name} has no tool-result delivery")
+
+    def delivered_history(self, case: Case, settings: Settings, session_id: str) -> tuple[list[Event], list[Any]]:
+        """(the events a generic arm's session is seeded with, the tools its agent offers) under the delivery.
+
+        ``turns``: :meth:`history`, no tool; ``tool_results``: :meth:`tool_delivery`'s reading
+        trajectory (ids from ``session_id``) and its reading tool, which the agent may call again.
+        """
+        if self.delivery(settings) == "turns":
+            return self.history(case, settings), []
+        delivered = self.tool_delivery(case, settings, session_id)
+        return list(delivered.events), list(delivered.tools)
 
     def history(self, case: Case, settings: Settings) -> list[Event]:
         """The events a generic arm's session is seeded with, oldest first (the case's conversation)."""
@@ -400,30 +444,33 @@ class Task(ABC):
         service = ctx.new_session_service()
         session_id = f"{arm.name}-{case.id}"
         mechanisms = arm.mechanisms(ctx.settings, ctx.model)
+        history, tools = self.delivered_history(case, ctx.settings, session_id)
         agent = LLMAgent(GENERIC_AGENT, ctx.model, instruction=self.arm_instruction(case, ctx.settings),
-                         generation=self.arm_generation(ctx.settings), mechanisms=mechanisms, max_tool_iterations=6)
+                         tools=tools, generation=self.arm_generation(ctx.settings), mechanisms=mechanisms,
+                         max_tool_iterations=6)
         runner = Runner(GENERIC_APP, agent, service)
         try:
-            seeded = await seed(runner, GENERIC_USER, session_id, self.history(case, ctx.settings),
-                                ctx.seeding, options=ctx.run_options())
+            seeded = await seed(runner, GENERIC_USER, session_id, history, ctx.seeding, options=ctx.run_options())
             outcome = await collect_run(runner.run(GENERIC_USER, session_id, case.question, options=ctx.run_options()))
         finally:
             await runner.close()
         return CaseResult(prediction=outcome.answer, compactions=outcome.compactions,
-                          metadata={"arm": arm.name, "seeding": ctx.seeding, **seeded,
+                          metadata={"arm": arm.name, "seeding": ctx.seeding, "delivery": self.delivery(ctx.settings),
+                                    **seeded,
                                     "tool_calls": outcome.tool_calls})
 
     def dry_run_arm(self, case: Case, name: str, settings: Settings) -> list[list[Message]]:
         """The dry-run prompts of arm ``name``: a mode's :meth:`dry_run_prompts`, a generic arm's projection."""
-        arm = self.arm(name)
+        arm = self.delivered_arm(name, settings)
         if not arm.generic:
             return self.dry_run_prompts(case, name, settings)
         return self.generic_dry_run(case, arm, settings)
 
     def generic_dry_run(self, case: Case, arm: Arm, settings: Settings) -> list[list[Message]]:
         """The one answer prompt: the seeded history and the question, projected by the arm's mechanisms."""
-        return [project_prompt(self.history(case, settings), arm.mechanisms(settings, None), case.question,
-                               self.arm_instruction(case, settings))]
+        history, tools = self.delivered_history(case, settings, f"{arm.name}-{case.id}")
+        return [project_prompt(history, arm.mechanisms(settings, None), case.question,
+                               self.arm_instruction(case, settings), tools=tools)]
 
     def roles(self) -> ModeRoles | None:
         """Baseline / lossy / recovered modes of the report (``None``: the benchmark has no comparisons)."""
@@ -514,14 +561,14 @@ def get_task(name: str) -> Task:
 
 
 def project_prompt(history: Sequence[Event], mechanisms: Sequence[Any], question: str,
-                   instruction: str = "") -> list[Message]:
+                   instruction: str = "", tools: Sequence[Any] = ()) -> list[Message]:
     """The answer prompt ``mechanisms`` build for ``history`` + ``question`` (no model; :func:`agentlab.core.project`)."""
     from agentlab.core import project
     from agentlab.model.base import ModelInfo
 
     async def build() -> list[Message]:
         result = await project(list(history), mechanisms, question, ModelInfo("dry-run", DRY_RUN_WINDOW),
-                               instruction=instruction)
+                               instruction=instruction, tools=list(tools))
         return list(result.request.messages)
 
     try:
@@ -546,6 +593,25 @@ class RunOutcome:
     tool_calls: dict[str, int]
 
 
+#: ``kind`` of a request stats record -> the ``compactions.mechanism`` it is stored as (a peer: its name).
+_COMPACTION_KINDS = {"tool_results": "compaction", "sync_summary": "compaction_sync_summary"}
+
+
+def compaction_row(stat: Mapping[str, Any]) -> CompactionRow | None:
+    """The ``compactions`` row of one request stats record, or ``None`` for a record that is no compaction.
+
+    The seed's passes, its synchronous summary and every peer policy that changed the request leave
+    ``results_compacted`` / ``tokens_before`` / ``tokens_after``; other records (the recall preload
+    of ``<arm>+recall``, a peer's note that it could not act) are not compactions.
+    """
+    if "results_compacted" not in stat:
+        return None
+    kind = str(stat.get("kind", ""))
+    mechanism = str(stat.get("policy", "")) if kind == "peer_policy" else _COMPACTION_KINDS.get(kind, kind)
+    return CompactionRow(int(stat.get("results_compacted", 0)), int(stat.get("tokens_before", 0)),
+                         int(stat.get("tokens_after", 0)), mechanism)
+
+
 async def collect_run(stream: AsyncIterator[Event]) -> RunOutcome:
     """Consume a runner's event stream: the final answer, compaction stats and tool-call counts.
 
@@ -560,9 +626,9 @@ async def collect_run(stream: AsyncIterator[Event]) -> RunOutcome:
     async for event in stream:
         events.append(event)
         if event.object == OBJ_COMPACTION:
-            stat = event.metadata.get("compaction") or {}
-            compactions.append(CompactionRow(int(stat.get("results_compacted", 0)), int(stat.get("tokens_before", 0)),
-                                             int(stat.get("tokens_after", 0))))
+            row = compaction_row(event.metadata.get("compaction") or {})
+            if row is not None:
+                compactions.append(row)
         if event.error:
             error, final = event, None
             continue

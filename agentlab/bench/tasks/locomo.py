@@ -68,6 +68,7 @@ from agentlab.bench.datasets.locomo import (
     LoCoMoData,
     load_locomo,
 )
+from agentlab.bench.delivery import DeliverySetting, ToolDelivery, locomo_tool_delivery
 from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
 from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import (
@@ -92,10 +93,10 @@ from agentlab.bench.tasks import (
     register,
 )
 from agentlab.bench.tasks.locomo_judge import LOCOMO_JUDGE
+from agentlab.compaction import CompactionPolicy
 from agentlab.events import Event, Message, user_event
 from agentlab.memory.policies import MemoryPolicy
 from agentlab.model.base import GenerationConfig, ModelRequest
-from agentlab.policy import PolicyJSON
 from agentlab.progress import report_progress
 from agentlab.recall import RecallPolicy
 
@@ -326,8 +327,8 @@ async def seed_sessions(service: Any, conversation: Conversation, include_captio
 
 
 @dataclass(frozen=True)
-class LoCoMoDataset(PolicyJSON):
-    """``[dataset]``: which questions run and how a turn with an image is written."""
+class LoCoMoDataset(DeliverySetting):
+    """``[dataset]``: which questions run, how a turn with an image is written, how the history is delivered."""
 
     #: LoCoMo categories to keep (1-5: 282 / 321 / 96 / 841 / 446 questions).
     categories: tuple[int, ...] = (1, 2, 3, 4, 5)
@@ -335,6 +336,7 @@ class LoCoMoDataset(PolicyJSON):
     include_image_captions: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         unknown = sorted(set(self.categories) - set(CATEGORY_NAMES_OFFICIAL))
         if not self.categories or unknown:
             raise ValueError(f"categories must be some of {', '.join(map(str, sorted(CATEGORY_NAMES_OFFICIAL)))}; "
@@ -419,7 +421,8 @@ class LoCoMoTask(Task):
     def default_settings(self) -> dict[str, type[Any]]:
         """The sections; ``benchmarks/locomo.toml`` holds the published values."""
         return {"dataset": LoCoMoDataset, "answer": GenerationConfig, "recall": RecallPolicy,
-                "memory": LoCoMoMemory, "retrieval": RetrievalSettings, "judge": JudgeSettings, "run": RunSettings}
+                "memory": LoCoMoMemory, "retrieval": RetrievalSettings, "compaction": CompactionPolicy,
+                "judge": JudgeSettings, "run": RunSettings}
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
         """Session recall: the recall policy; memory: the extraction and question-time memory policies."""
@@ -480,6 +483,11 @@ class LoCoMoTask(Task):
         """The conversation's sessions as one history, oldest first (the events the recall modes seed)."""
         captions = settings.of("dataset", LoCoMoDataset).include_image_captions
         return [e for _, events in seed_plan(case.data.conversation, captions) for e in events]
+
+    def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> ToolDelivery:
+        """Every session of the conversation opened in order with ``open_session(n)``."""
+        captions = settings.of("dataset", LoCoMoDataset).include_image_captions
+        return locomo_tool_delivery(case.data.conversation, session_id, captions)
 
     def arm_instruction(self, case: Case, settings: Settings) -> str:
         """:data:`ARM_INSTRUCTION`."""

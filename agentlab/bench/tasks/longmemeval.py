@@ -59,6 +59,7 @@ from agentlab.bench.datasets.longmemeval import (
     load_longmemeval,
     parse_file,
 )
+from agentlab.bench.delivery import DeliverySetting, ToolDelivery, longmemeval_tool_delivery
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
 from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, evidence_hit_at_k, evidence_recall_at_k, summary_scores
@@ -75,9 +76,9 @@ from agentlab.bench.tasks import (
     register,
 )
 from agentlab.bench.tasks.longmemeval_judge import LONGMEMEVAL_JUDGE
+from agentlab.compaction import CompactionPolicy
 from agentlab.events import Event, Message, user_event
 from agentlab.model.base import GenerationConfig, ModelError
-from agentlab.policy import PolicyJSON
 from agentlab.recall import RecallPolicy
 from agentlab.summary import SummaryPolicy
 
@@ -90,8 +91,8 @@ EVIDENCE_RECALL_VERSION = "lme-evidence-recall-v1/has_answer"
 
 
 @dataclass(frozen=True)
-class LongMemEvalDataset(PolicyJSON):
-    """``[dataset]``: which file and which questions run (the published 70 by default)."""
+class LongMemEvalDataset(DeliverySetting):
+    """``[dataset]``: which file and which questions run (the published 70 by default), how they are delivered."""
 
     #: Data file variant: ``s_cleaned`` is ``longmemeval_s_cleaned.json`` (~103K tokens per question).
     variant: str = "s_cleaned"
@@ -103,6 +104,7 @@ class LongMemEvalDataset(PolicyJSON):
     max_cases: int = PUBLISHED_CASES
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.max_cases < 0:
             raise ValueError(f"max_cases must be >= 0 (0 = all); got {self.max_cases}")
         unknown = sorted(set(self.question_types) - set(QUESTION_TYPES))
@@ -234,7 +236,7 @@ class LongMemEvalTask(Task):
         """The sections; ``benchmarks/longmemeval.toml`` holds the published values."""
         return {"dataset": LongMemEvalDataset, "answer": GenerationConfig, "agent": AgentSettings,
                 "summary": LongMemEvalSummary, "recall": RecallPolicy, "retrieval": RetrievalSettings,
-                "judge": JudgeSettings, "run": RunSettings}
+                "compaction": CompactionPolicy, "judge": JudgeSettings, "run": RunSettings}
 
     # ---------------------------------------------------------------------------- cases
 
@@ -298,6 +300,10 @@ class LongMemEvalTask(Task):
     def history(self, case: Case, settings: Settings) -> list[Event]:
         """The question's whole haystack in order (what every mode is seeded with)."""
         return haystack_events(case.data)
+
+    def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> ToolDelivery:
+        """Every haystack session opened in order with ``open_session(n)``."""
+        return longmemeval_tool_delivery(case.data, session_id)
 
     def arm_instruction(self, case: Case, settings: Settings) -> str:
         """The answer instruction dated like the question."""

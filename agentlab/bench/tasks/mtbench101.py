@@ -68,6 +68,7 @@ from agentlab.bench.tasks import (
 )
 from agentlab.bench.tasks.mtbench101_judge import CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE
 from agentlab.bench.tasks.mtbench101_judge import parse_retention_rate as parse_retention_rate  # re-export
+from agentlab.compaction import CompactionPolicy
 from agentlab.events import OBJ_USER, Event, Message
 from agentlab.model.base import GenerationConfig, ModelRequest, ModelResponse
 from agentlab.policy import PolicyJSON
@@ -230,13 +231,16 @@ class MTBench101Task(Task):
     judge_templates = (CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE)
     mode_roles = ModeRoles(baseline="baseline", lossy="summary")
     published_token_rule = SUM_ANSWER_CALLS
+    tool_delivery_inapplicable = ("its history is the dialogue itself, answered and judged turn by turn; there is no "
+                                  "document or session store for a tool to read (dataset.delivery is for QMSum, "
+                                  "LoCoMo and LongMemEval)")
     description = "MT-Bench-101: 917 multi-turn dialogues, rolling summary vs full history (consistency, savings)"
 
     def default_settings(self) -> dict[str, type[Any]]:
         """The sections; ``benchmarks/mtbench101.toml`` holds the published values."""
         return {"dataset": MTBenchDataset, "answer": MTBenchAnswer, "summary": MTBenchSummary,
                 "consistency": ConsistencySettings, "retention": RetentionSettings, "suitability": SuitabilityRule,
-                "judge": JudgeSettings, "run": RunSettings}
+                "compaction": CompactionPolicy, "judge": JudgeSettings, "run": RunSettings}
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
         """Summary mode runs the ``[summary]`` policy; the baseline none."""

@@ -43,6 +43,7 @@ from typing import Any, Literal
 
 from agentlab.bench.config import AgentSettings, JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, load_qmsum, select_cases
+from agentlab.bench.delivery import Delivery, ToolDelivery, qmsum_tool_delivery
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
 from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, summary_scores
@@ -59,9 +60,9 @@ from agentlab.bench.tasks import (
     register,
 )
 from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
+from agentlab.compaction import CompactionPolicy
 from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message
 from agentlab.model.base import CallRecord, GenerationConfig, ModelError, ModelInfo, observe_calls
-from agentlab.policy import PolicyJSON
 from agentlab.recall import SCOPES, RecallPolicy
 from agentlab.recall.search import search_session
 from agentlab.recall.tools import recall_overview
@@ -152,8 +153,8 @@ PUBLISHED_CONTEXT_WINDOW = 128_000
 
 
 @dataclass(frozen=True)
-class QMSumDataset(PolicyJSON):
-    """``[dataset]``: which QMSum cases run (the published selection by default)."""
+class QMSumDataset(Delivery):
+    """``[dataset]``: which QMSum cases run (the published selection by default) and how they are delivered."""
 
     #: Split of the data; only the test split is shipped.
     split: str = "test"
@@ -165,6 +166,7 @@ class QMSumDataset(PolicyJSON):
     min_distance_from_end: int = 80
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.split != "test" or self.domain != "ALL":
             raise ValueError(f"only split 'test' and domain 'ALL' are available; got split {self.split!r}, "
                              f"domain {self.domain!r}")
@@ -446,7 +448,8 @@ class QMSumTask(Task):
     def default_settings(self) -> dict[str, type[Any]]:
         """The sections; ``benchmarks/qmsum.toml`` holds the published values."""
         return {"dataset": QMSumDataset, "answer": GenerationConfig, "agent": AgentSettings,
-                "summary": QMSumSummary, "recall": QMSumRecall, "judge": JudgeSettings, "run": RunSettings}
+                "summary": QMSumSummary, "recall": QMSumRecall, "compaction": CompactionPolicy, "judge": JudgeSettings,
+                "run": RunSettings}
 
     @staticmethod
     def summary_policy(settings: Settings) -> QMSumSummary:
@@ -489,6 +492,10 @@ class QMSumTask(Task):
     def history(self, case: Case, settings: Settings) -> list[Event]:
         """The meeting transcript, one user event per turn (the events every mode is seeded with)."""
         return seed_events(case.data.meeting, f"arm-{case.id}")
+
+    def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> ToolDelivery:
+        """The transcript read with ``read_transcript``, ``[dataset] chunk_turns`` turns per call."""
+        return qmsum_tool_delivery(case.data.meeting, session_id, settings.of("dataset", QMSumDataset).chunk_turns)
 
     def arm_instruction(self, case: Case, settings: Settings) -> str:
         """The answer instruction every mode starts from."""
