@@ -28,6 +28,7 @@ from agentlab.bench.datasets.base import (
     require,
     resolve_files,
 )
+from agentlab.policy import PolicyJSON
 
 NAME = "qmsum"
 #: The published selection threshold (support distance from the end of the transcript, in turns).
@@ -150,6 +151,37 @@ class QMSumCase:
         for span in self.spans:
             covered.update(range(max(0, span.start), min(span.end, last) + 1))
         return sorted(covered)
+
+    def span_hits(self, turns: Sequence[int]) -> tuple[int, bool]:
+        """(relevant spans containing at least one of ``turns``, whether any of ``turns`` is relevant)."""
+        last = len(self.meeting.turns) - 1
+        spans = [(max(0, s.start), min(s.end, last)) for s in self.spans]
+        found = sum(1 for start, end in spans if any(start <= t <= end for t in turns))
+        return found, any(any(start <= t <= end for start, end in spans) for t in turns)
+
+
+# ---------------------------------------------------------------------------------- selection
+
+
+@dataclass(frozen=True)
+class QMSumDataset(PolicyJSON):
+    """``[dataset]``: which QMSum cases run (the published selection by default)."""
+
+    #: Split of the data; only the test split is shipped.
+    split: str = "test"
+    #: Meeting domain; only ``ALL`` (every domain) is shipped.
+    domain: str = "ALL"
+    #: Query type of the cases (244 ``specific`` queries in the test split).
+    query_type: str = "specific"
+    #: Keep cases whose evidence ends at least this many turns before the end (80 -> 189 cases).
+    min_distance_from_end: int = DEFAULT_MIN_DISTANCE_FROM_END
+
+    def __post_init__(self) -> None:
+        if self.split != "test" or self.domain != "ALL":
+            raise ValueError(f"only split 'test' and domain 'ALL' are available; got split {self.split!r}, "
+                             f"domain {self.domain!r}")
+        if self.min_distance_from_end < 0:
+            raise ValueError(f"min_distance_from_end must be >= 0; got {self.min_distance_from_end}")
 
 
 # ------------------------------------------------------------------------------------ parsing
