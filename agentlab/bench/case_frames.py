@@ -8,7 +8,8 @@ shapes tasks ask for:
 * :func:`metadata_means` — per run of one mode: cases, failed cases, and the mean of numeric
   case-metadata fields (QMSum's recall table);
 * :func:`case_tokens` — one row per case: its status, metadata fields, tokens by call purpose and
-  its scores, wide (MT-Bench-101's token-efficiency and quality tables).
+  its scores, wide (MT-Bench-101's token-efficiency and quality tables);
+* :func:`ok_case_metadata` — what one case stored in earlier ``ok`` runs of the same settings.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["case_tokens", "metadata_means"]
+__all__ = ["case_tokens", "metadata_means", "ok_case_metadata"]
 
 
 def _field(name: str) -> str:
@@ -72,3 +73,23 @@ def case_tokens(store: Any, benchmark: str, purposes: Sequence[str] = ("answer",
         wide = scores.pivot_table(index=["run_id", "case_id"], columns="metric", values="value", aggfunc="first")
         cases = cases.merge(wide.reset_index(), on=["run_id", "case_id"], how="left")
     return cases
+
+
+def ok_case_metadata(store: Any, benchmark: str, mode: str, model: str, case_id: str,
+                     sections: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The metadata of case ``case_id`` in every run of (``benchmark``, ``mode``, ``model``) where it is ``ok``, newest run first,
+    keeping only runs whose settings have these ``sections`` (section name → its stored value).
+
+    E.g. MT-Bench-101's summary mode reads the baseline answers it is scored against this way:
+    any ``ok`` baseline run of the same model and ``[answer]`` settings, whatever else differs.
+    """
+    rows = store.query(
+        "SELECT r.config, c.metadata FROM cases c JOIN runs r USING (run_id) WHERE r.benchmark = ? AND r.mode = ? "
+        "AND r.model = ? AND c.case_id = ? AND c.status = 'ok' ORDER BY r.started DESC",
+        [benchmark, mode, model, case_id])
+    found = []
+    for config, metadata in rows:
+        stored = (json.loads(config) if isinstance(config, str) else config or {}).get("settings", {})
+        if all(stored.get(name) == value for name, value in sections.items()):
+            found.append(json.loads(metadata) if isinstance(metadata, str) else (metadata or {}))
+    return found
