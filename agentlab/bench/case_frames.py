@@ -21,10 +21,15 @@ from typing import Any
 __all__ = ["case_tokens", "metadata_means", "ok_case_metadata"]
 
 
+def _name(value: str, what: str) -> str:
+    """``value`` if it is a plain name (letters, digits, ``_``, ``+``) that is safe inside the SQL, else ``ValueError``."""
+    if not value or not value.replace("_", "").replace("+", "").isalnum():
+        raise ValueError(f"not a {what}: {value!r}")
+    return value
+
+
 def _field(name: str) -> str:
-    if not name.replace("_", "").isalnum():
-        raise ValueError(f"not a metadata field name: {name!r}")
-    return f"json_extract_string(c.metadata, '$.{name}')"
+    return f"json_extract_string(c.metadata, '$.{_name(name, 'metadata field name')}')"
 
 
 def metadata_means(store: Any, benchmark: str, mode: str, means: Mapping[str, str],
@@ -34,10 +39,11 @@ def metadata_means(store: Any, benchmark: str, mode: str, means: Mapping[str, st
     ``by``: group further by ``column = metadata field``, the value given when a case lacks it
     (``{"recall_path": "tool"}``). Rows ordered by model, then the ``by`` columns.
     """
-    if not mode.replace("_", "").replace("+", "").isalnum():
-        raise ValueError(f"not a mode name: {mode!r}")
-    groups = [f"COALESCE({_field(column)}, '{default}') AS {column}" for column, default in (by or {}).items()]
-    averages = [f"avg(TRY_CAST({_field(field)} AS DOUBLE)) AS {column}" for column, field in means.items()]
+    _name(mode, "mode name")
+    groups = [f"COALESCE({_field(column)}, '{_name(default, 'default value')}') AS {column}"
+              for column, default in (by or {}).items()]
+    averages = [f"avg(TRY_CAST({_field(field)} AS DOUBLE)) AS {_name(column, 'column name')}"
+                for column, field in means.items()]
     counts = ["count(*) AS n_cases", "count(*) FILTER (WHERE c.status = 'failed') AS n_failed"]
     sql = (f"SELECT r.model, r.mode, {', '.join([*groups, *counts, *averages])}\n"
            f"FROM current_runs r JOIN cases c ON c.run_id = r.run_id\nWHERE r.mode = '{mode}'\n"
@@ -54,7 +60,7 @@ def case_tokens(store: Any, benchmark: str, purposes: Sequence[str] = ("answer",
     (``None`` when missing). Scores: one column per metric any run of the benchmark scored, NaN
     where the case has none (a failed case, or an unparsed judge reply).
     """
-    tokens = [f"COALESCE(SUM(k.{kind}_tokens) FILTER (WHERE k.purpose = '{p}'), 0) AS {p}_{kind}"
+    tokens = [f"COALESCE(SUM(k.{kind}_tokens) FILTER (WHERE k.purpose = '{_name(p, 'call purpose')}'), 0) AS {p}_{kind}"
               for p in purposes for kind in ("prompt", "completion")]
     cases = store.current_runs_df(
         f"SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata, {', '.join(tokens)}\n"
