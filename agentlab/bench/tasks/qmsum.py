@@ -121,6 +121,9 @@ EVIDENCE_RECALL_VERSION = "qmsum-evidence-recall-v1/span"
 PRELOAD_TURN_CHARS = 600
 #: Window of the published model (gpt-4o-mini): dry runs plan the summariser's input with it (one call, as published).
 PUBLISHED_CONTEXT_WINDOW = 128_000
+#: What each mode adds before the question: 0 the transcript, SUMMARY the forced summary, RECALL it and recall.
+SUMMARY, RECALL = 1, 2
+LAYERS = {"long_context": 0, "summary": SUMMARY, "recall": RECALL}
 
 
 # ------------------------------------------------------------------------------------ seeding
@@ -436,11 +439,6 @@ class QMSumTask(Task):
 
         return {"search_mode": policy.effective_search_mode, "metric_version": EVIDENCE_RECALL_VERSION,
                 **mean_rows(run_sync(per_meeting()), len(cases))}
-
-
-#: How far each mode goes: 0 = the transcript, SUMMARY = the forced summary, RECALL = the summary and recall.
-SUMMARY, RECALL = 1, 2
-LAYERS = {"long_context": 0, "summary": SUMMARY, "recall": RECALL}
 
 
 __all__ = ["ANSWER_INSTRUCTION", "ANSWER_INSTRUCTION_VERSION", "ON_DEMAND_INSTRUCTION", "ON_DEMAND_INSTRUCTION_VERSION",
