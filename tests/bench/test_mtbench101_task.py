@@ -246,3 +246,36 @@ def test_quality_table_counts_a_failed_summary_case_as_zero(tmp_path: Path) -> N
     assert quality.loc["ALL", "consistency"] == pytest.approx(0.4)
     assert quality.loc["ALL", "pass1"] == pytest.approx(0.5)
     assert quality.loc["ALL", "retention"] == pytest.approx(0.3)
+
+
+# ------------------------------------------------------------- a second lossy policy and its recall
+
+
+def test_a_generic_lossy_arm_and_its_recall_get_a_recovery_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mtbench101 --arm inspect_trim+recall``: baseline, inspect_trim, then its recall; the report pairs them.
+
+    The baseline is scored against itself (the rule-based metrics, no judge call), so each of them
+    has the baseline value a recovery triple needs.
+    """
+    from cli_helpers import run_cli
+
+    import agentlab.model.registry as registry
+
+    model = ScriptedModel(info=ModelInfo("scripted", 8192), usage_fn=usage,
+                          default_reply=baseline_reply)  # type: ignore[arg-type]
+    monkeypatch.setattr(registry, "get_model", lambda spec=None, **_: model)
+    monkeypatch.setenv("AGENTLAB_CACHE_DB", str(tmp_path / "calls.duckdb"))
+    db = str(tmp_path / "r.duckdb")
+    code, _, err = run_cli("mtbench101", "--arm", "inspect_trim+recall", "--limit", "2", "--db", db, "--no-progress")
+    assert code == 0, err
+    code, out, err = run_cli("report", "mtbench101", "--db", db, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert {r["mode"] for r in report["runs"]} == {"baseline", "inspect_trim", "inspect_trim+recall"}
+    rows = {(r["lossy_mode"], r["recovered_mode"], r["metric"]): r for r in report["recovery"]}
+    assert set(rows) == {("inspect_trim", "inspect_trim+recall", m) for m in ("retention", "word_jaccard")}
+    assert all(r["n_cases"] == 2 and r["baseline_mean"] == 1.0 for r in rows.values())
+    with ResultStore(db) as store:
+        judged = store.query("SELECT count(*) FROM calls k JOIN runs r USING (run_id) "
+                             "WHERE r.mode = 'baseline' AND k.purpose = 'judge'")
+    assert judged == [(0,)]  # the baseline's self-comparison costs no judge call

@@ -25,7 +25,6 @@ from agentlab.bench.tasks.qmsum import (
     evidence_recall,
     seed_events,
     seed_session,
-    span_hits,
 )
 from agentlab.events import Message
 from agentlab.model.base import ContextLengthError, ModelInfo, ModelRequest
@@ -278,8 +277,8 @@ async def test_small_window_summarises_the_meeting_in_rolling_steps() -> None:
     model = ScriptedModel(default_reply=summarise, info=ModelInfo("tiny", 500))  # type: ignore[arg-type]
     ctx = RunContext(benchmark="qmsum", mode="summary", model=model, settings=settings)
     m = meeting(40)
-    built = await build_meeting_summary(m, ctx, task.summary_policy(settings), "c1")
-    assert built.covered_turns == 40 and built.steps == len(seen) > 2
+    built = await build_meeting_summary(m, ctx, task.summary_policy(settings))
+    assert built.covered == 40 and built.steps == len(seen) > 2
     assert built.text == f"summary step {len(seen)}"
     assert "[Turn 001]" in seen[0] and "[Turn 040]" not in seen[0] and "[Turn 040]" in seen[-1]
     assert all(PREVIOUS_SUMMARY_LABEL in text for text in seen[1:])
@@ -323,9 +322,9 @@ async def test_a_context_length_error_from_the_model_is_a_failed_case(tmp_path: 
 
 def test_span_hits_counts_spans_and_relevance() -> None:
     item = qcase(meeting())
-    assert span_hits([4], item) == (1, True)
-    assert span_hits([6, 21], item) == (2, True)
-    assert span_hits([12, 0], item) == (0, False)
+    assert item.span_hits([4]) == (1, True)
+    assert item.span_hits([6, 21]) == (2, True)
+    assert item.span_hits([12, 0]) == (0, False)
 
 
 async def test_evidence_recall_on_a_tiny_meeting() -> None:

@@ -151,6 +151,16 @@ class QMSumCase:
             covered.update(range(max(0, span.start), min(span.end, last) + 1))
         return sorted(covered)
 
+    def span_hits(self, turns: Sequence[int]) -> tuple[int, bool]:
+        """(relevant spans containing at least one of ``turns``, whether any of ``turns`` is relevant)."""
+        last = len(self.meeting.turns) - 1
+        spans = [(max(0, s.start), min(s.end, last)) for s in self.spans]
+        found = sum(1 for start, end in spans if any(start <= t <= end for t in turns))
+        return found, any(any(start <= t <= end for start, end in spans) for t in turns)
+
+
+# ---------------------------------------------------------------------------------- selection
+
 
 # ------------------------------------------------------------------------------------ parsing
 

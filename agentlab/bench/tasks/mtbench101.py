@@ -4,9 +4,8 @@ Dialogues", ACL 2024; github.com/mtbench101/mt-bench-101).
 
 Reproduces the summary benchmark of trpc-agent-go (``print-happy/trpc-agent-go-benchmark@1edee87``,
 ``summary/results/REPORT.md``; docs/sources.md#summary-benchmark-setup): the 9 tasks of the
-published run (CC, CM, GR, IC, PI, SA, SC, SI, TS = 917 dialogues; AR, CR, FR, MR by ``--set dataset.tasks=...``). The
-agent answers each user turn of a dialogue in order; the dataset gives only the user turns, the
-agent's own answers become the history.
+published run (CC, CM, GR, IC, PI, SA, SC, SI, TS = 917 dialogues; AR, CR, FR, MR by ``--set dataset.tasks=...``).
+The agent answers each user turn in order (no instruction, as published); its own answers become the history.
 
 ``baseline``
     Full history: every request holds all earlier turns.
@@ -17,11 +16,13 @@ agent's own answers become the history.
     default the next turn waits for a queued summary job (``[summary] wait_between_turns``) so
     runs are deterministic and replayable; the published harness did not wait.
 
-Scores of a summary-mode case compare its answers with the **baseline answers of the same
-case**, looked up — never recomputed — first in the results store when the harness exposes one
-(``ctx.store``; the newest ``ok`` baseline case of the same model and ``[answer]`` settings), else
-in the call cache (the baseline conversation is replayed from recorded calls only). When neither
-has them the case fails with code ``baseline_missing`` and a message to run the baseline first.
+Generic arms (``--arm inspect_trim``, ``<lossy>+recall`` …) answer every turn the same way, with
+the arm's mechanisms. Scores of a summary-mode or generic-arm case compare its answers with the
+**baseline answers of the same case**, looked up — never recomputed — first in the results store
+(the newest ``ok`` baseline case of the same model and ``[answer]`` settings), else in the call
+cache (the baseline conversation replayed from recorded calls only); neither: the case fails with
+``baseline_missing``. A baseline case is scored against itself with the rule-based metrics (no
+judge calls), the top of their scale, so the report's quality-loss and recovery rows exist.
 
 * ``consistency_judge`` — mean over turns of the judge's rubric score (1.0 same content … 0.0
   contradictory) for summary-mode answer B vs baseline answer A (judge parse failures are left
@@ -34,11 +35,9 @@ has them the case fails with code ``baseline_missing`` and a message to run the 
   (:func:`agentlab.bench.metrics.retention`); ``retention_llm`` with ``[retention] llm = true``;
 * ``word_jaccard`` — the reference's LLM-free similarity fallback, for runs without a judge.
 
-Token savings come from the store (answer-call usage, summary-generation calls in their own
-``summary`` purpose): :meth:`MTBench101Task.report_tables` gives the published tables per task —
-prompt and total savings without summary tokens (as published) and with them, p25/p50/p75 and
-negative-savings rate of per-case total savings, quality, turn distribution and the suitability
-rule.
+Token savings come from the store (answer calls; summary calls in their own ``summary`` purpose):
+:meth:`MTBench101Task.report_tables` gives the published tables per task — savings without and
+with summary tokens, their p25/p50/p75 and negative rate, quality, turns, the suitability rule.
 
 "The reference" in this module is the published benchmark harness named above
 (docs/sources.md#summary-benchmark-metrics).
@@ -48,11 +47,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from agentlab.bench.case_frames import case_tokens, ok_case_metadata
 from agentlab.bench.config import JudgeSettings, RunSettings, Settings, generation_config
-from agentlab.bench.datasets.mtbench101 import ALL_TASKS, PUBLISHED_TASKS, Dialogue, load_mtbench101
+from agentlab.bench.datasets.mtbench101 import ALL_TASKS, Dialogue, load_mtbench101
 from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
 from agentlab.bench.metrics import Score, percentile, retention, version_of
 from agentlab.bench.tasks import (
@@ -63,32 +62,31 @@ from agentlab.bench.tasks import (
     RunContext,
     Task,
     collect_run,
-    project_prompt,
     register,
 )
 from agentlab.bench.tasks.mtbench101_judge import CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE
 from agentlab.bench.tasks.mtbench101_judge import parse_retention_rate as parse_retention_rate  # re-export
+from agentlab.bench.tasks.mtbench101_settings import (
+    ConsistencySettings,
+    MTBenchAnswer,
+    MTBenchDataset,
+    MTBenchSummary,
+    RetentionSettings,
+    SuitabilityRule,
+)
 from agentlab.compaction import CompactionPolicy
 from agentlab.events import OBJ_USER, Event, Message
-from agentlab.model.base import GenerationConfig, ModelRequest, ModelResponse
-from agentlab.policy import PolicyJSON
-from agentlab.summary import SummaryPolicy
+from agentlab.model.replay_only import NotInCache, ReplayOnly, replayable
 
 APP_NAME = "mtbench101"
 USER_ID = "mtbench-user"
 AGENT_NAME = "assistant"
 
-# --------------------------------------------------------------------------------- prompts
-
-#: The published agent had no instruction; an empty instruction sends no system message.
-ANSWER_INSTRUCTION_VERSION = "mtbench-answer-v1"
-ANSWER_INSTRUCTION = ""
-
-#: Consistency value the reference counts as a pass (Pass^1).
-PASS_THRESHOLD = 0.7
 #: Weights of the reference's consistency: tool trajectory (always matching here) and judge.
 TRAJECTORY_WEIGHT = 0.4
 JUDGE_WEIGHT = 0.6
+#: Whether each mode runs the rolling summary (``[summary]``); the baseline keeps the full history.
+SUMMARISES = {"baseline": False, "summary": True}
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -114,109 +112,6 @@ def word_jaccard(a: str, b: str) -> float:
     return common / union if union > 0 else 0.0
 
 
-# ----------------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True)
-class MTBenchDataset(PolicyJSON):
-    """``[dataset]``: which MT-Bench-101 tasks run."""
-
-    #: Task codes (the published 9 = 917 dialogues); ``["ALL"]`` = all 13 tasks.
-    tasks: tuple[str, ...] = PUBLISHED_TASKS
-
-    def __post_init__(self) -> None:
-        tasks = [t.strip().upper() for t in self.tasks]
-        unknown = sorted(set(tasks) - set(ALL_TASKS))
-        if not tasks or (tasks != ["ALL"] and unknown):
-            raise ValueError(f"tasks must be some of {', '.join(sorted(ALL_TASKS))} or ALL; got {list(self.tasks)}")
-
-
-@dataclass(frozen=True)
-class MTBenchAnswer(GenerationConfig):
-    """``[answer]``: the answer calls' generation config, plus the agent's instruction."""
-
-    #: System instruction of the answering agent (the published agent had none).
-    instruction: str = ANSWER_INSTRUCTION
-
-
-@dataclass(frozen=True)
-class MTBenchSummary(SummaryPolicy):
-    """``[summary]``: the rolling summary policy, plus whether a turn waits for a queued summary."""
-
-    #: The next turn waits for a queued summary (ours: deterministic replay; the published
-    #: service summarised asynchronously).
-    wait_between_turns: bool = True
-
-
-@dataclass(frozen=True)
-class ConsistencySettings(PolicyJSON):
-    """``[consistency]``: the Pass^1 rule."""
-
-    #: A case passes when its consistency (0.4 + 0.6 x judge) is at least this.
-    pass_threshold: float = PASS_THRESHOLD
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.pass_threshold <= 1.0:
-            raise ValueError(f"pass_threshold must be in [0, 1]; got {self.pass_threshold}")
-
-
-@dataclass(frozen=True)
-class RetentionSettings(PolicyJSON):
-    """``[retention]``: whether the LLM retention score is added to the rule-based one."""
-
-    #: Add ``retention_llm`` (one judge call per turn); the rule-based retention is always computed.
-    llm: bool = False
-
-
-@dataclass(frozen=True)
-class SuitabilityRule(PolicyJSON):
-    """``[suitability]``: the report's rule for when to enable summaries, applied literally."""
-
-    #: Enable at >= this many average turns ...
-    enable_min_turns: float = 4.0
-    #: ... and more than this many average baseline prompt tokens.
-    enable_min_prompt: float = 2000.0
-    #: Disable at <= this many average turns ...
-    disable_max_turns: float = 2.0
-    #: ... or fewer than this many average baseline prompt tokens.
-    disable_max_prompt: float = 1000.0
-
-
-class BaselineMissing(Exception):
-    """The baseline answers of a case are in neither the store nor the call cache."""
-
-
-class _ReplayOnly:
-    """Answers only from a call cache, never calling the model and never reporting a call.
-
-    Used to read the baseline answers back: the baseline conversation is replayed through the
-    exact baseline code path, so its requests (and their cache keys) are the recorded ones.
-    """
-
-    def __init__(self, cached: Any) -> None:
-        self.inner = cached.inner
-        self.cache = cached.cache
-
-    @property
-    def info(self) -> Any:
-        return self.inner.info
-
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        stored = self.cache.get(request.cache_key(self.inner.info.name))
-        if stored is None:
-            raise BaselineMissing("a baseline call is not in the call cache")
-        return ModelResponse(message=stored.message, usage=stored.usage, model=stored.model,
-                             finish_reason=stored.finish_reason, cache_hit=True)
-
-    async def stream(self, request: ModelRequest) -> Any:  # pragma: no cover - the agent does not stream here
-        raise BaselineMissing("streaming replay is not supported")
-
-
-def _turn_usage(outcome: Any) -> tuple[int, int]:
-    usage = outcome.final_event.usage
-    return (usage.prompt_tokens, usage.completion_tokens) if usage is not None else (0, 0)
-
-
 # ------------------------------------------------------------------------------------ task
 
 
@@ -230,10 +125,10 @@ class MTBench101Task(Task):
     default_mode = "baseline"
     judge_templates = (CONSISTENCY_JUDGE, RETENTION_LLM_JUDGE)
     mode_roles = ModeRoles(baseline="baseline", lossy="summary")
-    published_token_rule = SUM_ANSWER_CALLS
     tool_delivery_inapplicable = ("its history is the dialogue itself, answered and judged turn by turn; there is no "
                                   "document or session store for a tool to read (dataset.delivery is for QMSum, "
                                   "LoCoMo and LongMemEval)")
+    published_token_rule = SUM_ANSWER_CALLS
     description = "MT-Bench-101: 917 multi-turn dialogues, rolling summary vs full history (consistency, savings)"
 
     def default_settings(self) -> dict[str, type[Any]]:
@@ -244,9 +139,7 @@ class MTBench101Task(Task):
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
         """Summary mode runs the ``[summary]`` policy; the baseline none."""
-        return [settings.of("summary", MTBenchSummary)] if mode == "summary" else []
-
-    # ---------------------------------------------------------------------------- cases
+        return [settings.of("summary", MTBenchSummary)] if SUMMARISES[mode] else []
 
     def load_cases(self, settings: Settings) -> CaseSelection:
         """The dialogues of the chosen tasks (``ALL``: every task); the last turn is the case's question."""
@@ -261,72 +154,33 @@ class MTBench101Task(Task):
         note = f"{len(cases)} dialogues of tasks {', '.join(sorted(set(tasks)))}"
         return CaseSelection(cases, dataset_sha256=data.sha256, loaded=len(data.dialogues), note=note)
 
-    # -------------------------------------------------------------------------- dialogue
-
-    def _agent(self, settings: Settings, model: Any, *, with_summary: bool, mechanisms: Sequence[Any] = ()) -> Any:
-        from agentlab.runtime import LLMAgent
-
-        answer = settings.of("answer", MTBenchAnswer)
-        return LLMAgent(AGENT_NAME, model, instruction=answer.instruction,
-                        summary=settings.of("summary", MTBenchSummary) if with_summary else None,
-                        generation=generation_config(answer), max_tool_iterations=1, mechanisms=mechanisms)
-
-    async def converse(self, dialogue: Dialogue, settings: Settings, model: Any, session_service: Any, *,
-                       with_summary: bool, session_id: str, options: Any = None,
-                       mechanisms: Sequence[Any] = ()) -> dict[str, Any]:
-        """Answer every user turn in order; return answers and per-turn facts.
-
-        ``options``: the ``RunOptions`` of every turn (``ctx.run_options()``: the run's context budget);
-        ``mechanisms``: a generic arm's.
-        """
-        from agentlab.runtime import Runner
-
-        agent = self._agent(settings, model, with_summary=with_summary, mechanisms=mechanisms)
-        runner = Runner(APP_NAME, agent, session_service)
-        wait = settings.of("summary", MTBenchSummary).wait_between_turns
-        answers: list[str] = []
-        prompt_tokens: list[int] = []
-        completion_tokens: list[int] = []
-        summary_chars: list[int] = []
-        try:
-            for turn in dialogue.turns:
-                outcome = await collect_run(runner.run(USER_ID, session_id, turn.user, options=options))
-                answers.append(outcome.answer)
-                p, c = _turn_usage(outcome)
-                prompt_tokens.append(p)
-                completion_tokens.append(c)
-                if with_summary and runner.summary_worker is not None:
-                    if wait:
-                        await runner.summary_worker.drain()
-                    session = await session_service.get_session(APP_NAME, USER_ID, session_id)
-                    summary = session.summaries.get("") if session is not None else None
-                    summary_chars.append(len(summary.text) if summary is not None else 0)
-        finally:
-            await runner.close()
-        out: dict[str, Any] = {"turn_answers": answers, "turn_prompt_tokens": prompt_tokens,
-                               "turn_completion_tokens": completion_tokens}
-        if with_summary:
-            out["turn_summary_chars"] = summary_chars
-        return out
+    # ------------------------------------------------------------------------ the arms
 
     async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
-        """Converse the whole dialogue; ``summary`` mode also fetches the baseline answers it is scored against."""
-        dialogue: Dialogue = case.data
-        if mode == "baseline":
-            facts = await self.converse(dialogue, ctx.settings, ctx.model, ctx.new_session_service(),
-                                        with_summary=False, session_id=f"{case.id}-baseline", options=ctx.run_options())
-            return CaseResult(prediction=facts["turn_answers"][-1], metadata=facts)
-        if mode != "summary":
+        """Converse the whole dialogue in ``mode``: each mode's flow is one method below."""
+        runs = {"baseline": self.run_baseline, "summary": self.run_summary}
+        if mode not in runs:
             raise CaseError(f"unknown mode {mode!r}", code="bad_mode")
-        # Look the baseline up first: without it the case cannot be scored, so spend nothing.
+        return await runs[mode](case, ctx)
+
+    async def run_baseline(self, case: Case, ctx: RunContext) -> CaseResult:
+        """Every turn answered with the full history: the answers every other arm is scored against."""
+        facts = await self.converse(case.data, ctx.settings, ctx.model, ctx.new_session_service(), with_summary=False,
+                                    session_id=f"{case.id}-baseline", options=ctx.run_options())
+        return CaseResult(prediction=facts["turn_answers"][-1], metadata=facts)
+
+    async def run_summary(self, case: Case, ctx: RunContext) -> CaseResult:
+        """Every turn answered with the rolling summary, after looking up the baseline answers (without them
+        the case cannot be scored, so nothing is spent).
+        """
         baseline, source = await self.baseline_answers(case, ctx)
-        facts = await self.converse(dialogue, ctx.settings, ctx.model, ctx.new_session_service(),
-                                    with_summary=True, session_id=f"{case.id}-summary", options=ctx.run_options())
+        facts = await self.converse(case.data, ctx.settings, ctx.model, ctx.new_session_service(), with_summary=True,
+                                    session_id=f"{case.id}-summary", options=ctx.run_options())
         facts.update({"baseline_answers": baseline, "baseline_source": source})
         return CaseResult(prediction=facts["turn_answers"][-1], metadata=facts)
 
     async def run_generic(self, case: Case, arm: Any, ctx: RunContext) -> CaseResult:
-        """A generic arm in MT-Bench-101's per-turn flow: every turn answered live with the arm's mechanisms,
+        """A generic arm in the per-turn flow: every turn answered live with the arm's mechanisms,
         scored against the baseline's answers like ``summary``.
         """
         baseline, source = await self.baseline_answers(case, ctx)
@@ -336,32 +190,57 @@ class MTBench101Task(Task):
         facts.update({"arm": arm.name, "baseline_answers": baseline, "baseline_source": source})
         return CaseResult(prediction=facts["turn_answers"][-1], metadata=facts)
 
-    def generic_dry_run(self, case: Case, arm: Any, settings: Settings) -> list[list[Message]]:
-        """Every turn's prompt, the golden answers standing in for the model's, projected by the arm's mechanisms."""
-        dialogue: Dialogue = case.data
-        instruction = settings.of("answer", MTBenchAnswer).instruction
-        history: list[Event] = []
-        prompts = []
-        for i, turn in enumerate(dialogue.turns):
-            prompts.append(project_prompt(history, arm.mechanisms(settings, None), turn.user, instruction))
-            history += [Event(author="user", choices=[Message.user(turn.user)], object=OBJ_USER, id=f"t{i}-u"),
-                        Event(author=AGENT_NAME, choices=[Message.assistant(turn.bot)], id=f"t{i}-a")]
-        return prompts
+    async def converse(self, dialogue: Dialogue, settings: Settings, model: Any, session_service: Any, *,
+                       with_summary: bool, session_id: str, options: Any = None,
+                       mechanisms: Sequence[Any] = ()) -> dict[str, Any]:
+        """Answer every user turn in order; return answers and per-turn facts.
 
-    # -------------------------------------------------------------------- baseline lookup
+        ``options``: the ``RunOptions`` of every turn (``ctx.run_options()``: the run's context budget);
+        ``mechanisms``: a generic arm's.
+        """
+        from agentlab.runtime import LLMAgent, Runner
+
+        answer = settings.of("answer", MTBenchAnswer)
+        agent = LLMAgent(AGENT_NAME, model, instruction=answer.instruction,
+                         summary=settings.of("summary", MTBenchSummary) if with_summary else None,
+                         generation=generation_config(answer), max_tool_iterations=1, mechanisms=mechanisms)
+        runner = Runner(APP_NAME, agent, session_service)
+        wait = settings.of("summary", MTBenchSummary).wait_between_turns
+        out: dict[str, Any] = {"turn_answers": [], "turn_prompt_tokens": [], "turn_completion_tokens": []}
+        summary_chars: list[int] = []
+        try:
+            for turn in dialogue.turns:
+                outcome = await collect_run(runner.run(USER_ID, session_id, turn.user, options=options))
+                usage = outcome.final_event.usage
+                out["turn_answers"].append(outcome.answer)
+                out["turn_prompt_tokens"].append(usage.prompt_tokens if usage is not None else 0)
+                out["turn_completion_tokens"].append(usage.completion_tokens if usage is not None else 0)
+                if with_summary and runner.summary_worker is not None:
+                    if wait:
+                        await runner.summary_worker.drain()
+                    session = await session_service.get_session(APP_NAME, USER_ID, session_id)
+                    summary = session.summaries.get("") if session is not None else None
+                    summary_chars.append(len(summary.text) if summary is not None else 0)
+        finally:
+            await runner.close()
+        if with_summary:
+            out["turn_summary_chars"] = summary_chars
+        return out
 
     async def baseline_answers(self, case: Case, ctx: RunContext) -> tuple[list[str], str]:
         """The baseline run's answers for this case: (answers, "store" | "call_cache")."""
         if ctx.store is not None:
-            found = baseline_from_store(ctx.store, case.id, ctx.model_spec, ctx.settings)
-            if found is not None:
-                return found, "store"
-        if hasattr(ctx.model, "cache") and hasattr(ctx.model, "inner"):
+            for meta in ok_case_metadata(ctx.store, self.name, "baseline", ctx.model_spec, case.id,
+                                         {"answer": ctx.settings["answer"]}):
+                answers = meta.get("turn_answers")
+                if isinstance(answers, list) and answers:
+                    return [str(a) for a in answers], "store"
+        if replayable(ctx.model):
             try:
-                facts = await self.converse(case.data, ctx.settings, _ReplayOnly(ctx.model), ctx.new_session_service(),
+                facts = await self.converse(case.data, ctx.settings, ReplayOnly(ctx.model), ctx.new_session_service(),
                                             with_summary=False, session_id=f"{case.id}-baseline-replay")
                 return facts["turn_answers"], "call_cache"
-            except BaselineMissing:
+            except NotInCache:
                 pass
         raise CaseError(
             f"no baseline answers for {case.id} with model {ctx.model_spec!r} and these [answer] settings: run "
@@ -373,12 +252,13 @@ class MTBench101Task(Task):
     # ---------------------------------------------------------------------------- scores
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
-        """Per-case scores; each row's ``detail`` holds the per-turn values as JSON."""
-        if "baseline_answers" not in result.metadata:
-            return []  # baseline cases are the reference, not scored
+        """Per-case scores; each row's ``detail`` holds the per-turn values as JSON.
+
+        A baseline case is the reference: its answers against themselves, rule-based metrics only.
+        """
         dialogue: Dialogue = case.data
-        baseline: list[str] = list(result.metadata["baseline_answers"])
         answers: list[str] = list(result.metadata["turn_answers"])
+        baseline: list[str] = list(result.metadata.get("baseline_answers", answers))
         n = min(len(baseline), len(answers))
         # Equal length by construction; the reference's min/max length penalty is kept for safety.
         length_factor = n / max(len(baseline), len(answers), 1)
@@ -389,7 +269,7 @@ class MTBench101Task(Task):
             Score("retention", retention(baseline, answers), version_of("retention"), _turns(per_turn_retention)),
             Score("word_jaccard", length_factor * _mean(per_turn_jaccard), task_version, _turns(per_turn_jaccard)),
         ]
-        if ctx.judge is not None:
+        if ctx.judge is not None and "baseline_answers" in result.metadata:
             judged = [await ctx.judge.grade(CONSISTENCY_JUDGE, query=dialogue.turns[i].user, response_a=baseline[i],
                                             response_b=answers[i]) for i in range(n)]
             raw = [j.score for j in judged]
@@ -444,7 +324,7 @@ class MTBench101Task(Task):
         for turn in dialogue.turns:
             prompts.append([*head, *history, Message.user(turn.user)])
             history += [Message.user(turn.user), Message.assistant(turn.bot)]
-        if mode == "baseline":
+        if not SUMMARISES[mode]:
             return prompts
         from agentlab.summary import Summarizer
 
@@ -454,15 +334,33 @@ class MTBench101Task(Task):
         summariser = Summarizer(None, policy)  # type: ignore[arg-type]  # rendering needs no model
         return [*prompts[: len(first)], summariser.render_prompt(lines, "")]
 
+    def generic_dry_run(self, case: Case, arm: Any, settings: Settings) -> list[list[Message]]:
+        """Every turn's prompt, the golden answers standing in for the model's, projected by the arm's mechanisms."""
+        from agentlab.bench.tasks import project_prompt
+
+        dialogue: Dialogue = case.data
+        instruction = settings.of("answer", MTBenchAnswer).instruction
+        history: list[Event] = []
+        prompts = []
+        for i, turn in enumerate(dialogue.turns):
+            prompts.append(project_prompt(history, arm.mechanisms(settings, None), turn.user, instruction))
+            history += [Event(author="user", choices=[Message.user(turn.user)], object=OBJ_USER, id=f"t{i}-u"),
+                        Event(author=AGENT_NAME, choices=[Message.assistant(turn.bot)], id=f"t{i}-a")]
+        return prompts
+
     # ---------------------------------------------------------------------------- report
 
     def report_tables(self, store: Any) -> dict[str, Any]:
         """The published tables per task: token efficiency, quality, turns, suitability."""
         import pandas as pd
 
-        cases = _current_cases(store, self.name)
+        cases = case_tokens(store, self.name, ("answer", "summary"),
+                            {"task": lambda v: v, "n_turns": lambda v: int(v or 0)})
         if cases.empty:
             return {}
+        for metric in ("retention", "word_jaccard"):  # scored on every ok case, judge or not
+            if metric not in cases.columns:
+                cases[metric] = float("nan")  # no case scored yet (all failed): they still count 0
         from agentlab.bench.config import load_settings
 
         rule = load_settings(self.name, self.default_settings()).of("suitability", SuitabilityRule)
@@ -545,51 +443,3 @@ def _ratio(baseline: float, mode: float) -> float | None:
 
 def _savings(baseline: Sequence[float], mode: Sequence[float]) -> list[float]:
     return [(b - m) / b for b, m in zip(baseline, mode, strict=True) if b]
-
-
-def _current_cases(store: Any, benchmark: str) -> Any:
-    """One row per case of the run shown for each (model, mode) (store.PRIMARY_RUNS_CTE), with tokens by purpose and scores."""
-    cases = store.current_runs_df(
-        """
-        SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata,
-            COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
-            COALESCE(SUM(k.completion_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_completion,
-            COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'summary'), 0) AS summary_prompt,
-            COALESCE(SUM(k.completion_tokens) FILTER (WHERE k.purpose = 'summary'), 0) AS summary_completion
-        FROM current_runs r JOIN cases c ON c.run_id = r.run_id
-        LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
-        GROUP BY ALL
-        """, benchmark)
-    if cases.empty:
-        return cases
-    meta = [json.loads(m) if isinstance(m, str) else (m or {}) for m in cases["metadata"]]
-    cases["task"] = [m.get("task") for m in meta]
-    cases["n_turns"] = [int(m.get("n_turns") or 0) for m in meta]
-    cases["answer_total"] = cases["answer_prompt"] + cases["answer_completion"]
-    cases["summary_total"] = cases["summary_prompt"] + cases["summary_completion"]
-    scores = store.df("SELECT run_id, case_id, metric, value FROM scores WHERE run_id IN "
-                      "(SELECT run_id FROM runs WHERE benchmark = ?)", [benchmark])
-    if not scores.empty:
-        wide = scores.pivot_table(index=["run_id", "case_id"], columns="metric", values="value", aggfunc="first")
-        cases = cases.merge(wide.reset_index(), on=["run_id", "case_id"], how="left")
-    for metric in ("retention", "word_jaccard"):  # scored on every ok summary case, judge or not
-        if metric not in cases.columns:
-            cases[metric] = float("nan")  # no case scored yet (all failed): they still count 0
-    return cases
-
-
-def baseline_from_store(store: Any, case_id: str, model_spec: str, settings: Settings) -> list[str] | None:
-    """Turn answers of the newest ``ok`` baseline case with the same model and ``[answer]`` settings."""
-    rows = store.query(
-        "SELECT r.config, c.metadata FROM cases c JOIN runs r USING (run_id) WHERE r.benchmark = 'mtbench101' "
-        "AND r.mode = 'baseline' AND r.model = ? AND c.case_id = ? AND c.status = 'ok' ORDER BY r.started DESC",
-        [model_spec, case_id])
-    for config, metadata in rows:
-        config = json.loads(config) if isinstance(config, str) else config
-        if (config or {}).get("settings", {}).get("answer") != settings["answer"]:
-            continue
-        meta = json.loads(metadata) if isinstance(metadata, str) else (metadata or {})
-        answers = meta.get("turn_answers")
-        if isinstance(answers, list) and answers:
-            return [str(a) for a in answers]
-    return None
