@@ -514,8 +514,9 @@ class ResultStore:
         import agentlab.bench.stats as stats
 
         savings = self.conn.execute(
-            "SELECT run_id, prompt_savings FROM token_savings WHERE level = 'case' AND prompt_savings IS NOT NULL"
-        ).df()
+            # Ordered: a seeded bootstrap resamples by position, so its interval depends on the order of the values.
+            "SELECT run_id, prompt_savings FROM token_savings WHERE level = 'case' AND prompt_savings IS NOT NULL "
+            "ORDER BY run_id, case_id").df()
         rows = [{"run_id": run_id, **stats.mean_with_ci(group["prompt_savings"].tolist()).as_columns()}
                 for run_id, group in savings.groupby("run_id", sort=True)]
         self._join_stats("token_savings", ["run_id"], rows, "level = 'aggregate'")

@@ -406,3 +406,31 @@ def test_derived_tables_built_anywhere_use_every_registered_tasks_roles(tmp_path
                     s.query("SELECT benchmark, baseline, lossy, recovered FROM mode_roles"))
     assert rows["demo"] == ("long_context", "summary", "recall")
     assert rows["qmsum"] == ("long_context", "summary", "recall")
+
+
+def test_the_savings_interval_does_not_depend_on_the_order_cases_were_written(tmp_path: Path) -> None:
+    """A seeded bootstrap resamples by position: the per-case values go in in case order, whatever the
+    order the cases were written (a resumed or parallel run writes them in any order)."""
+    import random
+
+    from agentlab.bench import stats
+
+    case_ids = [f"c{i:02d}" for i in range(40)]
+    prompts = {c: 100 + 23 * i % 700 for i, c in enumerate(case_ids)}
+    intervals = []
+    for n, order in enumerate((case_ids, random.Random(3).sample(case_ids, len(case_ids)))):
+        s = ResultStore(tmp_path / f"o{n}.duckdb")
+        for run_id, mode in (("base", "long_context"), ("sum", "summary")):
+            s.start_run(RunInfo(run_id, "qmsum", mode, {"mode": mode}, "scripted", "judge", "sha", "v", "1",
+                                cases_selected=len(order)))
+            for i, case_id in enumerate(order):
+                prompt = 1000 if mode == "long_context" else prompts[case_id]
+                s.write_case(CaseRecord(run_id, case_id, "ok", ordinal=i, prediction="p", reference="r",
+                                        calls=[call("answer", prompt, 10)], scores=[Score("rougeL", 0.5, "v1")]))
+            s.finish_run(run_id, "finished")
+        s.rebuild_derived()
+        row = analysis.token_savings_df("qmsum", level="aggregate", store=s).set_index("run_id").loc["sum"]
+        intervals.append((row["ci_low"], row["ci_high"]))
+        s.close()
+    expected = stats.mean_with_ci([1 - prompts[c] / 1000 for c in case_ids])
+    assert intervals[0] == intervals[1] == pytest.approx((expected.ci_low, expected.ci_high))
