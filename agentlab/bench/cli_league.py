@@ -47,6 +47,9 @@ def league_parser(prog: str) -> argparse.ArgumentParser:
                    help="override a setting of benchmarks/<benchmark>.toml for every arm (repeatable)")
     p.add_argument("--published-settings", action="store_true",
                    help="with the embedded model, keep the published settings (skip the [smoke] settings)")
+    p.add_argument("--no-evidence", action="store_true",
+                   help="do not measure the LLM-free evidence kept of the arms that need no model (the 'kept' "
+                        "column then shows only retention rows already stored)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the header and every row)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
@@ -64,7 +67,8 @@ def cmd_league(args: argparse.Namespace, out: TextIO) -> int:
             args.benchmark, arms=args.arms, recall=args.recall, model=args.model, limit=args.limit,
             context_budget=args.context_budget, context_window=args.context_window, seeding=args.seeding,
             overrides=args.overrides, db=args.db, concurrency=args.concurrency, progress=not args.no_progress,
-            metric=args.metric, fitting=args.fitting, published_settings=args.published_settings, notes=notes)
+            metric=args.metric, fitting=args.fitting, published_settings=args.published_settings,
+            evidence=not args.no_evidence, notes=notes)
     except (KeyboardInterrupt, asyncio.CancelledError):
         sys.stderr.write("\ninterrupted: every finished case and arm is stored. Rerun the same command to resume "
                          "(finished arms are reused, not rerun).\n")

@@ -42,9 +42,12 @@ hash of its runs and cases) and ``league_rows`` (one row per arm × metric, the 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import math
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -202,6 +205,57 @@ def choose_arms(task: Task, names: str, *, recall: bool = False, seeding: str | 
     return out, skipped, rule
 
 
+# ------------------------------------------------------------------------------------ evidence kept
+
+#: Benchmarks whose gold evidence is marked turn by turn (what :mod:`agentlab.bench.retention` measures).
+RETENTION_BENCHMARKS = ("qmsum", "locomo", "longmemeval")
+
+
+def llm_free_build(task: Task, name: str, settings: Any) -> Any:
+    """A builder of arm ``name``'s mechanisms when they need no model (else ``None``).
+
+    The baseline has none; a generic arm needs a model when it (or, for ``x+recall``, ``x``)
+    summarises: ``rolling_summary`` and the summarising peers of
+    :func:`agentlab.bench.retention.model_arms`. A task's other modes run their own code: not measured.
+    """
+    from agentlab.bench.retention import model_arms
+
+    roles = task.roles()
+    if roles is not None and name == roles.baseline:
+        return list
+    arm = task.arm(name)
+    base = name[: -len(arms_mod.RECALL_SUFFIX)] if name.endswith(arms_mod.RECALL_SUFFIX) else name
+    if not arm.generic or base == "rolling_summary" or base in model_arms():
+        return None
+    return lambda: arm.mechanisms(settings, None)
+
+
+async def measure_evidence(task: Task, cases: Sequence[Any], settings: Any, names: Sequence[str], budget: int,
+                           db: str | Path, code_version: str = "") -> tuple[list[str], float]:
+    """Measure and store (``retention`` table, turn delivery) the LLM-free retention of ``names`` on ``cases``.
+
+    Returns the arms measured and the seconds it took; no model is called.
+    """
+    from agentlab.bench import retention
+    from agentlab.bench.cli_retention import _groups
+    from agentlab.bench.delivery import Delivery
+    from agentlab.bench.retention_store import write_retention
+
+    started = time.perf_counter()
+    chosen = []
+    for name in names:
+        build = llm_free_build(task, name, settings)
+        if build is not None:
+            chosen.append(retention.Arm(name, build, f"league arm {name}"))
+    if not chosen or task.name not in RETENTION_BENCHMARKS:
+        return [], 0.0
+    groups = _groups(task.name, cases, Delivery("turns"), settings)
+    timed = await retention.measure_groups(groups, chosen, context_window=budget)
+    write_retention(db, timed.rows, benchmark=task.name, chunk_turns=None, context_budget=budget,
+                    code_version=code_version)
+    return [a.name for a in chosen], time.perf_counter() - started
+
+
 # ------------------------------------------------------------------------------------ running
 
 
@@ -243,14 +297,17 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
                       overrides: Sequence[str] = (), db: str | Path | None = DEFAULT_DB,
                       store: ResultStore | None = None, concurrency: int | None = None, progress: bool = True,
                       metric: str | None = None, fitting: bool = False, selection: Any = None,
-                      published_settings: bool = False, notes: TextIO | None = None) -> LeagueResult:
+                      published_settings: bool = False, evidence: bool = True,
+                      notes: TextIO | None = None) -> LeagueResult:
     """Run (or resume) the baseline and every arm of a league, compute, store and return its table.
 
     ``model``: the answer model spec (default: the environment's); ``model_object``: an already
     built model to use instead (a test's scripted model; ``model`` is then only its label).
     ``selection``: the cases (default: the task's published selection, loaded once). ``fitting``:
     take the first ``limit`` (default :data:`EMBEDDED_DEFAULT_LIMIT`) cases whose baseline prompt
-    fits the model's window. ``notes``: where progress lines go (default stderr).
+    fits the model's window. ``evidence``: measure the LLM-free evidence kept of the arms that need
+    no model first (:func:`measure_evidence`; stored in the ``retention`` table). ``notes``: where
+    progress lines go (default stderr).
     Every user error is a :class:`CliError` raised before anything is stored.
     """
     from agentlab.bench.cli_run import _build_model, _choose_cases, _close_clients, _prepare_model
@@ -259,6 +316,10 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
 
     started = time.perf_counter()
     notes = notes or sys.stderr
+    main_task = asyncio.current_task()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        if main_task is not None:  # SIGTERM (a CI timeout, kill) stops the league as cleanly as Ctrl-C
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     task = get_task(benchmark)
     names, skipped, rule = choose_arms(task, arms, recall=recall, seeding=seeding)
     roles = task.roles()
@@ -346,6 +407,14 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         calls["replayed" if record.cache_hit else "sent"] += 1
 
     try:
+        if evidence and task.name in RETENTION_BENCHMARKS:
+            target = active.path if active.path is not None else None
+            if target is not None:
+                measured, took = await measure_evidence(task, cases, settings, [roles.baseline, *names],
+                                                        header.mechanism_window, target, header.code_version)
+                if measured:
+                    notes.write(f"  evidence kept measured without a model for {len(measured)} arms in {took:.1f} s "
+                                f"(retention table, turn delivery, budget {header.mechanism_window})\n")
         with observe_calls(count):
             for run_id, request in requests.items():
                 before = dict(calls)

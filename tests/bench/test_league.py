@@ -93,6 +93,11 @@ def test_scripted_league_runs_the_baseline_once_and_counts_a_failed_case(tmp_pat
     assert recovered["recovery"] is not None and recovered["recovery"] > 0  # type: ignore[operator]
     assert lossy["peak_prompt_tokens_max"] < base["peak_prompt_tokens_max"]  # type: ignore[operator]
     assert "1 failed case(s) are counted" in league.format_league(result)
+    # Evidence kept, measured without a model: the whole meeting keeps the zebra turn, the toy hides it.
+    assert (base["evidence_kept"], base["evidence_cases"]) == (1.0, 3)
+    # The evidence span is turns 3-4; recall preloads turn 3 only, so the unit is still not all there.
+    assert lossy["evidence_kept"] == 0.0 and (recovered["evidence_kept"], recovered["evidence_cases"]) == (0.0, 3)
+    assert len(analysis.retention_df("qmsum", db=db)) == 9  # 3 arms x 3 cases
 
 
 def test_second_league_reuses_the_baseline_and_finished_arms(tmp_path: Path) -> None:
@@ -168,7 +173,16 @@ def test_cli_league_on_the_test_server_json(tmp_path: Path, toy_qmsum: None) -> 
         again_code, again, _ = run_cli("league", "qmsum", "--arms", "toy_keep_last,summary,recall", "--recall",
                                        "--model", server.model_spec, "--db", str(db), "--no-progress",
                                        "--set", "judge.enabled=false", "--context-budget", "4096")
-    assert again_code == 0
+        # The plain run command with the same flags names the same runs and finds their cases stored.
+        plain_code, plain, plain_err = run_cli("qmsum", "--arm", "toy_keep_last+recall", "--model", server.model_spec,
+                                               "--db", str(db), "--json", "--no-progress", "--set",
+                                               "judge.enabled=false", "--context-budget", "4096")
+    assert again_code == 0 and plain_code == 0, plain_err
+    ids = {a["arm"]: a["run_id"] for a in payload["arms"]} | {"long_context": payload["baseline_run_id"]}
+    plain_runs = json.loads(plain)["runs"]
+    assert {r["mode"]: r["run_id"] for r in plain_runs} == {m: ids[m] for m in
+                                                            ("long_context", "toy_keep_last", "toy_keep_last+recall")}
+    assert all(r["already_done"] == 3 and r["attempted"] == 0 for r in plain_runs)
     assert [a["arm"] for a in payload["arms"]] == ["toy_keep_last", "toy_keep_last+recall", "summary", "recall"]
     assert payload["context_budget"] == 4096 and payload["n_cases"] == 3 and payload["baseline"] == "long_context"
     assert payload["baseline_source"].startswith("run now") and payload["primary_metric"] == "rougeL"
