@@ -105,6 +105,19 @@ def league_table(db: str | os.PathLike[str], league_id: str) -> pd.DataFrame:
     return rows
 
 
+#: How :func:`styled` prints each column of the league table.
+FORMATS = {"prompt_savings": "{:.1%}", "evidence_kept": "{:.0%}", "peak_prompt_tokens_mean": "{:,.0f}",
+           "peak_prompt_tokens_max": "{:,.0f}", "summary_calls": "{:.2f}", "summary_tokens": "{:,.0f}",
+           "delta": "{:+.4f}", "ci_low": "{:+.4f}", "ci_high": "{:+.4f}", "p_value": "{:.3f}", "recovery": "{:.2f}"}
+
+
+def styled(table: pd.DataFrame) -> Any:
+    """``table`` for reading: savings and evidence as percentages, tokens with thousands separators, deltas
+    signed to 4 decimals, empty cells as "–" (the numbers themselves stay in ``table``).
+    """
+    return table.style.format({c: f for c, f in FORMATS.items() if c in table.columns}, na_rep="–").hide(axis="index")
+
+
 # ------------------------------------------------------------------------------------ the plot
 
 
@@ -323,16 +336,17 @@ def requests_html(requests: Sequence[ArmRequest], *, limit: int = 240) -> str:
         stored = "" if request.stored_prompt_tokens is None else f" (its run: {request.stored_prompt_tokens:,})"
         actions = "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in request.actions.items())
         rows = "".join(
-            f'<tr><td style="vertical-align:top;font-weight:bold;padding-right:6px">{html.escape(role)}</td>'
+            f'<tr><td style="vertical-align:top;font-weight:bold;font-size:11px;padding-right:6px">{html.escape(role)}</td>'
             f'<td style="text-align:left;font-size:11px">{html.escape(text)}</td></tr>'
             for role, text in message_rows(request.messages, limit=limit))
         columns.append(
-            '<div style="flex:0 0 300px;border:1px solid #ccc;padding:6px">'
+            '<div style="flex:0 0 320px;border:1px solid #ccc;padding:6px">'
             f"<b>{html.escape(request.arm)}</b><br>{len(request.messages):,} messages, "
             f"{request.prompt_tokens:,} prompt tokens{stored}"
             f'<ul style="margin:2px 0;font-size:11px">{actions}</ul>'
             f'<table style="border-collapse:collapse">{rows}</table></div>')
-    return f'<div style="display:flex;gap:10px;align-items:flex-start;overflow-x:auto">{"".join(columns)}</div>'
+    return ('<div style="display:flex;flex-wrap:wrap;gap:10px;align-items:flex-start;font-size:12px">'
+            f'{"".join(columns)}</div>')
 
 
 def requests_summary(requests: Sequence[ArmRequest]) -> pd.DataFrame:
@@ -392,7 +406,7 @@ class LeagueView:
         return rows[[c for c in TABLE_COLUMNS if c in rows.columns]].reset_index(drop=True)
 
     def render(self, benchmark: str, context_budget: int, metric: str) -> dict[str, Any]:
-        """The league table of ``metric`` and its Pareto figure."""
+        """The league table of ``metric`` (``table``; ``styled``: the same, formatted) and its Pareto figure."""
         import matplotlib.pyplot as plt
 
         rows = self.rows(benchmark, context_budget)
@@ -402,7 +416,8 @@ class LeagueView:
         plot_league(rows, ax=ax, title=f"{benchmark}, {context_budget:,}-token budget, {n} cases · {metric}: "
                                        "quality Δ against prompt savings")
         plt.close(fig)  # shown where it is displayed, not again at the end of the cell
-        return {"table": self.table(benchmark, context_budget, metric), "figure": fig, "rows": rows}
+        table = self.table(benchmark, context_budget, metric)
+        return {"table": table, "styled": styled(table), "figure": fig, "rows": rows}
 
     def render_case(self, benchmark: str, context_budget: int, case_id: str) -> dict[str, Any]:
         """What each arm of the league sent the model for ``case_id``: a summary table and the side-by-side HTML."""
@@ -440,7 +455,7 @@ class LeagueView:
             league_out.clear_output(wait=True)
             with league_out:
                 shown = self.render(benchmark.value, budget_box.value, metric_box.value)
-                display(shown["figure"], shown["table"])
+                display(shown["figure"], shown["styled"])
 
         def draw_case() -> None:
             case_out.clear_output(wait=True)
