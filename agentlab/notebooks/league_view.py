@@ -391,6 +391,13 @@ class LeagueView:
             self._rows[league] = league_table(self.db, league)
         return self._rows[league]
 
+    def primary_metric(self, benchmark: str, context_budget: int) -> str | None:
+        """The metric the league itself ranks by (its ``primary_metric``; the metric dropdown's default)."""
+        chosen = self.leagues[(self.leagues["benchmark"] == benchmark)
+                              & (self.leagues["context_budget"] == context_budget)]
+        value = chosen["primary_metric"].iloc[-1] if len(chosen) else None
+        return None if value is None or pd.isna(value) else str(value)
+
     def metrics(self, benchmark: str, context_budget: int) -> list[str]:
         """The metrics the league has a delta for (the metric dropdown)."""
         return sorted(set(self.rows(benchmark, context_budget)["metric"]))
@@ -445,7 +452,9 @@ class LeagueView:
             budget_box.value = keep_budget if keep_budget in options else options[0]
             metrics = self.metrics(benchmark.value, budget_box.value)
             metric_box.options = metrics
-            metric_box.value = keep_metric if keep_metric in metrics else metrics[0]
+            primary = self.primary_metric(benchmark.value, budget_box.value)
+            metric_box.value = (keep_metric if keep_metric in metrics else primary if primary in metrics
+                                else metrics[0])
             cases = self.cases(benchmark.value, budget_box.value)
             keep_case = case_box.value
             case_box.options = cases

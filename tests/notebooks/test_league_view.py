@@ -153,3 +153,24 @@ def test_the_case_view_projects_what_each_arm_sent(league: dict[str, Any]) -> No
         assert request.stored_prompt_tokens is not None
         assert abs(request.stored_prompt_tokens - request.prompt_tokens) <= 8, request.arm
     assert all(f"<b>{arm}</b>" in shown["html"] for arm in by_arm)
+
+
+def test_the_metric_dropdown_defaults_to_the_league_s_primary_metric(league: dict[str, Any]) -> None:
+    view = league_view.LeagueView(league["db"], model=league["model"])
+    assert view.primary_metric("qmsum", BUDGET) == "rougeL"
+    assert view.primary_metric("qmsum", 4096) is None
+
+
+def test_the_widget_redraws_the_case_view_for_another_case(league: dict[str, Any],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ipywidgets")
+    view = league_view.LeagueView(league["db"], model=league["model"])
+    box = view.widget(context_budget=BUDGET)
+    controls = {c.description: c for row in box.children if hasattr(row, "children") for c in row.children}
+    controls.update({c.description: c for c in box.children if getattr(c, "description", "")})
+    assert (controls["budget"].value, controls["metric"].value) == (BUDGET, "rougeL")
+    assert controls["case"].options == ("Bed003_specific_01", "Bed008_specific_01")
+    capsys.readouterr()
+    controls["case"].value = "Bed008_specific_01"  # outside a kernel the Output's display goes to stdout
+    shown = capsys.readouterr().out
+    assert "letta_sliding_window" in shown and "run_answer_prompt_tokens" in shown
