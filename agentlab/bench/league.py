@@ -359,7 +359,7 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         judge_model = built
         if first.judge_spec != first.model_spec and model_object is None:
             judge_model = _build_model(first.judge_spec, "--judge-model")
-            _prepare_model(judge_model, first.judge_spec, "--judge-model", window=True)
+            _prepare_model(judge_model, first.judge_spec, "--judge-model", window=False)
         judge = Judge(judge_model, first.judge_spec)
     rule_name: str | None = None
     if selection is None and fitting:
