@@ -231,10 +231,11 @@ def llm_free_build(task: Task, name: str, settings: Any) -> Any:
 
 
 async def measure_evidence(task: Task, cases: Sequence[Any], settings: Any, names: Sequence[str], budget: int,
-                           db: str | Path, code_version: str = "") -> tuple[list[str], float]:
+                           store: ResultStore, code_version: str = "") -> tuple[list[str], float]:
     """Measure and store (``retention`` table, turn delivery) the LLM-free retention of ``names`` on ``cases``.
 
-    Returns the arms measured and the seconds it took; no model is called.
+    An arm whose rows for every case are already stored (same budget, same retention version) is
+    not measured again. Returns the arms measured and the seconds it took; no model is called.
     """
     from agentlab.bench import retention
     from agentlab.bench.cli_retention import _groups
@@ -242,16 +243,25 @@ async def measure_evidence(task: Task, cases: Sequence[Any], settings: Any, name
     from agentlab.bench.retention_store import write_retention
 
     started = time.perf_counter()
+    stored: dict[str, set[str]] = {}
+    if store.has_table("retention"):
+        for arm, case_id in store.query(
+                "SELECT arm, case_id FROM retention WHERE benchmark = ? AND delivery = 'turns' AND context_budget = ? "
+                "AND retention_version = ?", [task.name, budget, retention.RETENTION_VERSION]):
+            stored.setdefault(arm, set()).add(case_id)
+    wanted = {c.id for c in cases}
     chosen = []
     for name in names:
         build = llm_free_build(task, name, settings)
-        if build is not None:
+        if build is not None and not wanted <= stored.get(name, set()):
             chosen.append(retention.Arm(name, build, f"league arm {name}"))
+    if store.path is None:
+        return [], 0.0
     if not chosen or task.name not in RETENTION_BENCHMARKS:
         return [], 0.0
     groups = _groups(task.name, cases, Delivery("turns"), settings)
     timed = await retention.measure_groups(groups, chosen, context_window=budget)
-    write_retention(db, timed.rows, benchmark=task.name, chunk_turns=None, context_budget=budget,
+    write_retention(store.path, timed.rows, benchmark=task.name, chunk_turns=None, context_budget=budget,
                     code_version=code_version)
     return [a.name for a in chosen], time.perf_counter() - started
 
@@ -349,7 +359,7 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         judge_model = built
         if first.judge_spec != first.model_spec and model_object is None:
             judge_model = _build_model(first.judge_spec, "--judge-model")
-            _prepare_model(judge_model, first.judge_spec, "--judge-model", window=True)
+            _prepare_model(judge_model, first.judge_spec, "--judge-model", window=False)
         judge = Judge(judge_model, first.judge_spec)
     rule_name: str | None = None
     if selection is None and fitting:
@@ -408,13 +418,11 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
 
     try:
         if evidence and task.name in RETENTION_BENCHMARKS:
-            target = active.path if active.path is not None else None
-            if target is not None:
-                measured, took = await measure_evidence(task, cases, settings, [roles.baseline, *names],
-                                                        header.mechanism_window, target, header.code_version)
-                if measured:
-                    notes.write(f"  evidence kept measured without a model for {len(measured)} arms in {took:.1f} s "
-                                f"(retention table, turn delivery, budget {header.mechanism_window})\n")
+            measured, took = await measure_evidence(task, cases, settings, [roles.baseline, *names],
+                                                    header.mechanism_window, active, header.code_version)
+            if measured:
+                notes.write(f"  evidence kept measured without a model for {len(measured)} arms in {took:.1f} s "
+                            f"(retention table, turn delivery, budget {header.mechanism_window})\n")
         with observe_calls(count):
             for run_id, request in requests.items():
                 before = dict(calls)
@@ -544,6 +552,9 @@ def compute_rows(store: ResultStore, benchmark: str, league_id: str, baseline_id
             result = mean_with_ci([(cases[baseline_id][c][1] - mine[c][1]) / cases[baseline_id][c][1] for c in both])
             savings = {"estimate": result.estimate, "ci_low": result.ci_low, "ci_high": result.ci_high}
         peaks = [mine[c][2] for c in ok]
+        # Every answer prompt the same size as the baseline's: the arm's mechanisms did not act here.
+        unchanged = run_id != baseline_id and bool(both) and len(both) == len(ok) and all(
+            mine[c][1] == cases[baseline_id][c][1] for c in both)
         evidence, evidence_n = _evidence(store, benchmark, name, mechanism_window, case_ids)
         common = {
             "league_id": league_id, "benchmark": benchmark, "arm": name, "role": role, "partner": partner,
@@ -552,7 +563,7 @@ def compute_rows(store: ResultStore, benchmark: str, league_id: str, baseline_id
             "peak_prompt_tokens_max": max(peaks) if peaks else None,
             "summary_calls": (sum(mine[c][3] for c in ok) / len(ok)) if ok else None,
             "summary_tokens": (sum(mine[c][4] for c in ok) / len(ok)) if ok else None,
-            "evidence_kept": evidence, "evidence_cases": evidence_n,
+            "evidence_kept": evidence, "evidence_cases": evidence_n, "unchanged": unchanged,
             "run_id": run_id, "baseline_run_id": baseline_id, "ordinal": ordinal,
             "n_cases": sum(1 for c in case_ids if c in mine),
             "savings_ci_low": savings["ci_low"], "savings_ci_high": savings["ci_high"],
@@ -738,6 +749,11 @@ def format_league(result: LeagueResult, metrics: Sequence[str] | None = None) ->
         lines.append("")
         lines.append("left out:")
         lines.extend(f"  {name:32s} {reason}" for name, reason in result.skipped.items())
+    same = [r["arm"] for r in result.rows if r["metric"] == primary and r.get("unchanged")]
+    if same:
+        lines.append("")
+        lines.append(f"sent answer prompts of the baseline's size on every case (their mechanisms did not act at "
+                     f"this budget): {', '.join(same)}")
     failed = sum(r["n_failed"] for r in result.rows if r["metric"] == primary)
     if failed:
         lines.append(f"{failed} failed case(s) are counted above (scored 0 in delta; left out of savings and peak)")

@@ -24,6 +24,7 @@ LEAGUE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("savings_ci_low", "DOUBLE"), ("savings_ci_high", "DOUBLE"), ("n_pairs", "INTEGER"),
     ("baseline_mean", "DOUBLE"), ("arm_mean", "DOUBLE"), ("recovery_ci_low", "DOUBLE"),
     ("recovery_ci_high", "DOUBLE"), ("evidence_cases", "INTEGER"), ("stats_note", "VARCHAR"),
+    ("unchanged", "BOOLEAN"),
 )
 COLUMN_NAMES = tuple(name for name, _ in LEAGUE_COLUMNS)
 
@@ -58,6 +59,8 @@ def create_tables(con: Any) -> None:
     columns = ", ".join(f"{name} {kind}" for name, kind in LEAGUE_COLUMNS)
     con.execute(_LEAGUES_SCHEMA)
     con.execute(f"CREATE TABLE IF NOT EXISTS league_rows ({columns})")
+    for name, kind in LEAGUE_COLUMNS:  # a file written before a column existed gains it (NULL for old rows)
+        con.execute(f"ALTER TABLE league_rows ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 
 def read_league(store: Any, benchmark: str | None = None, league_id: str | None = None) -> Any:

@@ -133,6 +133,18 @@ def test_an_interrupted_league_resumes_reusing_the_finished_arms(tmp_path: Path)
     assert row(resumed, "toy_keep_last+recall")["n_ok"] == 3
 
 
+def test_a_lived_league_runs_the_generic_arms_with_their_own_baseline_run(tmp_path: Path) -> None:
+    db = tmp_path / "r.duckdb"
+    forced = run(db, scripted(), "toy_keep_last")
+    lived = run(db, scripted(), "toy_keep_last", seeding="lived")
+    assert lived.seeding == "lived" and lived.baseline_run_id != forced.baseline_run_id
+    assert lived.arms[0].run_id != forced.arms[0].run_id
+    with ResultStore(db) as store:
+        config = store.query("SELECT config FROM runs WHERE run_id = ?", [lived.arms[0].run_id])[0][0]
+    assert json.loads(config)["seeding"] == "lived"
+    assert row(lived, "toy_keep_last")["n_failed"] == 1  # the hidden evidence fails the third case here too
+
+
 def test_a_baseline_that_cannot_fit_the_window_is_an_error_naming_the_fix(tmp_path: Path) -> None:
     small = ScriptedModel(info=ModelInfo("scripted", 120), default_reply=echo)  # type: ignore[arg-type]
     with pytest.raises(CliError, match="over the model scripted's 120-token window.*--fitting"):
