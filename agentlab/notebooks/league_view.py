@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 #: The columns the league table shows (of ``analysis.league_df``'s), in this order.
 TABLE_COLUMNS = ["arm", "role", "partner", "n_ok", "n_failed", "prompt_savings", "peak_prompt_tokens_mean",
                  "peak_prompt_tokens_max", "summary_calls", "summary_tokens", "delta", "ci_low", "ci_high", "p_value",
-                 "recovery", "pareto", "evidence_kept"]
+                 "recovery", "pareto", "evidence_kept", "unchanged"]
 #: One colour per role in the league plot.
 ROLE_COLOURS = {"baseline": "#4c72b0", "lossy": "#dd8452", "recovered": "#55a868"}
 

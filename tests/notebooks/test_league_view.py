@@ -136,6 +136,7 @@ def test_the_view_shows_arms_that_differ(league: dict[str, Any]) -> None:
     savings = table["prompt_savings"]
     assert savings["long_context"] == 0 and 0 < savings["inspect_trim"] < savings["letta_sliding_window"] < 1
     assert table.loc["inspect_trim+recall", "partner"] == "inspect_trim"
+    assert not table.loc[ARMS, "unchanged"].any(), "an arm sent the baseline's prompts: it does not act here"
     assert len(shown["figure"].axes[0].texts) == 4  # one label per arm: none coincide here
     assert view.cases("qmsum", BUDGET) == ["Bed003_specific_01", "Bed008_specific_01"]
 
