@@ -71,6 +71,9 @@ def stored_leagues(db: str | os.PathLike[str], *, model: str | None = None) -> p
     from agentlab.bench.store import ResultStore
 
     columns = ["league_id", "benchmark", "model", "context_budget", "seeding", "n_cases", "primary_metric", "written"]
+    if not Path(db).is_file():
+        raise FileNotFoundError(f"no results database at {db}: run ensure_league (or `python -m agentlab.bench league`) "
+                                "with this db first")
     with ResultStore(Path(db), read_only=True) as store:
         if not store.has_table("leagues"):
             return pd.DataFrame(columns=columns)
@@ -211,7 +214,9 @@ class ArmRequest:
 
     arm: str
     messages: list[Any]
-    prompt_tokens: int
+    #: ``None`` when the arm's answer request cannot be built without model output (a task mode whose
+    #: question prompt waits for its summary); ``actions`` then says why.
+    prompt_tokens: int | None
     #: The prompt tokens the league run's answer call reported for this case (``None``: not stored).
     stored_prompt_tokens: int | None
     #: What each mechanism did (its ``describe()`` name → a one-line account).
@@ -284,14 +289,21 @@ def case_requests(benchmark: str, case_id: str, arms: Sequence[str], *, context_
     history = task.history(case, settings)
     instruction = task.arm_instruction(case, settings)
     stored = stored or {}
+    roles = task.roles()
+    baseline = roles.baseline if roles is not None else None
     out = []
     for name in arms:
         arm = task.arm(name)
         if not arm.generic:  # a task mode (the baseline): its own code builds its prompt
             prompts = task.dry_run_prompts(case, name, settings)
+            if name != baseline:
+                out.append(ArmRequest(name, [], None, stored.get(name), {
+                    f"{name} mode": f"{task.name}'s own code builds its answer request from model output "
+                                    f"(it sends {len(prompts)} prompts before any); not projected here"}))
+                continue
             if len(prompts) != 1:
-                raise ValueError(f"{benchmark}: mode {name} sends {len(prompts)} prompts before any model output; "
-                                 "this view shows one answer request per arm: pick a generic arm")
+                raise ValueError(f"{benchmark}: the baseline mode {name} sends {len(prompts)} prompts before any "
+                                 "model output, not one answer request")
             messages = list(prompts[0])
             out.append(ArmRequest(name, messages, count_messages(messages), stored.get(name),
                                   {f"{name} mode": "its own prompt (the task's dry run), no mechanism"}))
@@ -339,10 +351,11 @@ def requests_html(requests: Sequence[ArmRequest], *, limit: int = 240) -> str:
             f'<tr><td style="vertical-align:top;font-weight:bold;font-size:11px;padding-right:6px">{html.escape(role)}</td>'
             f'<td style="text-align:left;font-size:11px">{html.escape(text)}</td></tr>'
             for role, text in message_rows(request.messages, limit=limit))
+        size = ("answer request not projected" if request.prompt_tokens is None
+                else f"{len(request.messages):,} messages, {request.prompt_tokens:,} prompt tokens")
         columns.append(
             '<div style="flex:0 0 320px;border:1px solid #ccc;padding:6px">'
-            f"<b>{html.escape(request.arm)}</b><br>{len(request.messages):,} messages, "
-            f"{request.prompt_tokens:,} prompt tokens{stored}"
+            f"<b>{html.escape(request.arm)}</b><br>{size}{stored}"
             f'<ul style="margin:2px 0;font-size:11px">{actions}</ul>'
             f'<table style="border-collapse:collapse">{rows}</table></div>')
     return ('<div style="display:flex;flex-wrap:wrap;gap:10px;align-items:flex-start;font-size:12px">'

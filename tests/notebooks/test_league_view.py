@@ -175,3 +175,18 @@ def test_the_widget_redraws_the_case_view_for_another_case(league: dict[str, Any
     controls["case"].value = "Bed008_specific_01"  # outside a kernel the Output's display goes to stdout
     shown = capsys.readouterr().out
     assert "letta_sliding_window" in shown and "run_answer_prompt_tokens" in shown
+
+
+def test_a_task_mode_whose_answer_needs_model_output_is_named_not_projected(league: dict[str, Any]) -> None:
+    requests = league_view.case_requests("qmsum", "Bed003_specific_01", ["long_context", "summary"],
+                                         context_budget=BUDGET, model=league["model"])
+    baseline, summary = requests
+    assert baseline.prompt_tokens and len(baseline.messages) > 100
+    assert summary.prompt_tokens is None and summary.messages == []
+    assert "not projected" in summary.actions["summary mode"]
+    assert "answer request not projected" in league_view.requests_html(requests)
+
+
+def test_a_missing_results_file_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="run ensure_league"):
+        league_view.LeagueView(tmp_path / "none.duckdb", model="openai:m")
