@@ -55,7 +55,7 @@ test-peers: $(PEERS_STAMP)
 	AGENTLAB_REQUIRE_PEERS=1 $(PEERS_VENV)/bin/python -m pytest -q -p no:cacheprovider -m peers tests/policies
 
 # Notebooks run the way a person uses them: JupyterLab in headless Chromium, all cells, a widget changed
-# (tests/ui/, about half a minute). Needs the ui extra and Debian's chromium, which is installed here when
+# (tests/ui/, notebooks 03 and 04, about a minute and a half). Needs the ui extra and Debian's chromium, which is installed here when
 # it is missing and we are root (CI); AGENTLAB_REQUIRE_UI=1 makes a missing browser a failure, not a skip.
 UI_STAMP := $(VENV)/.agentlab-ui-installed
 

@@ -164,6 +164,21 @@ def retention_df(benchmark: str | None = None, arm: str | None = None, *, delive
         return read_retention(s.conn, benchmark=benchmark, arm=arm, delivery=delivery)
 
 
+def league_df(benchmark: str | None = None, *, league_id: str | None = None, db: str | Path | None = None,
+              store: ResultStore | None = None) -> pd.DataFrame:
+    """The stored league tables of ``python -m agentlab.bench league``: one row per league, arm and metric.
+
+    Stable columns: ``league_id, benchmark, arm, role, partner, n_ok, n_failed, prompt_savings,
+    peak_prompt_tokens_mean, peak_prompt_tokens_max, summary_calls, summary_tokens, metric, delta,
+    ci_low, ci_high, p_value, recovery, pareto, evidence_kept`` (then the run ids, intervals and
+    counts of :data:`agentlab.bench.league_store.LEAGUE_COLUMNS`). Empty, with the columns, before any league.
+    """
+    from agentlab.bench.league_store import read_league
+
+    with _open(db, store) as s:
+        return read_league(s, benchmark=benchmark, league_id=league_id)
+
+
 def mode_means_df(benchmark: str, *, db: str | Path | None = None, store: ResultStore | None = None) -> pd.DataFrame:
     """Mean of every metric per run (each (mode, variant) its own row); failed cases count as 0."""
     with _open(db, store) as s:

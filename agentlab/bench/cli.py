@@ -10,8 +10,15 @@
                                     [--between VARIANT_A VARIANT_B]
     python -m agentlab.bench retention <benchmark> [--arms a,b|all] [--limit N] [--context-budget N]
                                        [--set dataset.delivery=turns|tool_results] [--db PATH] [--json]
+    python -m agentlab.bench league <benchmark> [--arms a,b|all] [--recall] [--context-budget N]
+                                    [--seeding forced|lived] [--limit N] [--fitting] [--model SPEC]
+                                    [--metric NAME] [--db PATH] [--json] [--no-progress] [--set ...]
     python -m agentlab.bench list [--json]
     python -m agentlab.bench fixture longmemeval PATH [--questions N] [--sessions N] [--turns N]
+
+``league`` runs (or reuses) the baseline once and every arm on the same cases with one model and
+call cache, then prints one table: savings, peak prompt tokens, summary cost, quality delta with
+paired 95 % intervals, recovery of ``+recall`` arms, Pareto flag; stored for ``analysis.league_df()``.
 
 Published settings come from ``benchmarks/<benchmark>.toml``; flags and ``--set`` override them.
 With the embedded model (the offline smoke-test model) and no ``--limit``, only the first 5 cases
@@ -132,6 +139,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             from agentlab.bench.cli_retention import cmd_retention, retention_parser
 
             return cmd_retention(retention_parser(prog).parse_args(argv[1:]), out)
+        if argv[0] == "league":
+            from agentlab.bench.cli_league import cmd_league, league_parser
+
+            return cmd_league(league_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "fixture":
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)

@@ -44,12 +44,25 @@ def check_policy_comparison(before: Shown, after: Shown) -> None:
         f"the quality-loss deltas still read {before.column(0, 'delta')} after switching the metric")
 
 
+def check_policy_league(before: Shown, after: Shown) -> None:
+    """Notebook 04, budget 8,192 → 32,768: a new Pareto plot, the same arms, other savings in the league table."""
+    assert len(before.images) == len(after.images) == 1, "the league shows one figure before and after"
+    assert before.images[0] != after.images[0], "the Pareto plot was not redrawn for the new budget"
+    assert before.tables and after.tables, "the league table is shown"
+    assert before.column(0, "arm") == after.column(0, "arm"), "the same arms are listed"
+    assert before.column(0, "prompt_savings") != after.column(0, "prompt_savings"), (
+        f"the savings still read {before.column(0, 'prompt_savings')} at the larger budget")
+
+
 CASES = [
     NotebookCase("03_policy_comparison.ipynb", widget="metric", choose="f1",
                  parameters=lambda tmp: {"DB": str(tmp / "03.duckdb"), "CACHE_DB": str(tmp / "03-cache.duckdb")},
                  check=check_policy_comparison),
-    # Notebook 04 (policy league), once it exists:
-    # NotebookCase("04_policy_league.ipynb", widget="...", choose="...", parameters=..., check=...),
+    # One benchmark keeps the run short; the budget dropdown switches between the two leagues.
+    NotebookCase("04_policy_league.ipynb", widget="budget", choose="32,768",
+                 parameters=lambda tmp: {"DB": str(tmp / "04.duckdb"), "CACHE_DB": str(tmp / "04-cache.duckdb"),
+                                         "BENCHMARKS": ["qmsum"]},
+                 check=check_policy_league),
 ]
 
 
