@@ -211,23 +211,18 @@ def choose_arms(task: Task, names: str, *, recall: bool = False, seeding: str | 
 RETENTION_BENCHMARKS = ("qmsum", "locomo", "longmemeval")
 
 
-def llm_free_build(task: Task, name: str, settings: Any) -> Any:
-    """A builder of arm ``name``'s mechanisms when they need no model (else ``None``).
+def llm_free_arm(task: Task, name: str) -> Any:
+    """Arm ``name`` as the retention measurement runs it when its mechanisms need no model (else ``None``).
 
-    The baseline has none; a generic arm needs a model when it (or, for ``x+recall``, ``x``)
-    summarises: ``rolling_summary`` and the summarising peers of
-    :func:`agentlab.bench.retention.model_arms`. A task's other modes run their own code: not measured.
+    The baseline is the full history (no mechanism); a generic arm needs a model when it (or, for
+    ``x+recall``, ``x``) summarises (``Arm.needs_model``). A task's other modes run their own code: not measured.
     """
-    from agentlab.bench.retention import model_arms
 
     roles = task.roles()
     if roles is not None and name == roles.baseline:
-        return list
+        return arms_mod.full_history_arm(name)
     arm = task.arm(name)
-    base = name[: -len(arms_mod.RECALL_SUFFIX)] if name.endswith(arms_mod.RECALL_SUFFIX) else name
-    if not arm.generic or base == "rolling_summary" or base in model_arms():
-        return None
-    return lambda: arm.mechanisms(settings, None)
+    return arm if arm.generic and not arm.needs_model else None
 
 
 async def measure_evidence(task: Task, cases: Sequence[Any], settings: Any, names: Sequence[str], budget: int,
@@ -252,15 +247,15 @@ async def measure_evidence(task: Task, cases: Sequence[Any], settings: Any, name
     wanted = {c.id for c in cases}
     chosen = []
     for name in names:
-        build = llm_free_build(task, name, settings)
-        if build is not None and not wanted <= stored.get(name, set()):
-            chosen.append(retention.Arm(name, build, f"league arm {name}"))
+        arm = llm_free_arm(task, name)
+        if arm is not None and not wanted <= stored.get(name, set()):
+            chosen.append(arm)
     if store.path is None:
         return [], 0.0
     if not chosen or task.name not in RETENTION_BENCHMARKS:
         return [], 0.0
     groups = _groups(task.name, cases, Delivery("turns"), settings)
-    timed = await retention.measure_groups(groups, chosen, context_window=budget)
+    timed = await retention.measure_groups(groups, chosen, context_window=budget, settings=settings)
     write_retention(store.path, timed.rows, benchmark=task.name, chunk_turns=None, context_budget=budget,
                     code_version=code_version)
     return [a.name for a in chosen], time.perf_counter() - started
