@@ -26,6 +26,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds an upstream call may take (default 60)")
     p.add_argument("--max-recall-rounds", type=int, default=3, help="server-run tool rounds per call (default 3)")
     p.add_argument("--context-window", type=int, help="window for the arm's triggers (default: what upstream states)")
+    p.add_argument("--wait-for-ledger", action="store_true",
+                   help="an answer waits until its turn is committed (default: errors wait, answers do not)")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync each commit (throwaway stores only)")
     return p
 
@@ -65,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = ServeConfig(upstream=args.upstream, arm=args.arm, agent=args.agent, db=args.db, host=args.host,
                          port=args.port, api_key=args.api_key, upstream_api_key=args.upstream_api_key,
                          timeout=args.timeout, max_recall_rounds=args.max_recall_rounds,
-                         context_window=args.context_window, fsync=not args.no_fsync)
+                         context_window=args.context_window, fsync=not args.no_fsync,
+                         wait_for_ledger=args.wait_for_ledger)
     try:
         config.check()
     except ValueError as exc:

@@ -144,8 +144,14 @@ class ProxyBackend:
 
     def __init__(self, *, upstream: str, arm: str, sessions: DuckDBSessionService, store: ServeStore,
                  upstream_api_key: str | None = None, forward_credentials: bool = True,
-                 timeout: float = 60.0, max_recall_rounds: int = 3, context_window: int | None = None) -> None:
+                 timeout: float = 60.0, max_recall_rounds: int = 3, context_window: int | None = None,
+                 wait_for_ledger: bool = False) -> None:
         self.upstream = upstream.rstrip("/")
+        #: Whether an answer waits for its turn's ledger commit. Off (the default), an answer can
+        #: reach the client a few milliseconds before its turn is on disk: a crash in between loses
+        #: that turn from the ledger, and the client's next request (which carries its whole
+        #: history) appends it again. Errors always wait for the commit.
+        self.wait_for_ledger = wait_for_ledger
         self.arm = get_arm(arm)
         self.sessions = sessions
         self.store = store
@@ -655,9 +661,11 @@ class _Call:
     async def run(self) -> HTTPResponse:
         """Update the ledger, project, send, answer (a stream or a body).
 
-        The client's turn is written to the ledger while the request goes upstream and is durable
-        before any answer (or error) goes out; the answer and the call row are written once the
-        response is out (``on_close``), so they add nothing to the client's latency.
+        The client's turn is written to the ledger while the request goes upstream. An error goes
+        out only once the turn is committed (the ledger keeps the client's turn); an answer goes
+        out without waiting for that commit unless ``wait_for_ledger`` is set (see
+        :class:`ProxyBackend`). The answer and the call row are written once the response is out
+        (``on_close``), so they add nothing to the client's latency.
         """
         await self._update_ledger()
         upstream = await self._upstream_body()
@@ -668,7 +676,7 @@ class _Call:
             data = await self._complete(upstream)
         except _UpstreamFailure as exc:
             return await self._fail(exc)
-        problem = await self._turn_durable()
+        problem = await self._turn_durable() if self.proxy.wait_for_ledger else None
         if problem is not None:
             return await self._fail(problem)
         done = functools.partial(self.finish, status=200, outcome="ok",
@@ -786,7 +794,7 @@ class _Call:
             first = await self._open(upstream)
         except _UpstreamFailure as exc:
             return await self._fail(exc)
-        problem = await self._turn_durable()
+        problem = await self._turn_durable() if self.proxy.wait_for_ledger else None
         if problem is not None:
             await first.close()
             return await self._fail(problem)
@@ -920,6 +928,13 @@ class _Call:
             "status": 200 if record.error is None else 502, "outcome": "ok" if record.error is None else "error",
             "error": record.error})
 
+    async def _record_after_turn(self) -> None:
+        problem = await self._turn_durable()
+        if problem is not None and self.row.get("outcome") == "ok":
+            # The answer the client has is not in the ledger either (a write after a failed one fails).
+            self.row.update(outcome=problem.outcome, error=problem.body["error"].get("message"))
+        self.proxy.store.record_call(self.row)
+
     async def finish(self, *, status: int | None = None, outcome: str | None = None, error: str | None = None,
                      finish_reason: str | None = None) -> None:
         """Record the answer (non-stream) and the call row, and release the conversation (once)."""
@@ -936,7 +951,15 @@ class _Call:
                             usage_cached_tokens=self.usage[2])
             self.row.setdefault("ledger_mode", self.ledger_mode)
             self.row.setdefault("session_id", self.conv.session.id)
-            self.proxy.store.record_call(self.row)
+            turn = self._turn_write
+            if turn is not None and not turn.done():
+                # The answer went out before its turn was committed: the row follows the commit (and
+                # says so when the ledger could not store the turn), off this conversation's lock.
+                task = asyncio.ensure_future(self._record_after_turn())
+                self.proxy._background.add(task)
+                task.add_done_callback(self.proxy._background.discard)
+            else:
+                await self._record_after_turn()
         finally:
             self.conv.lock.release()
             if self.on_done is not None:

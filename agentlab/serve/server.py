@@ -57,6 +57,9 @@ class ServeConfig:
     context_window: int | None = None
     #: Durable commits (see ``DuckDBSessionService``); ``False`` only for throwaway stores.
     fsync: bool = True
+    #: Proxy back end: an answer waits until its turn is committed to the ledger (see
+    #: ``ProxyBackend.wait_for_ledger``; errors always wait).
+    wait_for_ledger: bool = False
 
     def check(self) -> None:
         """``ValueError`` naming the first problem of this configuration."""
@@ -90,7 +93,7 @@ class ServeApp:
                 upstream=config.upstream, arm=config.arm, sessions=self.sessions, store=self.store,
                 upstream_api_key=config.upstream_api_key, forward_credentials=config.api_key is None,
                 timeout=config.timeout, max_recall_rounds=config.max_recall_rounds,
-                context_window=config.context_window)
+                context_window=config.context_window, wait_for_ledger=config.wait_for_ledger)
         else:
             from agentlab.serve.agent_backend import AgentBackend
 
