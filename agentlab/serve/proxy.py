@@ -168,6 +168,7 @@ class ProxyBackend:
         self._summary_workers: dict[int, Any] = {}
         self._token_cache: dict[str, int] = {}
         self._canon_cache: dict[int, tuple[dict[str, Any], str]] = {}
+        self._request_canon: dict[tuple[Any, Any, Any], str] = {}
         self._wire_cache: dict[int, tuple[Message, dict[str, Any]]] = {}
         #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.
         self._recent: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()
@@ -236,11 +237,30 @@ class ProxyBackend:
         self._canon_cache[id(m)] = (m, text)
         return text
 
+    def canonical_of_request(self, m: dict[str, Any]) -> str:
+        """:func:`canonical` of a message a client sent, remembered by what it depends on when that
+        is hashable (a plain-text message: role, text, answered call id): a client sends its whole
+        history every call, so without this every earlier message is normalised again each time.
+        """
+        content = m.get("content")
+        if m.get("tool_calls") or not (content is None or isinstance(content, str)):
+            return canonical(m)
+        key = (m.get("role"), content, m.get("tool_call_id"))
+        text = self._request_canon.get(key)
+        if text is None:
+            if len(self._request_canon) > 100_000:
+                self._request_canon.clear()
+            text = self._request_canon[key] = canonical(m)
+        return text
+
     def _count(self, messages: Sequence[dict[str, Any]], tool_list: Sequence[dict[str, Any]] | None,
-               seed: str, canon: Sequence[str] | None = None) -> tuple[int, list[tuple[str, int]]]:
-        """Prompt tokens (local estimate, the same counter on both sides) and the cumulative chain."""
+               seed: str, canon: Sequence[str] | None = None,
+               chain: Sequence[str] | None = None) -> tuple[int, list[tuple[str, int]]]:
+        """Prompt tokens (local estimate, the same counter on both sides) and the cumulative chain
+        (``chain``: the messages' chain hashes from ``seed``, when already known).
+        """
         canon = canon if canon is not None else [self.canonical_of(m) for m in messages]
-        chain = chain_hashes(messages, seed, canon)
+        chain = chain if chain is not None else chain_hashes(messages, seed, canon)
         total = 0
         cumulative: list[tuple[str, int]] = []
         for h, text, m in zip(chain, canon, messages, strict=True):
@@ -397,7 +417,7 @@ class ProxyBackend:
             return json_response(exc.status, exc.body(), {"x-should-retry": "false"})
         tenant = keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
         messages: list[dict[str, Any]] = body["messages"]
-        canon = [canonical(m) for m in messages]
+        canon = [self.canonical_of_request(m) for m in messages]
         chain = chain_hashes(messages, tenant, canon)
         body_hash = chain[-1] + json.dumps({k: v for k, v in body.items() if k != "messages"}, sort_keys=True,
                                            default=str)
@@ -599,7 +619,7 @@ class _Call:
     def _measure(self, upstream: dict[str, Any]) -> None:
         conv, proxy = self.conv, self.proxy
         client_tokens, client_chain = proxy._count(self.body["messages"], self.body.get("tools"), conv.tenant,
-                                                   self.canon)
+                                                   self.canon, self.chain)
         if upstream["messages"] is self.body["messages"] and upstream.get("tools") == self.body.get("tools"):
             up_tokens, up_chain = client_tokens, client_chain  # sent as the client sent it
         else:
