@@ -22,6 +22,9 @@ import pandas as pd
 
 from agentlab.duckdb_files import connect
 
+#: ``serve_calls.purpose`` of the calls an arm's mechanisms made upstream (not the client's calls).
+MECHANISM_PURPOSES = ("summary", "projection")
+
 
 def _frame(source: Any) -> pd.DataFrame:
     if hasattr(source, "calls"):  # a ServeHandle: read through its own connection
@@ -67,15 +70,16 @@ def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> p
     Token sums cover the answered client calls (status 200). ``net_saved_uncached`` is the saving
     once the prefix cache is taken into account (uncached client tokens minus uncached upstream
     tokens): it can be smaller than ``saved_tokens``, or negative, when the rewriting breaks the
-    cached prefix. ``summary_tokens`` are what the arm's summariser spent upstream (prompt +
-    completion), a cost the savings have to pay for.
+    cached prefix. ``summary_tokens`` are what the arm's mechanisms spent upstream (prompt +
+    completion of the rows of purpose ``summary`` and ``projection``), a cost the savings have to pay for.
     """
     calls = serve_calls_df(source)
     keys = list(by)
-    summaries = calls[calls["purpose"] == "summary"]
+    mechanism_calls = calls["purpose"].isin(MECHANISM_PURPOSES)
+    summaries = calls[mechanism_calls]
     summary_tokens = (summaries.assign(tokens=summaries["usage_prompt_tokens"] + summaries["usage_completion_tokens"])
                       .groupby(keys, dropna=False)["tokens"].sum().rename("summary_tokens"))
-    df = calls[calls["purpose"] != "summary"]
+    df = calls[~mechanism_calls]
     ok = df[df["status"] == 200]
     grouped = ok.groupby(keys, dropna=False)
     out = grouped.agg(

@@ -38,7 +38,7 @@ from agentlab.model import tokens
 from agentlab.model.base import CallRecord, ContextWindowUnknown, ModelInfo, observe_calls
 from agentlab.model.openai_compat import OpenAICompatModel
 from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
-from agentlab.serve.arms import get_arm
+from agentlab.serve.arms import Arm, get_arm
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.projection import CallerTool, project
 from agentlab.serve.store import ServeStore
@@ -68,6 +68,8 @@ APP_NAME = "agentlab-serve"
 FALLBACK_WINDOW = 8192
 #: Seconds within which the same request body again counts as a retry of the first.
 RETRY_WINDOW = 600.0
+#: A request header choosing another arm than the server's for one call (an unknown one is a 400).
+ARM_HEADER = "x-agentlab-arm"
 #: Request bodies remembered for that.
 RECENT_BODIES = 10_000
 
@@ -153,6 +155,7 @@ class ProxyBackend:
         #: history) appends it again. Errors always wait for the commit.
         self.wait_for_ledger = wait_for_ledger
         self.arm = get_arm(arm)
+        self._arms: dict[str, Arm] = {self.arm.name: self.arm}
         self.sessions = sessions
         self.store = store
         self.upstream_api_key = upstream_api_key
@@ -297,8 +300,14 @@ class ProxyBackend:
             self._models[(name, api_key)] = model
         return model
 
-    def _summary_worker(self, model: OpenAICompatModel, mechanisms: dict[str, Any]) -> Any:
-        policy = mechanisms.get("summary")
+    def _summary_worker(self, model: OpenAICompatModel, mechanisms: Sequence[Any]) -> Any:
+        """The background summariser of an arm with a rolling summary (its policy given directly or
+        held by its mechanism), one per upstream model; ``None`` for an arm without one.
+        """
+        from agentlab.summary import SummaryPolicy
+
+        policy = next((p for p in (getattr(m, "policy", m) for m in mechanisms) if isinstance(p, SummaryPolicy)),
+                      None)
         if policy is None:
             return None
         worker = self._summary_workers.get(id(model))
@@ -413,6 +422,7 @@ class ProxyBackend:
         try:
             body = parse_chat_request(request.body)
             explicit = keys.explicit_id(request.headers, body)
+            arm = self._arm_of(request)
         except RequestError as exc:
             return json_response(exc.status, exc.body(), {"x-should-retry": "false"})
         tenant = keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
@@ -449,7 +459,7 @@ class ProxyBackend:
         except BaseException:
             self._call_done()
             raise
-        call = _Call(self, request, body, conv, chain, key_source, started, started_at)
+        call = _Call(self, request, body, conv, chain, key_source, started, started_at, arm)
         call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
         call.canon = canon
         call.on_done = self._call_done
@@ -458,6 +468,19 @@ class ProxyBackend:
         except BaseException as exc:
             await call.finish(status=500, outcome="internal_error", error=f"{type(exc).__name__}: {exc}")
             raise
+
+    def _arm_of(self, request: HTTPRequest) -> Arm:
+        """The arm of one call: the server's, or the one the ``X-Agentlab-Arm`` header names."""
+        name = request.headers.get(ARM_HEADER)
+        if name is None:
+            return self.arm
+        arm = self._arms.get(name)
+        if arm is None:
+            try:
+                arm = self._arms[name] = get_arm(name)
+            except ValueError as exc:
+                raise RequestError(f"header {ARM_HEADER}: {exc}", param=ARM_HEADER) from None
+        return arm
 
     def _call_done(self) -> None:
         self._in_flight -= 1
@@ -488,8 +511,9 @@ class _Call:
     """One chat-completions call through the proxy, from ledger update to the recorded row."""
 
     def __init__(self, proxy: ProxyBackend, request: HTTPRequest, body: dict[str, Any], conv: _Conversation,
-                 chain: list[str], key_source: str, started: float, started_at: float) -> None:
+                 chain: list[str], key_source: str, started: float, started_at: float, arm: Arm) -> None:
         self.proxy = proxy
+        self.arm = arm
         self.request = request
         self.body = body
         self.conv = conv
@@ -500,7 +524,7 @@ class _Call:
         self.client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self.row: dict[str, Any] = {
             "call_id": new_id("call-"), "started_at": started_at, "tenant": conv.tenant, "purpose": "answer",
-            "conversation_id": conv.id, "key_source": key_source, "arm": proxy.arm.name,
+            "conversation_id": conv.id, "key_source": key_source, "arm": arm.name,
             "model": body.get("model"), "stream": self.stream, "client_messages": len(body["messages"]),
             "upstream_calls": 0, "recall_rounds": 0, "upstream_ms": 0.0, "events_appended": 0,
         }
@@ -510,7 +534,7 @@ class _Call:
         self.inv: Any = None
         self.server_tools: dict[str, Tool] = {}
         self.headers = {keys.CONVERSATION_HEADER: conv.id, keys.KEY_SOURCE_HEADER: key_source,
-                        "x-agentlab-arm": proxy.arm.name, "x-agentlab-call-id": self.row["call_id"]}
+                        "x-agentlab-arm": arm.name, "x-agentlab-call-id": self.row["call_id"]}
         self._finished = False
         self._recorded = False
         self._answer_hash = ""
@@ -581,20 +605,23 @@ class _Call:
                 body.pop("metadata")
         if self.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        if not self.proxy.arm.rewrites:
+        if not self.arm.rewrites:
             return body
-        mechanisms = self.proxy.arm.mechanisms()
         model = await self.proxy._model(str(body.get("model") or "default"), self.request)
         messages = self.body["messages"]
         instruction = "\n\n".join(to_message(m).content for m in messages if m["role"] in ("system", "developer"))
         assert self.current is not None
         try:
-            request, tools, self.inv = await project(
-                model=model, instruction=instruction, caller_tools=self.body.get("tools") or [],
-                mechanisms=mechanisms, session=self.view, session_service=self.proxy.sessions,
-                current=self.current, unit_id=self.current.request_id, context_window=model.info.context_window,
-                summary_worker=self.proxy._summary_worker(model, mechanisms))
-            self._worker, self._window = self.proxy._summary_worker(model, mechanisms), model.info.context_window
+            mechanisms = self.arm.mechanisms(model)
+            worker = self.proxy._summary_worker(model, mechanisms)
+            with observe_calls(functools.partial(self._record_model_call, "projection")):
+                # A mechanism that calls the model while projecting (a peer policy's summariser) is billed here.
+                result, self.inv = await project(
+                    model=model, instruction=instruction, caller_tools=self.body.get("tools") or [],
+                    mechanisms=mechanisms, session=self.view, session_service=self.proxy.sessions,
+                    current=self.current, context_window=model.info.context_window, summary_worker=worker)
+            request, tools = result.request, list(result.draft.tools)
+            self._worker, self._window = worker, model.info.context_window
         except Exception as exc:  # a failing mechanism must not take the call down: send it unrewritten
             log.warning("projection failed (%s: %s); sending the request unrewritten", type(exc).__name__, exc)
             self.row["check_error"] = f"projection failed: {type(exc).__name__}: {exc}"
@@ -930,17 +957,19 @@ class _Call:
     async def _summarize(self, worker: Any, written: asyncio.Future[None], window: int) -> None:
         try:
             await written  # the summariser reads the durable session, the answer included
-            with observe_calls(self._record_summary_call):
+            with observe_calls(functools.partial(self._record_model_call, "summary")):
                 await worker.summarize(self.conv.session, FULL_SESSION_KEY, context_window=window)
         except Exception as exc:  # a failed summary leaves the ledger as it was; the next call retries
             log.warning("summary of conversation %s failed: %s: %s", self.conv.id, type(exc).__name__, exc)
 
-    def _record_summary_call(self, record: CallRecord) -> None:
-        """A call the summariser made upstream: a ``serve_calls`` row of purpose ``summary``."""
+    def _record_model_call(self, purpose: str, record: CallRecord) -> None:
+        """A call a mechanism made upstream: a ``serve_calls`` row of purpose ``summary`` (the
+        background summariser) or ``projection`` (a mechanism calling the model while projecting).
+        """
         self.proxy.store.record_call({
             "call_id": new_id("call-"), "started_at": time.time() - record.latency_ms / 1000,
             "tenant": self.conv.tenant, "conversation_id": self.conv.id, "session_id": self.conv.session.id,
-            "key_source": self.key_source, "arm": self.proxy.arm.name, "model": record.model, "purpose": "summary",
+            "key_source": self.key_source, "arm": self.arm.name, "model": record.model, "purpose": purpose,
             "stream": False, "usage_prompt_tokens": record.usage.prompt_tokens,
             "usage_completion_tokens": record.usage.completion_tokens,
             "usage_cached_tokens": record.usage.cached_tokens, "upstream_calls": record.attempts,

@@ -40,7 +40,8 @@ _T = TypeVar("_T")
 CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("call_id", "VARCHAR"), ("started_at", "DOUBLE"), ("tenant", "VARCHAR"), ("conversation_id", "VARCHAR"),
     ("session_id", "VARCHAR"), ("key_source", "VARCHAR"), ("arm", "VARCHAR"), ("model", "VARCHAR"),
-    # "answer": the client's call; "summary": a call the arm's summariser made upstream.
+    # "answer": the client's call; "summary": a call the arm's background summariser made upstream;
+    # "projection": a call a mechanism made while projecting (a peer policy's summariser).
     ("purpose", "VARCHAR"),
     ("stream", "BOOLEAN"), ("ledger_mode", "VARCHAR"), ("retry", "BOOLEAN"), ("events_appended", "INTEGER"),
     ("client_messages", "INTEGER"), ("upstream_messages", "INTEGER"),
