@@ -11,6 +11,8 @@ PROG = "python -m agentlab.serve"
 
 
 def _serve_parser() -> argparse.ArgumentParser:
+    from agentlab.serve.store import MAX_CONVERSATIONS
+
     p = argparse.ArgumentParser(
         prog=PROG, description="A context-governing OpenAI-compatible server (POST /v1/chat/completions, "
                                "GET /v1/models, GET /health). Use 'report' to read its savings.")
@@ -30,6 +32,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-window", type=int, help="window for the arm's triggers (default: what upstream states)")
     p.add_argument("--wait-for-ledger", action="store_true",
                    help="an answer waits until its turn is committed (default: errors wait, answers do not)")
+    p.add_argument("--max-conversations", type=int, default=MAX_CONVERSATIONS,
+                   help="conversations kept in memory; the least recently used idle one beyond this is "
+                        f"evicted and reloaded from the database when it comes back (default {MAX_CONVERSATIONS})")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync each commit (throwaway stores only)")
     return p
 
@@ -70,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          port=args.port, api_key=args.api_key, upstream_api_key=args.upstream_api_key,
                          timeout=args.timeout, max_recall_rounds=args.max_recall_rounds,
                          context_window=args.context_window, fsync=not args.no_fsync,
-                         wait_for_ledger=args.wait_for_ledger)
+                         wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations)
     try:
         config.check()
     except ValueError as exc:

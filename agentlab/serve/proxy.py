@@ -41,7 +41,7 @@ from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
 from agentlab.serve.arms import Arm, get_arm
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.projection import CallerTool, project
-from agentlab.serve.store import ServeStore
+from agentlab.serve.store import MAX_CONVERSATIONS, ServeStore
 from agentlab.serve.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from agentlab.serve.wire import (
     SSE_DONE,
@@ -96,6 +96,13 @@ class _Conversation:
     #: Request-body hashes of calls already answered (a repeat of one is a retry).
     answered: set[str] = field(default_factory=set)
     summary_task: asyncio.Task[Any] | None = None
+    #: Calls holding this object (from finding the conversation to their end): never evicted meanwhile.
+    users: int = 0
+
+    def evictable(self) -> bool:
+        """No call uses it, no ledger write or summary is pending: it can be reloaded from disk as it is."""
+        return (self.users == 0 and not self.lock.locked() and (self.last_write is None or self.last_write.done())
+                and (self.summary_task is None or self.summary_task.done()))
 
 
 class _UpstreamFailure(Exception):
@@ -147,8 +154,17 @@ class ProxyBackend:
     def __init__(self, *, upstream: str, arm: str, sessions: DuckDBSessionService, store: ServeStore,
                  upstream_api_key: str | None = None, forward_credentials: bool = True,
                  timeout: float = 60.0, max_recall_rounds: int = 3, context_window: int | None = None,
-                 wait_for_ledger: bool = False) -> None:
+                 wait_for_ledger: bool = False, max_conversations: int = MAX_CONVERSATIONS) -> None:
+        if max_conversations < 1:
+            raise ValueError(f"max_conversations must be >= 1, got {max_conversations}")
         self.upstream = upstream.rstrip("/")
+        #: Live conversations kept in memory (their ledger, prefix index and caches); the least
+        #: recently used idle one beyond this is evicted and reloaded from the database when it
+        #: comes back, so a long-running proxy's memory stays flat. An evicted conversation's next
+        #: call reports no shared prefix with its previous one (``*_prefix_tokens`` = 0).
+        self.max_conversations = max_conversations
+        #: Conversations evicted so far.
+        self.evictions = 0
         #: Whether an answer waits for its turn's ledger commit. Off (the default), an answer can
         #: reach the client a few milliseconds before its turn is on disk: a crash in between loses
         #: that turn from the ledger, and the client's next request (which carries its whole
@@ -164,7 +180,7 @@ class ProxyBackend:
         self.max_recall_rounds = max_recall_rounds
         self.context_window = context_window
         self._client: UpstreamClient | None = None
-        self._live: dict[tuple[str, str], _Conversation] = {}
+        self._live: OrderedDict[tuple[str, str], _Conversation] = OrderedDict()
         self._live_lock = asyncio.Lock()
         self._models: dict[tuple[str, str], OpenAICompatModel] = {}
         #: Summary workers by ``id()`` of their model (the models live as long as this backend).
@@ -325,8 +341,10 @@ class ProxyBackend:
         async with self._live_lock:
             conv = self._live.get(key)
             if conv is not None:
+                self._live.move_to_end(key)
+                conv.users += 1
                 return conv
-            session_id = self.store.conversations.get(key)
+            session_id = await self.store.session_of(tenant, conversation_id)
             session = None
             if session_id is not None:
                 session = await self.sessions.get_session(APP_NAME, tenant, session_id)
@@ -337,10 +355,29 @@ class ProxyBackend:
             chain = [e.metadata["chain"] for e in session.events if "chain" in e.metadata]
             unit = next((e.request_id for e in reversed(session.events) if e.role == "user"), "")
             conv = self._live[key] = _Conversation(tenant, conversation_id, session, chain, unit,
-                                                   events=list(session.events))
+                                                   events=list(session.events), users=1)
             if created:
                 self._create(conv)
+            else:
+                self.store.remember(tenant, conversation_id, session.id, chain)
+            self._evict()
             return conv
+
+    def _evict(self) -> None:
+        """Drop the least recently used idle conversations beyond ``max_conversations`` from memory."""
+        while len(self._live) > self.max_conversations:
+            key = next((k for k, c in self._live.items() if c.evictable()), None)
+            if key is None:
+                return  # every one is busy: over the bound until some call ends
+            conv = self._live.pop(key)
+            self.store.forget(*key)
+            for event in conv.events:  # the caches keyed by its messages' ids would keep them alive
+                if event.message is not None:
+                    self._wire_cache.pop(id(event.message), None)
+                raw = event.metadata.get("raw")
+                if raw is not None:
+                    self._canon_cache.pop(id(raw), None)
+            self.evictions += 1
 
     def _create(self, conv: _Conversation) -> None:
         """Create the conversation's session in the background, first in its chain of writes."""
@@ -441,7 +478,7 @@ class ProxyBackend:
             # turn has no prefix to match yet, so without this its retry would start a new conversation.
             conversation_id, key_source = recent[0], "retry"
         else:
-            match = keys.match_prefix(self.store.prefixes, tenant, chain, keys.min_prefix_length(messages))
+            match = await self.store.match_prefix(tenant, chain, keys.min_prefix_length(messages))
             if match.conversation_id is not None:
                 conversation_id, key_source = match.conversation_id, "prefix"
             else:
@@ -457,12 +494,12 @@ class ProxyBackend:
         try:
             await conv.lock.acquire()
         except BaseException:
-            self._call_done()
+            self._call_done(conv)
             raise
         call = _Call(self, request, body, conv, chain, key_source, started, started_at, arm)
         call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
         call.canon = canon
-        call.on_done = self._call_done
+        call.on_done = functools.partial(self._call_done, conv)
         try:
             return await call.run()
         except BaseException as exc:
@@ -482,7 +519,10 @@ class ProxyBackend:
                 raise RequestError(f"header {ARM_HEADER}: {exc}", param=ARM_HEADER) from None
         return arm
 
-    def _call_done(self) -> None:
+    def _call_done(self, conv: _Conversation) -> None:
+        conv.users -= 1
+        if len(self._live) > self.max_conversations:
+            self._evict()
         self._in_flight -= 1
         if not self._in_flight:
             self._idle.set()

@@ -7,8 +7,12 @@ Tables (created on first use)::
     serve_calls         one row per chat-completions call (see CALL_COLUMNS)
 
 ``serve_prefixes`` indexes every prefix of every conversation's ledger by its chain hash, so a
-request without an explicit id finds its conversation by the longest known prefix; the index
-is also kept in memory (loaded at start) so that lookups cost no query.
+request without an explicit id finds its conversation by the longest known prefix. The live
+conversations' part of the index is kept in memory, so that their lookups cost no query; a
+conversation the proxy evicts (see ``ProxyBackend.max_conversations``), and everything on disk at
+start-up, is looked up in the database instead. A fixed-size Bloom filter of those keys
+(:class:`KeyFilter`) says when a lookup can skip the query, so the server's memory stays flat
+however many conversations it has seen, and a new conversation costs no query.
 
 Writes are queued and committed by one background writer: everything queued in one transaction
 (group commit), so no request waits for them. The writer lingers ``flush_interval`` seconds
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +38,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
+
+import agentlab.serve.keys as keys
 
 _T = TypeVar("_T")
 
@@ -75,8 +82,47 @@ _SCHEMA = (
 _INSERT_CALLS = "INSERT INTO serve_calls SELECT " + ", ".join(f"unnest(?::{t}[])" for _, t in CALL_COLUMNS)
 _INSERT_PREFIXES = ("INSERT INTO serve_prefixes SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
                     "unnest(?::VARCHAR[]), unnest(?::INTEGER[]) ON CONFLICT DO NOTHING")
+#: Conversations whose state the proxy keeps in memory at most (least recently used idle ones evicted).
+MAX_CONVERSATIONS = 1024
 #: Seconds the background writer waits to gather more rows into one commit (see the module docstring).
 FLUSH_INTERVAL = 0.25
+
+
+_UPSERT_CONVERSATION = ("INSERT INTO serve_conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, conversation_id)"
+                        " DO UPDATE SET session_id = excluded.session_id")
+
+
+class KeyFilter:
+    """A Bloom filter of strings: ``key in f`` is False only for keys never added (fixed memory).
+
+    The default 2**23 bits (1 MiB) with 4 probes keeps false positives near 2 % at a million keys;
+    a false positive costs one database query, never a wrong answer.
+    """
+
+    def __init__(self, bits: int = 1 << 23, probes: int = 4) -> None:
+        self.bits = bits
+        self.probes = probes
+        self._array = bytearray(bits // 8)
+
+    def _positions(self, key: str) -> list[int]:
+        digest = hashlib.blake2b(key.encode(), digest_size=4 * self.probes).digest()
+        return [int.from_bytes(digest[4 * i:4 * i + 4], "little") % self.bits for i in range(self.probes)]
+
+    def add(self, key: str) -> None:
+        """Remember ``key``."""
+        for p in self._positions(key):
+            self._array[p >> 3] |= 1 << (p & 7)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and all(self._array[p >> 3] >> (p & 7) & 1 for p in self._positions(key))
+
+
+def _conversation_key(tenant: str, conversation_id: str) -> str:
+    return f"c\x00{tenant}\x00{conversation_id}"
+
+
+def _prefix_key(tenant: str, chain_hash: str) -> str:
+    return f"p\x00{tenant}\x00{chain_hash}"
 
 
 def duckdb_config(fsync: bool) -> dict[str, str | bool | int | float | list[str]]:
@@ -110,20 +156,22 @@ class ServeStore:
         self._now: asyncio.Event | None = None
         #: The last error of a background write (the writer logs it and carries on).
         self.last_error: Exception | None = None
-        #: (tenant, chain hash) -> conversation ids whose ledger has that prefix.
+        #: (tenant, chain hash) -> live conversation ids whose ledger has that prefix.
         self.prefixes: dict[tuple[str, str], set[str]] = {}
-        for tenant, chain, conv in self._con.execute(
-                "SELECT tenant, chain_hash, conversation_id FROM serve_prefixes").fetchall():
-            self.prefixes.setdefault((tenant, chain), set()).add(conv)
         #: (tenant, conversation id) -> chain hashes already in ``serve_prefixes``.
         self._written: dict[tuple[str, str], set[str]] = {}
-        for (tenant, chain), convs in self.prefixes.items():
-            for conv in convs:
-                self._written.setdefault((tenant, conv), set()).add(chain)
-        #: (tenant, conversation id) -> current session id.
-        self.conversations: dict[tuple[str, str], str] = {
-            (t, c): s for t, c, s in self._con.execute(
-                "SELECT tenant, conversation_id, session_id FROM serve_conversations").fetchall()}
+        #: (tenant, conversation id) -> every chain hash indexed in memory for it.
+        self._noted: dict[tuple[str, str], set[str]] = {}
+        #: (tenant, live conversation id) -> current session id.
+        self.conversations: dict[tuple[str, str], str] = {}
+        #: Conversations and prefixes that are only on disk (stored before this start, or evicted).
+        self.on_disk = KeyFilter()
+        for sql, key_of in (("SELECT tenant, conversation_id FROM serve_conversations", _conversation_key),
+                            ("SELECT DISTINCT tenant, chain_hash FROM serve_prefixes", _prefix_key)):
+            cursor = self._con.execute(sql)
+            while rows := cursor.fetchmany(10_000):
+                for tenant, name in rows:
+                    self.on_disk.add(key_of(tenant, name))
 
     def close(self) -> None:
         """Close the connection (after :meth:`flush`, or queued writes are lost)."""
@@ -204,12 +252,67 @@ class ServeStore:
     def save_conversation(self, tenant: str, conversation_id: str, session_id: str, key_source: str) -> None:
         """Insert or move a conversation to ``session_id`` (a branch moves it)."""
         self.conversations[(tenant, conversation_id)] = session_id
-        self.submit("INSERT INTO serve_conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, conversation_id)"
-                    " DO UPDATE SET session_id = excluded.session_id",
-                    [tenant, conversation_id, session_id, key_source, time.time()])
+        self.submit(_UPSERT_CONVERSATION, [tenant, conversation_id, session_id, key_source, time.time()])
+
+    async def session_of(self, tenant: str, conversation_id: str) -> str | None:
+        """The current session of a conversation: from memory, else (when it may be on disk only)
+        from the queued writes or the database; ``None`` for a conversation never stored.
+        """
+        session_id = self.conversations.get((tenant, conversation_id))
+        if session_id is not None or _conversation_key(tenant, conversation_id) not in self.on_disk:
+            return session_id
+        for sql, params in reversed(self._queue):
+            if sql is _UPSERT_CONVERSATION and params[0] == tenant and params[1] == conversation_id:
+                return str(params[2])
+        row = await self.run(lambda con: con.execute(
+            "SELECT session_id FROM serve_conversations WHERE tenant = ? AND conversation_id = ?",
+            [tenant, conversation_id]).fetchone())
+        return None if row is None else str(row[0])
+
+    def remember(self, tenant: str, conversation_id: str, session_id: str, chain: Sequence[str]) -> None:
+        """Make a stored conversation live again: its session and its ledger's (durable) prefixes in memory."""
+        key = (tenant, conversation_id)
+        self.conversations[key] = session_id
+        self.note_prefixes(tenant, conversation_id, chain)
+        self._written.setdefault(key, set()).update(chain)
+
+    def forget(self, tenant: str, conversation_id: str) -> None:
+        """Drop a conversation's in-memory index (it stays findable on disk: :meth:`session_of`,
+        :meth:`match_prefix`).
+        """
+        key = (tenant, conversation_id)
+        self.conversations.pop(key, None)
+        self.on_disk.add(_conversation_key(tenant, conversation_id))
+        for h in self._noted.pop(key, set()) | self._written.pop(key, set()):
+            self.on_disk.add(_prefix_key(tenant, h))
+            holders = self.prefixes.get((tenant, h))
+            if holders is not None:
+                holders.discard(conversation_id)
+                if not holders:
+                    del self.prefixes[(tenant, h)]
+
+    async def match_prefix(self, tenant: str, chain: Sequence[str], minimum: int) -> keys.PrefixMatch:
+        """:func:`agentlab.serve.keys.match_prefix` over the whole index: the live conversations in
+        memory, and the ones on disk only when the filter says some prefix of ``chain`` may be there.
+        """
+        found = keys.match_prefix(self.prefixes, tenant, chain, minimum)
+        start = max(found.length, minimum, 1) - 1
+        maybe = [h for h in chain[start:] if _prefix_key(tenant, h) in self.on_disk]
+        if not maybe:
+            return found
+        wanted = set(maybe)
+        rows = [(h, c) for t, h, c, _ in self._prefix_rows if t == tenant and h in wanted]
+        rows += await self.run(lambda con: con.execute(
+            "SELECT chain_hash, conversation_id FROM serve_prefixes WHERE tenant = ? AND chain_hash IN "
+            "(SELECT unnest(?::VARCHAR[]))", [tenant, maybe]).fetchall())
+        index = {(tenant, h): set(self.prefixes.get((tenant, h), ())) for h in chain[start:]}
+        for h, c in rows:
+            index[(tenant, h)].add(c)
+        return keys.match_prefix(index, tenant, chain, minimum)
 
     def note_prefixes(self, tenant: str, conversation_id: str, chain: Sequence[str]) -> None:
         """Index ``chain``'s prefixes in memory now (:meth:`index_prefixes` makes them durable)."""
+        self._noted.setdefault((tenant, conversation_id), set()).update(chain)
         for h in chain:
             self.prefixes.setdefault((tenant, h), set()).add(conversation_id)
 
