@@ -573,6 +573,8 @@ class _Call:
         self.current: Event | None = None
         self.inv: Any = None
         self.server_tools: dict[str, Tool] = {}
+        #: The server-run tool exchanges of this call (``serve_exchanges`` rows).
+        self.exchanges: list[dict[str, Any]] = []
         self.headers = {keys.CONVERSATION_HEADER: conv.id, keys.KEY_SOURCE_HEADER: key_source,
                         "x-agentlab-arm": arm.name, "x-agentlab-call-id": self.row["call_id"]}
         self._finished = False
@@ -698,18 +700,26 @@ class _Call:
         conv.last_client, conv.last_upstream = client_chain, up_chain
 
     async def _run_server_tools(self, calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run the arm's own tools the model called; each exchange is kept for ``serve_exchanges``."""
         results = []
         for c in calls:
             fn = c["function"]
             tool = self.server_tools[fn["name"]]
+            began, began_at, error = time.perf_counter(), time.time(), None
             try:
                 args = json.loads(fn.get("arguments") or "{}")
                 if not isinstance(args, dict):
                     raise ValueError("arguments must be a JSON object")
                 content = render_tool_result(await tool.call(args, ToolContext(self.inv, c["id"], fn["name"])))
             except Exception as exc:  # a failing tool is a result the model can read
-                content = f"error: {type(exc).__name__}: {exc}"
+                content = error = f"error: {type(exc).__name__}: {exc}"
             results.append({"role": "tool", "tool_call_id": c["id"], "content": content})
+            self.exchanges.append({
+                "call_id": self.row["call_id"], "started_at": began_at, "tenant": self.conv.tenant,
+                "conversation_id": self.conv.id, "session_id": self.conv.session.id, "arm": self.arm.name,
+                "round": self.row["recall_rounds"] + 1, "tool_call_id": c["id"], "tool": fn["name"],
+                "arguments": fn.get("arguments") or "", "result": content, "result_tokens": tokens.count_text(content),
+                "latency_ms": (time.perf_counter() - began) * 1000, "error": error})
         return results
 
     def _split_calls(self, calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -1022,7 +1032,7 @@ class _Call:
         if problem is not None and self.row.get("outcome") == "ok":
             # The answer the client has is not in the ledger either (a write after a failed one fails).
             self.row.update(outcome=problem.outcome, error=problem.body["error"].get("message"))
-        self.proxy.store.record_call(self.row)
+        self.proxy.store.record_call(self.row, self.exchanges)
 
     async def finish(self, *, status: int | None = None, outcome: str | None = None, error: str | None = None,
                      finish_reason: str | None = None) -> None:

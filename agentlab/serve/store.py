@@ -5,6 +5,7 @@ Tables (created on first use)::
     serve_conversations (tenant, conversation_id) PK, session_id, key_source, created_at
     serve_prefixes      (tenant, chain_hash, conversation_id) PK, length
     serve_calls         one row per chat-completions call (see CALL_COLUMNS)
+    serve_exchanges     one row per tool call the server ran itself (recall; see EXCHANGE_COLUMNS)
 
 ``serve_prefixes`` indexes every prefix of every conversation's ledger by its chain hash, so a
 request without an explicit id finds its conversation by the longest known prefix. The live
@@ -61,6 +62,15 @@ CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("finish_reason", "VARCHAR"),
 )
 
+#: ``serve_exchanges`` columns: a tool the arm added (recall) that the server ran within a call, its
+#: arguments and the result that went upstream (never to the client, nor into the ledger).
+EXCHANGE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("call_id", "VARCHAR"), ("started_at", "DOUBLE"), ("tenant", "VARCHAR"), ("conversation_id", "VARCHAR"),
+    ("session_id", "VARCHAR"), ("arm", "VARCHAR"), ("round", "INTEGER"), ("tool_call_id", "VARCHAR"),
+    ("tool", "VARCHAR"), ("arguments", "VARCHAR"), ("result", "VARCHAR"), ("result_tokens", "INTEGER"),
+    ("latency_ms", "DOUBLE"), ("error", "VARCHAR"),
+)
+
 _SCHEMA = (
     """
     CREATE TABLE IF NOT EXISTS serve_conversations (
@@ -75,11 +85,14 @@ _SCHEMA = (
         PRIMARY KEY (tenant, chain_hash, conversation_id))
     """,
     "CREATE TABLE IF NOT EXISTS serve_calls (" + ", ".join(f"{n} {t}" for n, t in CALL_COLUMNS) + ")",
+    "CREATE TABLE IF NOT EXISTS serve_exchanges (" + ", ".join(f"{n} {t}" for n, t in EXCHANGE_COLUMNS) + ")",
 )
 
 
 # A batch of call rows goes in as one list per column (one statement for any number of rows).
 _INSERT_CALLS = "INSERT INTO serve_calls SELECT " + ", ".join(f"unnest(?::{t}[])" for _, t in CALL_COLUMNS)
+_INSERT_EXCHANGES = "INSERT INTO serve_exchanges SELECT " + ", ".join(
+    f"unnest(?::{t}[])" for _, t in EXCHANGE_COLUMNS)
 _INSERT_PREFIXES = ("INSERT INTO serve_prefixes SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
                     "unnest(?::VARCHAR[]), unnest(?::INTEGER[]) ON CONFLICT DO NOTHING")
 #: Conversations whose state the proxy keeps in memory at most (least recently used idle ones evicted).
@@ -151,6 +164,7 @@ class ServeStore:
         self._lock = threading.Lock()
         self._queue: list[tuple[str, list[Any]]] = []
         self._calls: list[list[Any]] = []
+        self._exchanges: list[list[Any]] = []
         self._prefix_rows: list[tuple[str, str, str, int]] = []
         self._writer: asyncio.Future[None] | None = None
         self._now: asyncio.Event | None = None
@@ -203,6 +217,9 @@ class ServeStore:
             rows = list(dict.fromkeys(self._prefix_rows))  # a statement must not carry a key twice
             self._prefix_rows = []
             batch.append((_INSERT_PREFIXES, [list(column) for column in zip(*rows, strict=True)]))
+        if self._exchanges:
+            exchanges, self._exchanges = self._exchanges, []
+            batch.append((_INSERT_EXCHANGES, [list(column) for column in zip(*exchanges, strict=True)]))
         if self._calls:
             calls, self._calls = self._calls, []
             batch.append((_INSERT_CALLS, [list(column) for column in zip(*calls, strict=True)]))
@@ -210,7 +227,7 @@ class ServeStore:
 
     async def _drain(self) -> None:
         assert self._now is not None
-        while self._queue or self._calls or self._prefix_rows:
+        while self.pending:
             if self.flush_interval and not self._now.is_set():
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._now.wait(), self.flush_interval)
@@ -234,7 +251,7 @@ class ServeStore:
     @property
     def pending(self) -> int:
         """Rows and statements queued and not yet committed."""
-        return len(self._queue) + len(self._calls) + len(self._prefix_rows)
+        return len(self._queue) + len(self._calls) + len(self._exchanges) + len(self._prefix_rows)
 
     async def flush(self) -> None:
         """Commit every queued write now and wait until it is committed."""
@@ -330,7 +347,10 @@ class ServeStore:
 
     # ------------------------------------------------------------------ calls
 
-    def record_call(self, row: dict[str, Any]) -> None:
-        """Queue one call row (missing columns are NULL)."""
+    def record_call(self, row: dict[str, Any], exchanges: Sequence[dict[str, Any]] = ()) -> None:
+        """Queue one call row (missing columns are NULL) with the tool exchanges the server ran in
+        it: all in the same commit.
+        """
+        self._exchanges.extend([x.get(name) for name, _ in EXCHANGE_COLUMNS] for x in exchanges)
         self._calls.append([row.get(name) for name, _ in CALL_COLUMNS])
         self._wake()

@@ -9,8 +9,9 @@ import openai
 import pytest
 from serve_helpers import SEARCH_TOOL
 
+from agentlab.model.tokens import count_text
 from agentlab.projection import ContextMechanism
-from agentlab.serve import arms, savings_df
+from agentlab.serve import arms, savings_df, serve_exchanges_df
 from agentlab.serve.wire import pairing_problem
 from agentlab.testing.openai_server import prompt_tokens
 
@@ -141,6 +142,7 @@ def test_recall_runs_on_the_server_and_never_reaches_the_client(upstream, proxy)
     server = proxy("summary+recall")
     client = _client(server)
     messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "What do you know about Lisbon?"}]
+    recall_rounds: list[dict[str, Any]] = []
     for stream in (False, True):
         before = len(upstream.received)
         if stream:
@@ -154,6 +156,7 @@ def test_recall_runs_on_the_server_and_never_reaches_the_client(upstream, proxy)
             assert completion.choices[0].finish_reason == "stop"
             text = completion.choices[0].message.content
         sent = upstream.received[before:]
+        recall_rounds.append(sent[1])
         # The test server searches with the first search tool offered: the arm's session_search.
         assert [t["function"]["name"] for t in sent[0]["tools"]] == ["session_search", "session_load"]
         assert sent[0]["parallel_tool_calls"] is False
@@ -169,6 +172,17 @@ def test_recall_runs_on_the_server_and_never_reaches_the_client(upstream, proxy)
     # The ledger holds what the client saw: no recall exchange in it.
     ledger = server.ledger(calls.iloc[0]["conversation_id"])
     assert all(not (e.message and e.message.tool_calls) for e in ledger)
+    # The exchanges are in serve_exchanges, one per server-run tool call, with what went upstream.
+    exchanges = serve_exchanges_df(server)
+    assert list(exchanges["call_id"]) == list(calls["call_id"]) and list(exchanges["round"]) == [1, 1]
+    assert list(exchanges["tool"]) == ["session_search", "session_search"] and exchanges["error"].isna().all()
+    for (_, x), body in zip(exchanges.iterrows(), recall_rounds, strict=True):
+        call, result = body["messages"][-2]["tool_calls"][0], body["messages"][-1]
+        assert (x["tool_call_id"], x["arguments"]) == (call["id"], call["function"]["arguments"])
+        assert x["result"] == result["content"] and x["result_tokens"] == count_text(result["content"]) > 0
+    table = savings_df(server)
+    assert list(table["recall_exchanges"]) == [2]
+    assert list(table["recall_tokens"]) == [int(exchanges["result_tokens"].sum())]
 
 
 def test_client_tools_win_over_recall_and_are_returned(upstream, proxy) -> None:
