@@ -252,7 +252,7 @@ class ProxyBackend:
             return cached[1]
         if len(self._canon_cache) > 200_000:
             self._canon_cache.clear()
-        text = canonical(m)
+        text = self.canonical_of_request(m)  # a new copy of a known message (compaction's) hits by content
         self._canon_cache[id(m)] = (m, text)
         return text
 
