@@ -166,6 +166,10 @@ class ServeStore:
         self._calls: list[list[Any]] = []
         self._exchanges: list[list[Any]] = []
         self._prefix_rows: list[tuple[str, str, str, int]] = []
+        #: The statements and prefix rows of the transaction being written (still visible to lookups:
+        #: a read may take the connection before the writer does).
+        self._writing: list[tuple[str, list[Any]]] = []
+        self._writing_prefixes: list[tuple[str, str, str, int]] = []
         self._writer: asyncio.Future[None] | None = None
         self._now: asyncio.Event | None = None
         #: The last error of a background write (the writer logs it and carries on).
@@ -213,9 +217,10 @@ class ServeStore:
     def _take(self) -> list[tuple[str, list[Any]]]:
         """Everything queued, as the statements of one transaction (call rows and prefixes batched)."""
         batch, self._queue = self._queue, []
+        self._writing = list(batch)
         if self._prefix_rows:
             rows = list(dict.fromkeys(self._prefix_rows))  # a statement must not carry a key twice
-            self._prefix_rows = []
+            self._prefix_rows, self._writing_prefixes = [], rows
             batch.append((_INSERT_PREFIXES, [list(column) for column in zip(*rows, strict=True)]))
         if self._exchanges:
             exchanges, self._exchanges = self._exchanges, []
@@ -247,6 +252,8 @@ class ServeStore:
                 await self.run(write)
             except Exception as exc:  # logged by the caller's flush; a lost call row must not stop serving
                 self.last_error = exc
+            finally:
+                self._writing, self._writing_prefixes = [], []
 
     @property
     def pending(self) -> int:
@@ -278,7 +285,7 @@ class ServeStore:
         session_id = self.conversations.get((tenant, conversation_id))
         if session_id is not None or _conversation_key(tenant, conversation_id) not in self.on_disk:
             return session_id
-        for sql, params in reversed(self._queue):
+        for sql, params in reversed([*self._writing, *self._queue]):
             if sql is _UPSERT_CONVERSATION and params[0] == tenant and params[1] == conversation_id:
                 return str(params[2])
         row = await self.run(lambda con: con.execute(
@@ -318,7 +325,7 @@ class ServeStore:
         if not maybe:
             return found
         wanted = set(maybe)
-        rows = [(h, c) for t, h, c, _ in self._prefix_rows if t == tenant and h in wanted]
+        rows = [(h, c) for t, h, c, _ in (*self._writing_prefixes, *self._prefix_rows) if t == tenant and h in wanted]
         rows += await self.run(lambda con: con.execute(
             "SELECT chain_hash, conversation_id FROM serve_prefixes WHERE tenant = ? AND chain_hash IN "
             "(SELECT unnest(?::VARCHAR[]))", [tenant, maybe]).fetchall())
