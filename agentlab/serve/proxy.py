@@ -187,7 +187,7 @@ class ProxyBackend:
         self._summary_workers: dict[int, Any] = {}
         self._token_cache: dict[str, int] = {}
         self._canon_cache: dict[int, tuple[dict[str, Any], str]] = {}
-        self._request_canon: dict[tuple[Any, Any, Any], str] = {}
+        self._request_canon: dict[tuple[Any, Any, Any, Any], str] = {}
         self._wire_cache: dict[int, tuple[Message, dict[str, Any]]] = {}
         #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.
         self._recent: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()
@@ -258,13 +258,21 @@ class ProxyBackend:
 
     def canonical_of_request(self, m: dict[str, Any]) -> str:
         """:func:`canonical` of a message a client sent, remembered by what it depends on when that
-        is hashable (a plain-text message: role, text, answered call id): a client sends its whole
-        history every call, so without this every earlier message is normalised again each time.
+        is hashable (role, text, answered call id, and each tool call's id, name and arguments): a
+        client sends its whole history every call, so without this every earlier message is
+        normalised again each time.
         """
         content = m.get("content")
-        if m.get("tool_calls") or not (content is None or isinstance(content, str)):
+        if not (content is None or isinstance(content, str)):
             return canonical(m)
-        key = (m.get("role"), content, m.get("tool_call_id"))
+        calls: tuple[Any, ...] = ()
+        if m.get("tool_calls"):
+            try:  # (id, name, arguments) of each call, when all are plain strings
+                calls = tuple((c["id"], c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"])
+                hash(calls)
+            except (KeyError, TypeError):
+                return canonical(m)
+        key = (m.get("role"), content, m.get("tool_call_id"), calls)
         text = self._request_canon.get(key)
         if text is None:
             if len(self._request_canon) > 100_000:
