@@ -8,7 +8,8 @@ Two back ends behind one ``/v1/chat/completions``:
 * **agent** (``--agent module:factory``): an agentlab ``LLMAgent`` served through a ``Runner``
   (the seed's OpenAI adapter).
 
-Every call is recorded in ``serve_calls`` (see :func:`agentlab.serve.analysis.serve_calls_df`).
+Every call is recorded in ``serve_calls`` (see :func:`agentlab.serve.analysis.serve_calls_df`), every
+tool call the server runs itself (recall) in ``serve_exchanges`` (:func:`~agentlab.serve.analysis.serve_exchanges_df`).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ _EXPORTS = {
     "start_server": "agentlab.serve.server",
     "serve_calls_df": "agentlab.serve.analysis",
     "savings_df": "agentlab.serve.analysis",
+    "serve_exchanges_df": "agentlab.serve.analysis",
 }
 
 __all__ = ["ARMS", "ServeApp", "ServeConfig", "ServeHandle", "get_arm", "savings_df", "serve_calls_df",
-           "serve_forever", "start_server"]
+           "serve_exchanges_df", "serve_forever", "start_server"]
 
 if TYPE_CHECKING:
-    from agentlab.serve.analysis import savings_df, serve_calls_df
+    from agentlab.serve.analysis import savings_df, serve_calls_df, serve_exchanges_df
     from agentlab.serve.arms import ARMS, get_arm
     from agentlab.serve.server import ServeApp, ServeConfig, ServeHandle, serve_forever, start_server
 

@@ -11,12 +11,16 @@ PROG = "python -m agentlab.serve"
 
 
 def _serve_parser() -> argparse.ArgumentParser:
+    from agentlab.serve.store import MAX_CONVERSATIONS
+
     p = argparse.ArgumentParser(
         prog=PROG, description="A context-governing OpenAI-compatible server (POST /v1/chat/completions, "
                                "GET /v1/models, GET /health). Use 'report' to read its savings.")
     p.add_argument("--upstream", help="proxy back end: the OpenAI base URL to forward to (http://host:port/v1)")
-    p.add_argument("--arm", default="passthrough", help="proxy back end: the arm whose projection goes upstream "
-                                                       "(passthrough, compaction, summary, summary+recall)")
+    p.add_argument("--arm", default="passthrough", help="proxy back end: the arm whose projection goes upstream (passthrough, "
+                                                       "compaction, summary, summary+recall, or any generic arm of "
+                                                       "python -m agentlab.bench: rolling_summary, peer policies, "
+                                                       "<arm>+recall)")
     p.add_argument("--agent", help="agent back end: module:factory returning an agentlab LLMAgent")
     p.add_argument("--db", default="serve.duckdb", help="DuckDB file of the ledger and call log (default serve.duckdb)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --api-key)")
@@ -26,6 +30,11 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds an upstream call may take (default 60)")
     p.add_argument("--max-recall-rounds", type=int, default=3, help="server-run tool rounds per call (default 3)")
     p.add_argument("--context-window", type=int, help="window for the arm's triggers (default: what upstream states)")
+    p.add_argument("--wait-for-ledger", action="store_true",
+                   help="an answer waits until its turn is committed (default: errors wait, answers do not)")
+    p.add_argument("--max-conversations", type=int, default=MAX_CONVERSATIONS,
+                   help="conversations kept in memory; the least recently used idle one beyond this is "
+                        f"evicted and reloaded from the database when it comes back (default {MAX_CONVERSATIONS})")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync each commit (throwaway stores only)")
     return p
 
@@ -65,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = ServeConfig(upstream=args.upstream, arm=args.arm, agent=args.agent, db=args.db, host=args.host,
                          port=args.port, api_key=args.api_key, upstream_api_key=args.upstream_api_key,
                          timeout=args.timeout, max_recall_rounds=args.max_recall_rounds,
-                         context_window=args.context_window, fsync=not args.no_fsync)
+                         context_window=args.context_window, fsync=not args.no_fsync,
+                         wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations)
     try:
         config.check()
     except ValueError as exc:

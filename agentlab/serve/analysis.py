@@ -21,13 +21,24 @@ from typing import Any
 import pandas as pd
 
 from agentlab.duckdb_files import connect
+from agentlab.serve.store import EXCHANGE_COLUMNS
+
+#: ``serve_calls.purpose`` of the calls an arm's mechanisms made upstream (not the client's calls).
+MECHANISM_PURPOSES = ("summary", "projection")
 
 
-def _frame(source: Any) -> pd.DataFrame:
-    if hasattr(source, "calls"):  # a ServeHandle: read through its own connection
-        return source.calls()
+def _table(source: Any, table: str) -> pd.DataFrame:
+    """``table`` of a serve database, oldest first: from a running server, its store, or a file.
+
+    A database without ``serve_calls`` is not the server's (``ValueError``); one written before a
+    newer table existed gives that table empty.
+    """
+    sql = f"SELECT * FROM {table} ORDER BY started_at"
+    if hasattr(source, "settle") and hasattr(source, "app"):  # a ServeHandle: read through its own connection
+        source.settle()
+        source = source.app.store
     if hasattr(source, "query"):  # a ServeStore
-        return source.query("SELECT * FROM serve_calls ORDER BY started_at")
+        return source.query(sql)
     path = Path(source)
     if not path.exists():
         raise FileNotFoundError(f"no serve database at {path}")
@@ -36,7 +47,10 @@ def _frame(source: Any) -> pd.DataFrame:
         tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         if "serve_calls" not in tables:
             raise ValueError(f"{path} has no serve_calls table: it is not a database written by agentlab.serve")
-        return con.execute("SELECT * FROM serve_calls ORDER BY started_at").df()
+        if table not in tables:
+            columns = {"serve_exchanges": EXCHANGE_COLUMNS}[table]
+            return pd.DataFrame({name: pd.Series(dtype="object") for name, _ in columns})
+        return con.execute(sql).df()
     finally:
         con.close()
 
@@ -48,7 +62,7 @@ def serve_calls_df(source: Any) -> pd.DataFrame:
     Added: ``saved_tokens``, ``saved_pct``, ``cache_loss_tokens``, ``uncached_client_tokens``,
     ``uncached_upstream_tokens``, ``proxy_ms`` (latency not spent waiting for the upstream).
     """
-    df = _frame(source).copy()
+    df = _table(source, "serve_calls").copy()
     ints = ["client_prompt_tokens", "upstream_prompt_tokens", "client_prefix_tokens", "upstream_prefix_tokens"]
     for column in ints:
         df[column] = df[column].fillna(0).astype("int64")
@@ -61,21 +75,33 @@ def serve_calls_df(source: Any) -> pd.DataFrame:
     return df
 
 
+def serve_exchanges_df(source: Any) -> pd.DataFrame:
+    """Every tool call the server ran itself (the arm's recall tools), oldest first: the call it
+    belongs to (``call_id``, a ``serve_calls`` row), its round, tool, arguments, the result that went
+    upstream and its tokens (``result_tokens``), latency and error. ``source`` as for :func:`serve_calls_df`.
+    """
+    return _table(source, "serve_exchanges")
+
+
 def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> pd.DataFrame:
     """Per group (default: arm and conversation): calls, tokens sent and saved, and the cache beside them.
 
     Token sums cover the answered client calls (status 200). ``net_saved_uncached`` is the saving
     once the prefix cache is taken into account (uncached client tokens minus uncached upstream
     tokens): it can be smaller than ``saved_tokens``, or negative, when the rewriting breaks the
-    cached prefix. ``summary_tokens`` are what the arm's summariser spent upstream (prompt +
-    completion), a cost the savings have to pay for.
+    cached prefix. ``summary_tokens`` are what the arm's mechanisms spent upstream (prompt +
+    completion of the rows of purpose ``summary`` and ``projection``), a cost the savings have to pay for.
+    ``recall_exchanges`` and ``recall_tokens`` count the tool calls the server ran itself (recall)
+    and the tokens of their results, which went upstream on top of ``upstream_tokens``.
     """
     calls = serve_calls_df(source)
+    exchanges = serve_exchanges_df(source)
     keys = list(by)
-    summaries = calls[calls["purpose"] == "summary"]
+    mechanism_calls = calls["purpose"].isin(MECHANISM_PURPOSES)
+    summaries = calls[mechanism_calls]
     summary_tokens = (summaries.assign(tokens=summaries["usage_prompt_tokens"] + summaries["usage_completion_tokens"])
                       .groupby(keys, dropna=False)["tokens"].sum().rename("summary_tokens"))
-    df = calls[calls["purpose"] != "summary"]
+    df = calls[~mechanism_calls]
     ok = df[df["status"] == 200]
     grouped = ok.groupby(keys, dropna=False)
     out = grouped.agg(
@@ -93,9 +119,14 @@ def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> p
         p50_proxy_ms=("proxy_ms", "median"),
     )
     failed = df[df["status"] != 200].groupby(keys, dropna=False)["call_id"].count().rename("failed_calls")
-    out = out.join(failed, how="outer").join(summary_tokens, how="left")
-    out = out.fillna({"failed_calls": 0, "calls": 0, "summary_tokens": 0})
-    for column in ("failed_calls", "calls", "summary_tokens"):
+    ran = exchanges.merge(calls[["call_id", *[k for k in keys if k in calls.columns and k != "call_id"]]],
+                          on="call_id", how="inner", suffixes=("_exchange", ""))
+    ran = ran.assign(result_tokens=pd.to_numeric(ran["result_tokens"]).fillna(0))
+    recall = ran.groupby(keys, dropna=False).agg(recall_exchanges=("call_id", "count"),
+                                                  recall_tokens=("result_tokens", "sum"))
+    out = out.join(failed, how="outer").join(summary_tokens, how="left").join(recall, how="left")
+    out = out.fillna({"failed_calls": 0, "calls": 0, "summary_tokens": 0, "recall_exchanges": 0, "recall_tokens": 0})
+    for column in ("failed_calls", "calls", "summary_tokens", "recall_exchanges", "recall_tokens"):
         out[column] = out[column].astype("int64")
     out["saved_pct"] = (100.0 * out["saved_tokens"] / out["client_tokens"].where(out["client_tokens"] > 0)).round(1)
     out["cache_hit_pct"] = (100.0 * out["usage_cached_tokens"]
@@ -103,5 +134,6 @@ def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> p
     out["net_saved_uncached"] = out["uncached_client"] - out["uncached_upstream"]
     columns = ["calls", "failed_calls", "client_tokens", "upstream_tokens", "saved_tokens", "saved_pct",
                "cache_loss_tokens", "net_saved_uncached", "summary_tokens", "usage_prompt_tokens", "usage_cached_tokens",
-               "cache_hit_pct", "recall_rounds", "p50_latency_ms", "p50_proxy_ms"]
+               "cache_hit_pct", "recall_rounds", "recall_exchanges", "recall_tokens", "p50_latency_ms",
+               "p50_proxy_ms"]
     return out[columns].reset_index()

@@ -1,7 +1,9 @@
 """The one place the server asks agentlab for a request: ledger + mechanisms + input -> request.
 
-Today that is ``LLMAgent.build_request`` on an ``Invocation``; when ``agentlab.core.project``
-lands, :func:`project` becomes a call to it and nothing else in ``agentlab.serve`` changes.
+It is :func:`agentlab.core.project` (the projection entry point the runtime's ``LLMAgent`` and the
+benchmark arms share) over the conversation's ledger, with the caller's tools declared and the
+proxy's summary worker as the run's summary service (so summaries are made in the background
+after an answer, not by the projection).
 """
 
 from __future__ import annotations
@@ -9,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentlab.events import Event, Message
-from agentlab.model.base import ModelRequest
-from agentlab.runtime.agent import LLMAgent
-from agentlab.runtime.invocation import Invocation, RunOptions
-from agentlab.runtime.tools import Tool, ToolContext
+from agentlab.core import Invocation, ProjectionResult, ServiceRegistry, SummaryService, ToolContext
+from agentlab.core import project as core_project
+from agentlab.events import Event
 from agentlab.session.base import Session, SessionService
 
 
@@ -36,22 +36,20 @@ class CallerTool:
 
 
 async def project(*, model: Any, instruction: str, caller_tools: Sequence[dict[str, Any]],
-                  mechanisms: dict[str, Any], session: Session, session_service: SessionService,
-                  current: Event, unit_id: str, context_window: int | None,
-                  summary_worker: Any = None) -> tuple[ModelRequest, list[Tool], Invocation]:
-    """The upstream request for ``session`` under ``mechanisms``, with the tools it offers and the
-    invocation it was built for (the server tools run against it).
+                  mechanisms: Sequence[Any], session: Session, session_service: SessionService,
+                  current: Event, context_window: int | None,
+                  summary_worker: Any = None) -> tuple[ProjectionResult, Invocation]:
+    """The projection of ``session`` under ``mechanisms`` and the invocation it was built for (the
+    server's own tools run against it).
 
-    ``current`` is the ledger event of the latest input; ``unit_id`` the request unit it opens or
-    continues (compaction keeps the current unit whole).
+    ``current`` is the ledger event of the latest input, already the last event of ``session``;
+    its request unit is the one the projection continues (compaction keeps the current unit whole).
     """
-    agent = LLMAgent("agentlab-serve", model, instruction=instruction,
-                     tools=[CallerTool(t) for t in caller_tools], incremental_projection=False,
-                     **mechanisms)
-    message = current.message or Message.user("")
-    inv = Invocation(app_name=session.app_name, user_id=session.user_id, session=session,
-                     session_service=session_service, agent=agent, message=message,
-                     options=RunOptions(context_window=context_window), id=unit_id,
-                     user_event=current, summary_worker=summary_worker)
-    request, draft = await agent.build_request(inv)
-    return request, list(draft.tools), inv
+    services = ServiceRegistry()
+    if summary_worker is not None:
+        services.add(summary_worker, as_type=SummaryService)  # not owned: it outlives the request
+    result = await core_project(session, mechanisms, current, model=model, instruction=instruction,
+                                context_window=context_window, tools=[CallerTool(t) for t in caller_tools],
+                                session_service=session_service, services=services,
+                                app_name=session.app_name, user_id=session.user_id)
+    return result, result.invocation

@@ -38,10 +38,10 @@ from agentlab.model import tokens
 from agentlab.model.base import CallRecord, ContextWindowUnknown, ModelInfo, observe_calls
 from agentlab.model.openai_compat import OpenAICompatModel
 from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
-from agentlab.serve.arms import get_arm
+from agentlab.serve.arms import Arm, get_arm
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.projection import CallerTool, project
-from agentlab.serve.store import ServeStore
+from agentlab.serve.store import MAX_CONVERSATIONS, ServeStore
 from agentlab.serve.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from agentlab.serve.wire import (
     SSE_DONE,
@@ -68,6 +68,8 @@ APP_NAME = "agentlab-serve"
 FALLBACK_WINDOW = 8192
 #: Seconds within which the same request body again counts as a retry of the first.
 RETRY_WINDOW = 600.0
+#: A request header choosing another arm than the server's for one call (an unknown one is a 400).
+ARM_HEADER = "x-agentlab-arm"
 #: Request bodies remembered for that.
 RECENT_BODIES = 10_000
 
@@ -94,6 +96,13 @@ class _Conversation:
     #: Request-body hashes of calls already answered (a repeat of one is a retry).
     answered: set[str] = field(default_factory=set)
     summary_task: asyncio.Task[Any] | None = None
+    #: Calls holding this object (from finding the conversation to their end): never evicted meanwhile.
+    users: int = 0
+
+    def evictable(self) -> bool:
+        """No call uses it, no ledger write or summary is pending: it can be reloaded from disk as it is."""
+        return (self.users == 0 and not self.lock.locked() and (self.last_write is None or self.last_write.done())
+                and (self.summary_task is None or self.summary_task.done()))
 
 
 class _UpstreamFailure(Exception):
@@ -144,9 +153,25 @@ class ProxyBackend:
 
     def __init__(self, *, upstream: str, arm: str, sessions: DuckDBSessionService, store: ServeStore,
                  upstream_api_key: str | None = None, forward_credentials: bool = True,
-                 timeout: float = 60.0, max_recall_rounds: int = 3, context_window: int | None = None) -> None:
+                 timeout: float = 60.0, max_recall_rounds: int = 3, context_window: int | None = None,
+                 wait_for_ledger: bool = False, max_conversations: int = MAX_CONVERSATIONS) -> None:
+        if max_conversations < 1:
+            raise ValueError(f"max_conversations must be >= 1, got {max_conversations}")
         self.upstream = upstream.rstrip("/")
+        #: Live conversations kept in memory (their ledger, prefix index and caches); the least
+        #: recently used idle one beyond this is evicted and reloaded from the database when it
+        #: comes back, so a long-running proxy's memory stays flat. An evicted conversation's next
+        #: call reports no shared prefix with its previous one (``*_prefix_tokens`` = 0).
+        self.max_conversations = max_conversations
+        #: Conversations evicted so far.
+        self.evictions = 0
+        #: Whether an answer waits for its turn's ledger commit. Off (the default), an answer can
+        #: reach the client a few milliseconds before its turn is on disk: a crash in between loses
+        #: that turn from the ledger, and the client's next request (which carries its whole
+        #: history) appends it again. Errors always wait for the commit.
+        self.wait_for_ledger = wait_for_ledger
         self.arm = get_arm(arm)
+        self._arms: dict[str, Arm] = {self.arm.name: self.arm}
         self.sessions = sessions
         self.store = store
         self.upstream_api_key = upstream_api_key
@@ -155,13 +180,14 @@ class ProxyBackend:
         self.max_recall_rounds = max_recall_rounds
         self.context_window = context_window
         self._client: UpstreamClient | None = None
-        self._live: dict[tuple[str, str], _Conversation] = {}
+        self._live: OrderedDict[tuple[str, str], _Conversation] = OrderedDict()
         self._live_lock = asyncio.Lock()
         self._models: dict[tuple[str, str], OpenAICompatModel] = {}
         #: Summary workers by ``id()`` of their model (the models live as long as this backend).
         self._summary_workers: dict[int, Any] = {}
         self._token_cache: dict[str, int] = {}
         self._canon_cache: dict[int, tuple[dict[str, Any], str]] = {}
+        self._request_canon: dict[tuple[Any, Any, Any, Any], str] = {}
         self._wire_cache: dict[int, tuple[Message, dict[str, Any]]] = {}
         #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.
         self._recent: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()
@@ -226,15 +252,42 @@ class ProxyBackend:
             return cached[1]
         if len(self._canon_cache) > 200_000:
             self._canon_cache.clear()
-        text = canonical(m)
+        text = self.canonical_of_request(m)  # a new copy of a known message (compaction's) hits by content
         self._canon_cache[id(m)] = (m, text)
         return text
 
+    def canonical_of_request(self, m: dict[str, Any]) -> str:
+        """:func:`canonical` of a message a client sent, remembered by what it depends on when that
+        is hashable (role, text, answered call id, and each tool call's id, name and arguments): a
+        client sends its whole history every call, so without this every earlier message is
+        normalised again each time.
+        """
+        content = m.get("content")
+        if not (content is None or isinstance(content, str)):
+            return canonical(m)
+        calls: tuple[Any, ...] = ()
+        if m.get("tool_calls"):
+            try:  # (id, name, arguments) of each call, when all are plain strings
+                calls = tuple((c["id"], c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"])
+                hash(calls)
+            except (KeyError, TypeError):
+                return canonical(m)
+        key = (m.get("role"), content, m.get("tool_call_id"), calls)
+        text = self._request_canon.get(key)
+        if text is None:
+            if len(self._request_canon) > 100_000:
+                self._request_canon.clear()
+            text = self._request_canon[key] = canonical(m)
+        return text
+
     def _count(self, messages: Sequence[dict[str, Any]], tool_list: Sequence[dict[str, Any]] | None,
-               seed: str, canon: Sequence[str] | None = None) -> tuple[int, list[tuple[str, int]]]:
-        """Prompt tokens (local estimate, the same counter on both sides) and the cumulative chain."""
+               seed: str, canon: Sequence[str] | None = None,
+               chain: Sequence[str] | None = None) -> tuple[int, list[tuple[str, int]]]:
+        """Prompt tokens (local estimate, the same counter on both sides) and the cumulative chain
+        (``chain``: the messages' chain hashes from ``seed``, when already known).
+        """
         canon = canon if canon is not None else [self.canonical_of(m) for m in messages]
-        chain = chain_hashes(messages, seed, canon)
+        chain = chain if chain is not None else chain_hashes(messages, seed, canon)
         total = 0
         cumulative: list[tuple[str, int]] = []
         for h, text, m in zip(chain, canon, messages, strict=True):
@@ -271,8 +324,14 @@ class ProxyBackend:
             self._models[(name, api_key)] = model
         return model
 
-    def _summary_worker(self, model: OpenAICompatModel, mechanisms: dict[str, Any]) -> Any:
-        policy = mechanisms.get("summary")
+    def _summary_worker(self, model: OpenAICompatModel, mechanisms: Sequence[Any]) -> Any:
+        """The background summariser of an arm with a rolling summary (its policy given directly or
+        held by its mechanism), one per upstream model; ``None`` for an arm without one.
+        """
+        from agentlab.summary import SummaryPolicy
+
+        policy = next((p for p in (getattr(m, "policy", m) for m in mechanisms) if isinstance(p, SummaryPolicy)),
+                      None)
         if policy is None:
             return None
         worker = self._summary_workers.get(id(model))
@@ -290,8 +349,10 @@ class ProxyBackend:
         async with self._live_lock:
             conv = self._live.get(key)
             if conv is not None:
+                self._live.move_to_end(key)
+                conv.users += 1
                 return conv
-            session_id = self.store.conversations.get(key)
+            session_id = await self.store.session_of(tenant, conversation_id)
             session = None
             if session_id is not None:
                 session = await self.sessions.get_session(APP_NAME, tenant, session_id)
@@ -302,10 +363,29 @@ class ProxyBackend:
             chain = [e.metadata["chain"] for e in session.events if "chain" in e.metadata]
             unit = next((e.request_id for e in reversed(session.events) if e.role == "user"), "")
             conv = self._live[key] = _Conversation(tenant, conversation_id, session, chain, unit,
-                                                   events=list(session.events))
+                                                   events=list(session.events), users=1)
             if created:
                 self._create(conv)
+            else:
+                self.store.remember(tenant, conversation_id, session.id, chain)
+            self._evict()
             return conv
+
+    def _evict(self) -> None:
+        """Drop the least recently used idle conversations beyond ``max_conversations`` from memory."""
+        while len(self._live) > self.max_conversations:
+            key = next((k for k, c in self._live.items() if c.evictable()), None)
+            if key is None:
+                return  # every one is busy: over the bound until some call ends
+            conv = self._live.pop(key)
+            self.store.forget(*key)
+            for event in conv.events:  # the caches keyed by its messages' ids would keep them alive
+                if event.message is not None:
+                    self._wire_cache.pop(id(event.message), None)
+                raw = event.metadata.get("raw")
+                if raw is not None:
+                    self._canon_cache.pop(id(raw), None)
+            self.evictions += 1
 
     def _create(self, conv: _Conversation) -> None:
         """Create the conversation's session in the background, first in its chain of writes."""
@@ -387,11 +467,12 @@ class ProxyBackend:
         try:
             body = parse_chat_request(request.body)
             explicit = keys.explicit_id(request.headers, body)
+            arm = self._arm_of(request)
         except RequestError as exc:
             return json_response(exc.status, exc.body(), {"x-should-retry": "false"})
         tenant = keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
         messages: list[dict[str, Any]] = body["messages"]
-        canon = [canonical(m) for m in messages]
+        canon = [self.canonical_of_request(m) for m in messages]
         chain = chain_hashes(messages, tenant, canon)
         body_hash = chain[-1] + json.dumps({k: v for k, v in body.items() if k != "messages"}, sort_keys=True,
                                            default=str)
@@ -405,7 +486,7 @@ class ProxyBackend:
             # turn has no prefix to match yet, so without this its retry would start a new conversation.
             conversation_id, key_source = recent[0], "retry"
         else:
-            match = keys.match_prefix(self.store.prefixes, tenant, chain, keys.min_prefix_length(messages))
+            match = await self.store.match_prefix(tenant, chain, keys.min_prefix_length(messages))
             if match.conversation_id is not None:
                 conversation_id, key_source = match.conversation_id, "prefix"
             else:
@@ -421,19 +502,35 @@ class ProxyBackend:
         try:
             await conv.lock.acquire()
         except BaseException:
-            self._call_done()
+            self._call_done(conv)
             raise
-        call = _Call(self, request, body, conv, chain, key_source, started, started_at)
+        call = _Call(self, request, body, conv, chain, key_source, started, started_at, arm)
         call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
         call.canon = canon
-        call.on_done = self._call_done
+        call.on_done = functools.partial(self._call_done, conv)
         try:
             return await call.run()
         except BaseException as exc:
             await call.finish(status=500, outcome="internal_error", error=f"{type(exc).__name__}: {exc}")
             raise
 
-    def _call_done(self) -> None:
+    def _arm_of(self, request: HTTPRequest) -> Arm:
+        """The arm of one call: the server's, or the one the ``X-Agentlab-Arm`` header names."""
+        name = request.headers.get(ARM_HEADER)
+        if name is None:
+            return self.arm
+        arm = self._arms.get(name)
+        if arm is None:
+            try:
+                arm = self._arms[name] = get_arm(name)
+            except ValueError as exc:
+                raise RequestError(f"header {ARM_HEADER}: {exc}", param=ARM_HEADER) from None
+        return arm
+
+    def _call_done(self, conv: _Conversation) -> None:
+        conv.users -= 1
+        if len(self._live) > self.max_conversations:
+            self._evict()
         self._in_flight -= 1
         if not self._in_flight:
             self._idle.set()
@@ -462,8 +559,9 @@ class _Call:
     """One chat-completions call through the proxy, from ledger update to the recorded row."""
 
     def __init__(self, proxy: ProxyBackend, request: HTTPRequest, body: dict[str, Any], conv: _Conversation,
-                 chain: list[str], key_source: str, started: float, started_at: float) -> None:
+                 chain: list[str], key_source: str, started: float, started_at: float, arm: Arm) -> None:
         self.proxy = proxy
+        self.arm = arm
         self.request = request
         self.body = body
         self.conv = conv
@@ -474,7 +572,7 @@ class _Call:
         self.client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self.row: dict[str, Any] = {
             "call_id": new_id("call-"), "started_at": started_at, "tenant": conv.tenant, "purpose": "answer",
-            "conversation_id": conv.id, "key_source": key_source, "arm": proxy.arm.name,
+            "conversation_id": conv.id, "key_source": key_source, "arm": arm.name,
             "model": body.get("model"), "stream": self.stream, "client_messages": len(body["messages"]),
             "upstream_calls": 0, "recall_rounds": 0, "upstream_ms": 0.0, "events_appended": 0,
         }
@@ -483,8 +581,10 @@ class _Call:
         self.current: Event | None = None
         self.inv: Any = None
         self.server_tools: dict[str, Tool] = {}
+        #: The server-run tool exchanges of this call (``serve_exchanges`` rows).
+        self.exchanges: list[dict[str, Any]] = []
         self.headers = {keys.CONVERSATION_HEADER: conv.id, keys.KEY_SOURCE_HEADER: key_source,
-                        "x-agentlab-arm": proxy.arm.name, "x-agentlab-call-id": self.row["call_id"]}
+                        "x-agentlab-arm": arm.name, "x-agentlab-call-id": self.row["call_id"]}
         self._finished = False
         self._recorded = False
         self._answer_hash = ""
@@ -555,20 +655,23 @@ class _Call:
                 body.pop("metadata")
         if self.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        if not self.proxy.arm.rewrites:
+        if not self.arm.rewrites:
             return body
-        mechanisms = self.proxy.arm.mechanisms()
         model = await self.proxy._model(str(body.get("model") or "default"), self.request)
         messages = self.body["messages"]
         instruction = "\n\n".join(to_message(m).content for m in messages if m["role"] in ("system", "developer"))
         assert self.current is not None
         try:
-            request, tools, self.inv = await project(
-                model=model, instruction=instruction, caller_tools=self.body.get("tools") or [],
-                mechanisms=mechanisms, session=self.view, session_service=self.proxy.sessions,
-                current=self.current, unit_id=self.current.request_id, context_window=model.info.context_window,
-                summary_worker=self.proxy._summary_worker(model, mechanisms))
-            self._worker, self._window = self.proxy._summary_worker(model, mechanisms), model.info.context_window
+            mechanisms = self.arm.mechanisms(model)
+            worker = self.proxy._summary_worker(model, mechanisms)
+            with observe_calls(functools.partial(self._record_model_call, "projection")):
+                # A mechanism that calls the model while projecting (a peer policy's summariser) is billed here.
+                result, self.inv = await project(
+                    model=model, instruction=instruction, caller_tools=self.body.get("tools") or [],
+                    mechanisms=mechanisms, session=self.view, session_service=self.proxy.sessions,
+                    current=self.current, context_window=model.info.context_window, summary_worker=worker)
+            request, tools = result.request, list(result.draft.tools)
+            self._worker, self._window = worker, model.info.context_window
         except Exception as exc:  # a failing mechanism must not take the call down: send it unrewritten
             log.warning("projection failed (%s: %s); sending the request unrewritten", type(exc).__name__, exc)
             self.row["check_error"] = f"projection failed: {type(exc).__name__}: {exc}"
@@ -593,7 +696,7 @@ class _Call:
     def _measure(self, upstream: dict[str, Any]) -> None:
         conv, proxy = self.conv, self.proxy
         client_tokens, client_chain = proxy._count(self.body["messages"], self.body.get("tools"), conv.tenant,
-                                                   self.canon)
+                                                   self.canon, self.chain)
         if upstream["messages"] is self.body["messages"] and upstream.get("tools") == self.body.get("tools"):
             up_tokens, up_chain = client_tokens, client_chain  # sent as the client sent it
         else:
@@ -605,18 +708,26 @@ class _Call:
         conv.last_client, conv.last_upstream = client_chain, up_chain
 
     async def _run_server_tools(self, calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run the arm's own tools the model called; each exchange is kept for ``serve_exchanges``."""
         results = []
         for c in calls:
             fn = c["function"]
             tool = self.server_tools[fn["name"]]
+            began, began_at, error = time.perf_counter(), time.time(), None
             try:
                 args = json.loads(fn.get("arguments") or "{}")
                 if not isinstance(args, dict):
                     raise ValueError("arguments must be a JSON object")
                 content = render_tool_result(await tool.call(args, ToolContext(self.inv, c["id"], fn["name"])))
             except Exception as exc:  # a failing tool is a result the model can read
-                content = f"error: {type(exc).__name__}: {exc}"
+                content = error = f"error: {type(exc).__name__}: {exc}"
             results.append({"role": "tool", "tool_call_id": c["id"], "content": content})
+            self.exchanges.append({
+                "call_id": self.row["call_id"], "started_at": began_at, "tenant": self.conv.tenant,
+                "conversation_id": self.conv.id, "session_id": self.conv.session.id, "arm": self.arm.name,
+                "round": self.row["recall_rounds"] + 1, "tool_call_id": c["id"], "tool": fn["name"],
+                "arguments": fn.get("arguments") or "", "result": content, "result_tokens": tokens.count_text(content),
+                "latency_ms": (time.perf_counter() - began) * 1000, "error": error})
         return results
 
     def _split_calls(self, calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -655,9 +766,11 @@ class _Call:
     async def run(self) -> HTTPResponse:
         """Update the ledger, project, send, answer (a stream or a body).
 
-        The client's turn is written to the ledger while the request goes upstream and is durable
-        before any answer (or error) goes out; the answer and the call row are written once the
-        response is out (``on_close``), so they add nothing to the client's latency.
+        The client's turn is written to the ledger while the request goes upstream. An error goes
+        out only once the turn is committed (the ledger keeps the client's turn); an answer goes
+        out without waiting for that commit unless ``wait_for_ledger`` is set (see
+        :class:`ProxyBackend`). The answer and the call row are written once the response is out
+        (``on_close``), so they add nothing to the client's latency.
         """
         await self._update_ledger()
         upstream = await self._upstream_body()
@@ -668,7 +781,7 @@ class _Call:
             data = await self._complete(upstream)
         except _UpstreamFailure as exc:
             return await self._fail(exc)
-        problem = await self._turn_durable()
+        problem = await self._turn_durable() if self.proxy.wait_for_ledger else None
         if problem is not None:
             return await self._fail(problem)
         done = functools.partial(self.finish, status=200, outcome="ok",
@@ -786,7 +899,7 @@ class _Call:
             first = await self._open(upstream)
         except _UpstreamFailure as exc:
             return await self._fail(exc)
-        problem = await self._turn_durable()
+        problem = await self._turn_durable() if self.proxy.wait_for_ledger else None
         if problem is not None:
             await first.close()
             return await self._fail(problem)
@@ -902,23 +1015,32 @@ class _Call:
     async def _summarize(self, worker: Any, written: asyncio.Future[None], window: int) -> None:
         try:
             await written  # the summariser reads the durable session, the answer included
-            with observe_calls(self._record_summary_call):
+            with observe_calls(functools.partial(self._record_model_call, "summary")):
                 await worker.summarize(self.conv.session, FULL_SESSION_KEY, context_window=window)
         except Exception as exc:  # a failed summary leaves the ledger as it was; the next call retries
             log.warning("summary of conversation %s failed: %s: %s", self.conv.id, type(exc).__name__, exc)
 
-    def _record_summary_call(self, record: CallRecord) -> None:
-        """A call the summariser made upstream: a ``serve_calls`` row of purpose ``summary``."""
+    def _record_model_call(self, purpose: str, record: CallRecord) -> None:
+        """A call a mechanism made upstream: a ``serve_calls`` row of purpose ``summary`` (the
+        background summariser) or ``projection`` (a mechanism calling the model while projecting).
+        """
         self.proxy.store.record_call({
             "call_id": new_id("call-"), "started_at": time.time() - record.latency_ms / 1000,
             "tenant": self.conv.tenant, "conversation_id": self.conv.id, "session_id": self.conv.session.id,
-            "key_source": self.key_source, "arm": self.proxy.arm.name, "model": record.model, "purpose": "summary",
+            "key_source": self.key_source, "arm": self.arm.name, "model": record.model, "purpose": purpose,
             "stream": False, "usage_prompt_tokens": record.usage.prompt_tokens,
             "usage_completion_tokens": record.usage.completion_tokens,
             "usage_cached_tokens": record.usage.cached_tokens, "upstream_calls": record.attempts,
             "latency_ms": record.latency_ms, "upstream_ms": record.latency_ms,
             "status": 200 if record.error is None else 502, "outcome": "ok" if record.error is None else "error",
             "error": record.error})
+
+    async def _record_after_turn(self) -> None:
+        problem = await self._turn_durable()
+        if problem is not None and self.row.get("outcome") == "ok":
+            # The answer the client has is not in the ledger either (a write after a failed one fails).
+            self.row.update(outcome=problem.outcome, error=problem.body["error"].get("message"))
+        self.proxy.store.record_call(self.row, self.exchanges)
 
     async def finish(self, *, status: int | None = None, outcome: str | None = None, error: str | None = None,
                      finish_reason: str | None = None) -> None:
@@ -936,7 +1058,15 @@ class _Call:
                             usage_cached_tokens=self.usage[2])
             self.row.setdefault("ledger_mode", self.ledger_mode)
             self.row.setdefault("session_id", self.conv.session.id)
-            self.proxy.store.record_call(self.row)
+            turn = self._turn_write
+            if turn is not None and not turn.done():
+                # The answer went out before its turn was committed: the row follows the commit (and
+                # says so when the ledger could not store the turn), off this conversation's lock.
+                task = asyncio.ensure_future(self._record_after_turn())
+                self.proxy._background.add(task)
+                task.add_done_callback(self.proxy._background.discard)
+            else:
+                await self._record_after_turn()
         finally:
             self.conv.lock.release()
             if self.on_done is not None:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from agentlab.serve.arms import get_arm
 from agentlab.serve.http import HTTPRequest, HTTPResponse, HTTPServer, json_response
-from agentlab.serve.store import ServeStore
+from agentlab.serve.store import MAX_CONVERSATIONS, ServeStore
 from agentlab.serve.wire import error_body
 from agentlab.session.duckdb import DuckDBSessionService
 
@@ -57,6 +57,12 @@ class ServeConfig:
     context_window: int | None = None
     #: Durable commits (see ``DuckDBSessionService``); ``False`` only for throwaway stores.
     fsync: bool = True
+    #: Proxy back end: an answer waits until its turn is committed to the ledger (see
+    #: ``ProxyBackend.wait_for_ledger``; errors always wait).
+    wait_for_ledger: bool = False
+    #: Proxy back end: conversations kept in memory, least recently used evicted beyond it (they
+    #: are reloaded from the database when they come back; see ``ProxyBackend.max_conversations``).
+    max_conversations: int = MAX_CONVERSATIONS
 
     def check(self) -> None:
         """``ValueError`` naming the first problem of this configuration."""
@@ -70,6 +76,8 @@ class ServeConfig:
             raise ValueError(f"binding to {self.host} (not loopback) requires --api-key")
         if self.max_recall_rounds < 0:
             raise ValueError("--max-recall-rounds must be >= 0")
+        if self.max_conversations < 1:
+            raise ValueError("--max-conversations must be >= 1")
         if self.timeout <= 0:
             raise ValueError("--timeout must be > 0")
 
@@ -90,7 +98,8 @@ class ServeApp:
                 upstream=config.upstream, arm=config.arm, sessions=self.sessions, store=self.store,
                 upstream_api_key=config.upstream_api_key, forward_credentials=config.api_key is None,
                 timeout=config.timeout, max_recall_rounds=config.max_recall_rounds,
-                context_window=config.context_window)
+                context_window=config.context_window, wait_for_ledger=config.wait_for_ledger,
+                max_conversations=config.max_conversations)
         else:
             from agentlab.serve.agent_backend import AgentBackend
 
@@ -207,7 +216,8 @@ class ServeHandle:
         """The ledger events of a conversation's current session (any tenant; proxy back end)."""
         self.settle()
         store = self.app.store
-        found = [(t, s) for (t, c), s in store.conversations.items() if c == conversation_id]
+        found = [tuple(r) for r in store.query("SELECT tenant, session_id FROM serve_conversations "
+                                               "WHERE conversation_id = ?", [conversation_id]).itertuples(index=False)]
         if len(found) != 1:
             raise KeyError(f"{len(found)} conversations are called {conversation_id!r}")
         from agentlab.serve.proxy import APP_NAME

@@ -5,20 +5,33 @@ Tables (created on first use)::
     serve_conversations (tenant, conversation_id) PK, session_id, key_source, created_at
     serve_prefixes      (tenant, chain_hash, conversation_id) PK, length
     serve_calls         one row per chat-completions call (see CALL_COLUMNS)
+    serve_exchanges     one row per tool call the server ran itself (recall; see EXCHANGE_COLUMNS)
 
 ``serve_prefixes`` indexes every prefix of every conversation's ledger by its chain hash, so a
-request without an explicit id finds its conversation by the longest known prefix; the index
-is also kept in memory (loaded at start) so that lookups cost no query.
+request without an explicit id finds its conversation by the longest known prefix. The live
+conversations' part of the index is kept in memory, so that their lookups cost no query; a
+conversation the proxy evicts (see ``ProxyBackend.max_conversations``), and everything on disk at
+start-up, is looked up in the database instead. A fixed-size Bloom filter of those keys
+(:class:`KeyFilter`) says when a lookup can skip the query, so the server's memory stays flat
+however many conversations it has seen, and a new conversation costs no query.
 
-Writes are queued and committed by one background writer, everything queued in one transaction
-(group commit: one fsync for many calls instead of one each), so no request waits for them; a call
-row is one INSERT, so a call is either recorded whole or not at all. :meth:`ServeStore.flush`
-waits for the queue to drain (the server does on settle and close).
+Writes are queued and committed by one background writer: everything queued in one transaction
+(group commit), so no request waits for them. The writer lingers ``flush_interval`` seconds
+(default :data:`FLUSH_INTERVAL`) before each commit so that one transaction carries the rows of
+many calls: DuckDB's cost is per statement (about 1.6 ms CPU for one ``serve_calls`` insert,
+whatever its row count, plus the commit's fsync), so all call rows of a batch go in as one
+columnar statement and all new prefixes as another. The durability trade-off: a crash loses at
+most the last ``flush_interval`` of call rows and prefix-index rows (the conversation ledger
+itself is committed before each answer by the session service, and a lost prefix row costs only
+a prefix match, never a ledger event); a batch is one transaction, so nothing is half-written.
+:meth:`ServeStore.flush` commits now and waits (the server does on settle and close).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,13 +40,16 @@ from typing import Any, TypeVar
 
 import duckdb
 
+import agentlab.serve.keys as keys
+
 _T = TypeVar("_T")
 
 #: ``serve_calls`` columns and their SQL types, in order.
 CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("call_id", "VARCHAR"), ("started_at", "DOUBLE"), ("tenant", "VARCHAR"), ("conversation_id", "VARCHAR"),
     ("session_id", "VARCHAR"), ("key_source", "VARCHAR"), ("arm", "VARCHAR"), ("model", "VARCHAR"),
-    # "answer": the client's call; "summary": a call the arm's summariser made upstream.
+    # "answer": the client's call; "summary": a call the arm's background summariser made upstream;
+    # "projection": a call a mechanism made while projecting (a peer policy's summariser).
     ("purpose", "VARCHAR"),
     ("stream", "BOOLEAN"), ("ledger_mode", "VARCHAR"), ("retry", "BOOLEAN"), ("events_appended", "INTEGER"),
     ("client_messages", "INTEGER"), ("upstream_messages", "INTEGER"),
@@ -44,6 +60,15 @@ CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("latency_ms", "DOUBLE"), ("ttft_ms", "DOUBLE"), ("upstream_ms", "DOUBLE"),
     ("status", "INTEGER"), ("outcome", "VARCHAR"), ("error", "VARCHAR"), ("check_error", "VARCHAR"),
     ("finish_reason", "VARCHAR"),
+)
+
+#: ``serve_exchanges`` columns: a tool the arm added (recall) that the server ran within a call, its
+#: arguments and the result that went upstream (never to the client, nor into the ledger).
+EXCHANGE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("call_id", "VARCHAR"), ("started_at", "DOUBLE"), ("tenant", "VARCHAR"), ("conversation_id", "VARCHAR"),
+    ("session_id", "VARCHAR"), ("arm", "VARCHAR"), ("round", "INTEGER"), ("tool_call_id", "VARCHAR"),
+    ("tool", "VARCHAR"), ("arguments", "VARCHAR"), ("result", "VARCHAR"), ("result_tokens", "INTEGER"),
+    ("latency_ms", "DOUBLE"), ("error", "VARCHAR"),
 )
 
 _SCHEMA = (
@@ -60,10 +85,57 @@ _SCHEMA = (
         PRIMARY KEY (tenant, chain_hash, conversation_id))
     """,
     "CREATE TABLE IF NOT EXISTS serve_calls (" + ", ".join(f"{n} {t}" for n, t in CALL_COLUMNS) + ")",
+    "CREATE TABLE IF NOT EXISTS serve_exchanges (" + ", ".join(f"{n} {t}" for n, t in EXCHANGE_COLUMNS) + ")",
 )
 
 
-_INSERT_CALL = f"INSERT INTO serve_calls VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+# A batch of call rows goes in as one list per column (one statement for any number of rows).
+_INSERT_CALLS = "INSERT INTO serve_calls SELECT " + ", ".join(f"unnest(?::{t}[])" for _, t in CALL_COLUMNS)
+_INSERT_EXCHANGES = "INSERT INTO serve_exchanges SELECT " + ", ".join(
+    f"unnest(?::{t}[])" for _, t in EXCHANGE_COLUMNS)
+_INSERT_PREFIXES = ("INSERT INTO serve_prefixes SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+                    "unnest(?::VARCHAR[]), unnest(?::INTEGER[]) ON CONFLICT DO NOTHING")
+#: Conversations whose state the proxy keeps in memory at most (least recently used idle ones evicted).
+MAX_CONVERSATIONS = 1024
+#: Seconds the background writer waits to gather more rows into one commit (see the module docstring).
+FLUSH_INTERVAL = 0.25
+
+
+_UPSERT_CONVERSATION = ("INSERT INTO serve_conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, conversation_id)"
+                        " DO UPDATE SET session_id = excluded.session_id")
+
+
+class KeyFilter:
+    """A Bloom filter of strings: ``key in f`` is False only for keys never added (fixed memory).
+
+    The default 2**23 bits (1 MiB) with 4 probes keeps false positives near 2 % at a million keys;
+    a false positive costs one database query, never a wrong answer.
+    """
+
+    def __init__(self, bits: int = 1 << 23, probes: int = 4) -> None:
+        self.bits = bits
+        self.probes = probes
+        self._array = bytearray(bits // 8)
+
+    def _positions(self, key: str) -> list[int]:
+        digest = hashlib.blake2b(key.encode(), digest_size=4 * self.probes).digest()
+        return [int.from_bytes(digest[4 * i:4 * i + 4], "little") % self.bits for i in range(self.probes)]
+
+    def add(self, key: str) -> None:
+        """Remember ``key``."""
+        for p in self._positions(key):
+            self._array[p >> 3] |= 1 << (p & 7)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and all(self._array[p >> 3] >> (p & 7) & 1 for p in self._positions(key))
+
+
+def _conversation_key(tenant: str, conversation_id: str) -> str:
+    return f"c\x00{tenant}\x00{conversation_id}"
+
+
+def _prefix_key(tenant: str, chain_hash: str) -> str:
+    return f"p\x00{tenant}\x00{chain_hash}"
 
 
 def duckdb_config(fsync: bool) -> dict[str, str | bool | int | float | list[str]]:
@@ -76,8 +148,11 @@ def duckdb_config(fsync: bool) -> dict[str, str | bool | int | float | list[str]
 class ServeStore:
     """Conversations, the prefix index and the call log, on one connection guarded by a lock."""
 
-    def __init__(self, path: str | Path, *, fsync: bool = True) -> None:
+    def __init__(self, path: str | Path, *, fsync: bool = True, flush_interval: float = FLUSH_INTERVAL) -> None:
+        if flush_interval < 0:
+            raise ValueError(f"flush_interval must be >= 0 seconds, got {flush_interval}")
         self.path = str(path)
+        self.flush_interval = flush_interval
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -88,23 +163,33 @@ class ServeStore:
             self._con.execute(statement)
         self._lock = threading.Lock()
         self._queue: list[tuple[str, list[Any]]] = []
+        self._calls: list[list[Any]] = []
+        self._exchanges: list[list[Any]] = []
+        self._prefix_rows: list[tuple[str, str, str, int]] = []
+        #: The statements and prefix rows of the transaction being written (still visible to lookups:
+        #: a read may take the connection before the writer does).
+        self._writing: list[tuple[str, list[Any]]] = []
+        self._writing_prefixes: list[tuple[str, str, str, int]] = []
         self._writer: asyncio.Future[None] | None = None
+        self._now: asyncio.Event | None = None
         #: The last error of a background write (the writer logs it and carries on).
         self.last_error: Exception | None = None
-        #: (tenant, chain hash) -> conversation ids whose ledger has that prefix.
+        #: (tenant, chain hash) -> live conversation ids whose ledger has that prefix.
         self.prefixes: dict[tuple[str, str], set[str]] = {}
-        for tenant, chain, conv in self._con.execute(
-                "SELECT tenant, chain_hash, conversation_id FROM serve_prefixes").fetchall():
-            self.prefixes.setdefault((tenant, chain), set()).add(conv)
         #: (tenant, conversation id) -> chain hashes already in ``serve_prefixes``.
         self._written: dict[tuple[str, str], set[str]] = {}
-        for (tenant, chain), convs in self.prefixes.items():
-            for conv in convs:
-                self._written.setdefault((tenant, conv), set()).add(chain)
-        #: (tenant, conversation id) -> current session id.
-        self.conversations: dict[tuple[str, str], str] = {
-            (t, c): s for t, c, s in self._con.execute(
-                "SELECT tenant, conversation_id, session_id FROM serve_conversations").fetchall()}
+        #: (tenant, conversation id) -> every chain hash indexed in memory for it.
+        self._noted: dict[tuple[str, str], set[str]] = {}
+        #: (tenant, live conversation id) -> current session id.
+        self.conversations: dict[tuple[str, str], str] = {}
+        #: Conversations and prefixes that are only on disk (stored before this start, or evicted).
+        self.on_disk = KeyFilter()
+        for sql, key_of in (("SELECT tenant, conversation_id FROM serve_conversations", _conversation_key),
+                            ("SELECT DISTINCT tenant, chain_hash FROM serve_prefixes", _prefix_key)):
+            cursor = self._con.execute(sql)
+            while rows := cursor.fetchmany(10_000):
+                for tenant, name in rows:
+                    self.on_disk.add(key_of(tenant, name))
 
     def close(self) -> None:
         """Close the connection (after :meth:`flush`, or queued writes are lost)."""
@@ -122,12 +207,36 @@ class ServeStore:
     def submit(self, sql: str, params: Sequence[Any]) -> None:
         """Queue one statement for the background writer (starts it when idle)."""
         self._queue.append((sql, list(params)))
+        self._wake()
+
+    def _wake(self) -> None:
         if self._writer is None or self._writer.done():
+            self._now = asyncio.Event()
             self._writer = asyncio.ensure_future(self._drain())
 
+    def _take(self) -> list[tuple[str, list[Any]]]:
+        """Everything queued, as the statements of one transaction (call rows and prefixes batched)."""
+        batch, self._queue = self._queue, []
+        self._writing = list(batch)
+        if self._prefix_rows:
+            rows = list(dict.fromkeys(self._prefix_rows))  # a statement must not carry a key twice
+            self._prefix_rows, self._writing_prefixes = [], rows
+            batch.append((_INSERT_PREFIXES, [list(column) for column in zip(*rows, strict=True)]))
+        if self._exchanges:
+            exchanges, self._exchanges = self._exchanges, []
+            batch.append((_INSERT_EXCHANGES, [list(column) for column in zip(*exchanges, strict=True)]))
+        if self._calls:
+            calls, self._calls = self._calls, []
+            batch.append((_INSERT_CALLS, [list(column) for column in zip(*calls, strict=True)]))
+        return batch
+
     async def _drain(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue, []
+        assert self._now is not None
+        while self.pending:
+            if self.flush_interval and not self._now.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._now.wait(), self.flush_interval)
+            batch = self._take()
 
             def write(con: duckdb.DuckDBPyConnection, batch: list[tuple[str, list[Any]]] = batch) -> None:
                 con.execute("BEGIN TRANSACTION")
@@ -143,10 +252,19 @@ class ServeStore:
                 await self.run(write)
             except Exception as exc:  # logged by the caller's flush; a lost call row must not stop serving
                 self.last_error = exc
+            finally:
+                self._writing, self._writing_prefixes = [], []
+
+    @property
+    def pending(self) -> int:
+        """Rows and statements queued and not yet committed."""
+        return len(self._queue) + len(self._calls) + len(self._exchanges) + len(self._prefix_rows)
 
     async def flush(self) -> None:
-        """Wait until every queued write is committed."""
+        """Commit every queued write now and wait until it is committed."""
         while self._writer is not None and not self._writer.done():
+            if self._now is not None:
+                self._now.set()
             await asyncio.shield(self._writer)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -158,12 +276,67 @@ class ServeStore:
     def save_conversation(self, tenant: str, conversation_id: str, session_id: str, key_source: str) -> None:
         """Insert or move a conversation to ``session_id`` (a branch moves it)."""
         self.conversations[(tenant, conversation_id)] = session_id
-        self.submit("INSERT INTO serve_conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, conversation_id)"
-                    " DO UPDATE SET session_id = excluded.session_id",
-                    [tenant, conversation_id, session_id, key_source, time.time()])
+        self.submit(_UPSERT_CONVERSATION, [tenant, conversation_id, session_id, key_source, time.time()])
+
+    async def session_of(self, tenant: str, conversation_id: str) -> str | None:
+        """The current session of a conversation: from memory, else (when it may be on disk only)
+        from the queued writes or the database; ``None`` for a conversation never stored.
+        """
+        session_id = self.conversations.get((tenant, conversation_id))
+        if session_id is not None or _conversation_key(tenant, conversation_id) not in self.on_disk:
+            return session_id
+        for sql, params in reversed([*self._writing, *self._queue]):
+            if sql is _UPSERT_CONVERSATION and params[0] == tenant and params[1] == conversation_id:
+                return str(params[2])
+        row = await self.run(lambda con: con.execute(
+            "SELECT session_id FROM serve_conversations WHERE tenant = ? AND conversation_id = ?",
+            [tenant, conversation_id]).fetchone())
+        return None if row is None else str(row[0])
+
+    def remember(self, tenant: str, conversation_id: str, session_id: str, chain: Sequence[str]) -> None:
+        """Make a stored conversation live again: its session and its ledger's (durable) prefixes in memory."""
+        key = (tenant, conversation_id)
+        self.conversations[key] = session_id
+        self.note_prefixes(tenant, conversation_id, chain)
+        self._written.setdefault(key, set()).update(chain)
+
+    def forget(self, tenant: str, conversation_id: str) -> None:
+        """Drop a conversation's in-memory index (it stays findable on disk: :meth:`session_of`,
+        :meth:`match_prefix`).
+        """
+        key = (tenant, conversation_id)
+        self.conversations.pop(key, None)
+        self.on_disk.add(_conversation_key(tenant, conversation_id))
+        for h in self._noted.pop(key, set()) | self._written.pop(key, set()):
+            self.on_disk.add(_prefix_key(tenant, h))
+            holders = self.prefixes.get((tenant, h))
+            if holders is not None:
+                holders.discard(conversation_id)
+                if not holders:
+                    del self.prefixes[(tenant, h)]
+
+    async def match_prefix(self, tenant: str, chain: Sequence[str], minimum: int) -> keys.PrefixMatch:
+        """:func:`agentlab.serve.keys.match_prefix` over the whole index: the live conversations in
+        memory, and the ones on disk only when the filter says some prefix of ``chain`` may be there.
+        """
+        found = keys.match_prefix(self.prefixes, tenant, chain, minimum)
+        start = max(found.length, minimum, 1) - 1
+        maybe = [h for h in chain[start:] if _prefix_key(tenant, h) in self.on_disk]
+        if not maybe:
+            return found
+        wanted = set(maybe)
+        rows = [(h, c) for t, h, c, _ in (*self._writing_prefixes, *self._prefix_rows) if t == tenant and h in wanted]
+        rows += await self.run(lambda con: con.execute(
+            "SELECT chain_hash, conversation_id FROM serve_prefixes WHERE tenant = ? AND chain_hash IN "
+            "(SELECT unnest(?::VARCHAR[]))", [tenant, maybe]).fetchall())
+        index = {(tenant, h): set(self.prefixes.get((tenant, h), ())) for h in chain[start:]}
+        for h, c in rows:
+            index[(tenant, h)].add(c)
+        return keys.match_prefix(index, tenant, chain, minimum)
 
     def note_prefixes(self, tenant: str, conversation_id: str, chain: Sequence[str]) -> None:
         """Index ``chain``'s prefixes in memory now (:meth:`index_prefixes` makes them durable)."""
+        self._noted.setdefault((tenant, conversation_id), set()).update(chain)
         for h in chain:
             self.prefixes.setdefault((tenant, h), set()).add(conversation_id)
 
@@ -176,11 +349,15 @@ class ServeStore:
         self.note_prefixes(tenant, conversation_id, chain)
         written.update(h for h, _ in new)
 
-        self.submit("INSERT INTO serve_prefixes SELECT ?, unnest(?::VARCHAR[]), ?, unnest(?::INTEGER[])"
-                    " ON CONFLICT DO NOTHING", [tenant, [h for h, _ in new], conversation_id, [n for _, n in new]])
+        self._prefix_rows.extend((tenant, h, conversation_id, n) for h, n in new)
+        self._wake()
 
     # ------------------------------------------------------------------ calls
 
-    def record_call(self, row: dict[str, Any]) -> None:
-        """Queue one call row (missing columns are NULL)."""
-        self.submit(_INSERT_CALL, [row.get(name) for name, _ in CALL_COLUMNS])
+    def record_call(self, row: dict[str, Any], exchanges: Sequence[dict[str, Any]] = ()) -> None:
+        """Queue one call row (missing columns are NULL) with the tool exchanges the server ran in
+        it: all in the same commit.
+        """
+        self._exchanges.extend([x.get(name) for name, _ in EXCHANGE_COLUMNS] for x in exchanges)
+        self._calls.append([row.get(name) for name, _ in CALL_COLUMNS])
+        self._wake()

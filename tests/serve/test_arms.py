@@ -9,8 +9,9 @@ import openai
 import pytest
 from serve_helpers import SEARCH_TOOL
 
+from agentlab.model.tokens import count_text
 from agentlab.projection import ContextMechanism
-from agentlab.serve import arms, savings_df
+from agentlab.serve import arms, savings_df, serve_exchanges_df
 from agentlab.serve.wire import pairing_problem
 from agentlab.testing.openai_server import prompt_tokens
 
@@ -28,12 +29,79 @@ def _client(server: Any) -> openai.OpenAI:
 
 
 def test_every_arm_builds_its_mechanisms() -> None:
+    from agentlab.compaction import CompactionPolicy
+    from agentlab.recall import RecallPolicy
+    from agentlab.summary import SummaryPolicy
+
     assert list(arms.ARMS) == ["passthrough", "compaction", "summary", "summary+recall"]
-    assert arms.get_arm("passthrough").mechanisms() == {} and not arms.get_arm("passthrough").rewrites
-    assert arms.get_arm("compaction").mechanisms()["compaction"].enabled
-    assert set(arms.get_arm("summary+recall").mechanisms()) == {"summary", "recall"}
+    assert arms.get_arm("passthrough").mechanisms() == [] and not arms.get_arm("passthrough").rewrites
+    (policy,) = arms.get_arm("compaction").mechanisms()
+    assert isinstance(policy, CompactionPolicy) and policy.enabled
+    assert [type(m) for m in arms.get_arm("summary+recall").mechanisms()] == [SummaryPolicy, RecallPolicy]
     with pytest.raises(ValueError, match="known arms: passthrough, compaction, summary, summary"):
         arms.get_arm("nope")
+
+
+def test_the_harness_arms_are_proxy_arms_too() -> None:
+    import agentlab.bench.arms as registry
+
+    names = arms.arm_names()
+    assert names[:4] == list(arms.ARMS)
+    assert set(registry.generic_names()) <= set(names)  # peer policies, rolling_summary, <lossy>+recall
+    for name in ("rolling_summary", "codex_compaction", "inspect_trim+recall"):
+        arm = arms.get_arm(name)
+        assert arm.source == "bench" and arm.rewrites
+        assert [m.describe() for m in arm.mechanisms()] == [
+            m.describe() for m in registry.generic_arm(name).mechanisms(None, None)]
+    with pytest.raises(ValueError, match="known arms: .*codex_compaction.*inspect_trim\\+recall"):
+        arms.get_arm("codex_compaction+nope")
+
+
+def test_starting_a_proxy_does_not_load_the_harness() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from agentlab.serve import ServeConfig; from agentlab.serve.server import ServeApp; "
+            "import agentlab.serve.proxy; ServeConfig(upstream='http://127.0.0.1:9/v1', arm='compaction').check(); "
+            "print(sorted(m for m in sys.modules if m.startswith('agentlab.bench') or m == 'pandas'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_harness_arm_projects_the_proxys_requests(upstream, proxy) -> None:
+    server = proxy("inspect_trim")
+    client = _client(server)
+    messages: list[dict[str, Any]] = [SYSTEM]
+    for turn in range(3):
+        messages.append({"role": "user", "content": f"Question {turn}: where is Lisbon?"})
+        answer = client.chat.completions.create(model="test-model", messages=messages)
+        messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+    rows = server.calls()
+    assert list(rows["arm"].unique()) == ["inspect_trim"] and (rows["status"] == 200).all()
+    assert rows["check_error"].isna().all()  # projected by the arm and sent, not the unrewritten fallback
+    for body in upstream.received:
+        assert pairing_problem(body["messages"]) is None
+
+
+def test_an_unknown_arm_is_refused_with_the_known_ones(tmp_path, upstream, proxy, capsys) -> None:
+    import httpx
+
+    from agentlab.serve.__main__ import main
+
+    assert main(["--upstream", upstream.base_url, "--arm", "nope", "--db", str(tmp_path / "x.duckdb")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown arm 'nope'; known arms: passthrough, compaction") and "rolling_summary" in err
+    server = proxy("passthrough")
+    body = {"model": "test-model", "messages": [SYSTEM, {"role": "user", "content": "Where is Lisbon?"}]}
+    refused = httpx.post(server.base_url + "/chat/completions", json=body, headers={"x-agentlab-arm": "nope"})
+    assert refused.status_code == 400
+    assert "known arms: passthrough" in refused.json()["error"]["message"]
+    assert refused.json()["error"]["param"] == "x-agentlab-arm"
+    # One call under another arm than the server's: the header chooses it, the row and the answer say so.
+    chosen = httpx.post(server.base_url + "/chat/completions", json=body, headers={"x-agentlab-arm": "compaction"})
+    assert chosen.status_code == 200 and chosen.headers["x-agentlab-arm"] == "compaction"
+    rows = server.calls()
+    assert list(rows["arm"]) == ["compaction"] and len(upstream.received) == 1  # the refused call stored nothing
 
 
 def test_summary_arm_replaces_old_turns_with_an_upstream_summary(upstream, proxy) -> None:
@@ -74,6 +142,7 @@ def test_recall_runs_on_the_server_and_never_reaches_the_client(upstream, proxy)
     server = proxy("summary+recall")
     client = _client(server)
     messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "What do you know about Lisbon?"}]
+    recall_rounds: list[dict[str, Any]] = []
     for stream in (False, True):
         before = len(upstream.received)
         if stream:
@@ -87,6 +156,7 @@ def test_recall_runs_on_the_server_and_never_reaches_the_client(upstream, proxy)
             assert completion.choices[0].finish_reason == "stop"
             text = completion.choices[0].message.content
         sent = upstream.received[before:]
+        recall_rounds.append(sent[1])
         # The test server searches with the first search tool offered: the arm's session_search.
         assert [t["function"]["name"] for t in sent[0]["tools"]] == ["session_search", "session_load"]
         assert sent[0]["parallel_tool_calls"] is False
@@ -102,6 +172,17 @@ def test_recall_runs_on_the_server_and_never_reaches_the_client(upstream, proxy)
     # The ledger holds what the client saw: no recall exchange in it.
     ledger = server.ledger(calls.iloc[0]["conversation_id"])
     assert all(not (e.message and e.message.tool_calls) for e in ledger)
+    # The exchanges are in serve_exchanges, one per server-run tool call, with what went upstream.
+    exchanges = serve_exchanges_df(server)
+    assert list(exchanges["call_id"]) == list(calls["call_id"]) and list(exchanges["round"]) == [1, 1]
+    assert list(exchanges["tool"]) == ["session_search", "session_search"] and exchanges["error"].isna().all()
+    for (_, x), body in zip(exchanges.iterrows(), recall_rounds, strict=True):
+        call, result = body["messages"][-2]["tool_calls"][0], body["messages"][-1]
+        assert (x["tool_call_id"], x["arguments"]) == (call["id"], call["function"]["arguments"])
+        assert x["result"] == result["content"] and x["result_tokens"] == count_text(result["content"]) > 0
+    table = savings_df(server)
+    assert list(table["recall_exchanges"]) == [2]
+    assert list(table["recall_tokens"]) == [int(exchanges["result_tokens"].sum())]
 
 
 def test_client_tools_win_over_recall_and_are_returned(upstream, proxy) -> None:
@@ -123,7 +204,7 @@ class _BreakPairs(ContextMechanism):
 
 
 def test_a_request_failing_the_check_goes_out_unrewritten(upstream, proxy, monkeypatch) -> None:
-    monkeypatch.setitem(arms.ARMS, "broken", arms.Arm("broken", lambda: {"mechanisms": [_BreakPairs()]}))
+    monkeypatch.setitem(arms.ARMS, "broken", arms.Arm("broken", lambda model: [_BreakPairs()]))
     server = proxy("broken")
     call = {"id": "call_1", "type": "function", "function": {"name": "search_docs", "arguments": '{"query": "x"}'}}
     messages = [SYSTEM, {"role": "user", "content": "Where is Lisbon?"},

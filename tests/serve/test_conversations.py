@@ -142,3 +142,57 @@ def test_a_restarted_server_continues_the_conversation_from_its_database(upstrea
         assert (headers["x-agentlab-conversation-id"], headers["x-agentlab-key-source"]) == (conversation, "prefix")
         assert [e.role for e in server.ledger(conversation)] == ["system", "user", "assistant", "user", "assistant"]
         assert list(server.calls()["ledger_mode"]) == ["append", "append"]
+
+
+def test_memory_stays_flat_as_conversations_come_and_go(proxy) -> None:
+    server = proxy("compaction", max_conversations=3)
+    backend, store = server.app.backend, server.app.store
+    client = _client(server, "caller")
+    histories: list[tuple[list[dict[str, Any]], str]] = []
+    for i in range(12):
+        messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": f"Conversation {i}: where is office {i}?"}]
+        if i == 5:
+            extra = {"X-Agentlab-Conversation-Id": "named-5"}
+        else:
+            extra = {}
+        answer, headers = _ask(client, messages, extra_headers=extra)
+        messages.append({"role": "assistant", "content": answer})
+        histories.append((messages, headers["x-agentlab-conversation-id"]))
+        server.settle()  # the answer committed: the conversation is idle, so evictable
+        live = {c for _, c in backend._live}
+        # Only the three most recent conversations are in memory, and the index holds nothing else.
+        assert len(live) == min(i + 1, 3) and live == {c for _, c in histories[-3:]}
+        assert {c for _, c in store.conversations} == live
+        assert set().union(*store.prefixes.values()) == live
+        assert len(store.prefixes) <= 3 * 3  # three messages a conversation
+    assert backend.evictions == 9
+    # An evicted conversation comes back by its history (prefix) and by its name (header), and its
+    # ledger continues where it was.
+    for index, extra in ((0, {}), (5, {"X-Agentlab-Conversation-Id": "named-5"})):
+        messages, conversation_id = histories[index]
+        messages.append({"role": "user", "content": "And is it open today?"})
+        answer, headers = _ask(client, messages, extra_headers=extra)
+        assert headers["x-agentlab-conversation-id"] == conversation_id
+        assert headers["x-agentlab-key-source"] == ("prefix" if not extra else "header")
+        ledger = server.ledger(conversation_id)
+        assert [e.role for e in ledger] == ["system", "user", "assistant", "user", "assistant"]
+        assert ledger[-1].message.content == answer
+    calls = server.calls()
+    assert list(calls["ledger_mode"].tail(2)) == ["append", "append"]
+    assert calls["session_id"].nunique() == 12  # no conversation was split into a second session
+
+
+def test_an_evicted_conversation_still_makes_a_shared_prefix_ambiguous(proxy) -> None:
+    server = proxy("passthrough", max_conversations=1)
+    first = [SYSTEM, FIRST]
+    ids = []
+    for name in ("one", "two"):  # two conversations with the same first turn, named apart
+        answer, headers = _ask(_client(server, "caller"), first, extra_headers={"X-Agentlab-Conversation-Id": name})
+        ids.append(headers["x-agentlab-conversation-id"])
+        server.settle()
+    assert server.app.backend.evictions == 1  # "one" is on disk only
+    # The same answer in both: a follow-up without a name matches both histories, so it is a new
+    # conversation, not a guess; the evicted one counts as much as the live one.
+    follow = [*first, {"role": "assistant", "content": answer}, {"role": "user", "content": "Sure?"}]
+    _, headers = _ask(_client(server, "caller"), follow)
+    assert headers["x-agentlab-key-source"] == "new-ambiguous" and headers["x-agentlab-conversation-id"] not in ids

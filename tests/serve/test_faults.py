@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -183,3 +184,44 @@ def test_routes(proxy) -> None:
     assert missing.status_code == 404 and "no route" in missing.json()["error"]["message"]
     listed = httpx.get(server.base_url + "/models").json()
     assert [m["id"] for m in listed["data"]] == ["test-model"] and listed["data"][0]["max_model_len"] == 131_072
+
+
+@pytest.mark.parametrize("wait_for_ledger", [False, True])
+def test_an_answer_waits_for_its_turns_commit_only_when_asked(upstream, proxy, wait_for_ledger) -> None:
+    import time
+
+    server = proxy("passthrough", wait_for_ledger=wait_for_ledger)
+    sessions = server.app.sessions
+    append = sessions.append_event
+
+    async def slow_append(session: Any, event: Any) -> Any:
+        await asyncio.sleep(0.6)  # a slow disk
+        return await append(session, event)
+
+    sessions.append_event = slow_append
+    client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+    began = time.perf_counter()
+    raw = client.chat.completions.with_raw_response.create(
+        model="test-model", messages=[{"role": "user", "content": "Where is the Lisbon office?"}])
+    took = time.perf_counter() - began
+    assert (took >= 0.6) == wait_for_ledger
+    # Either way the turn and the answer end up in the ledger, and the call row after them.
+    ledger = server.ledger(raw.headers["x-agentlab-conversation-id"])
+    assert [e.role for e in ledger] == ["user", "assistant"]
+    assert list(server.calls()["outcome"]) == ["ok"]
+
+
+def test_a_turn_the_ledger_could_not_store_after_the_answer_is_in_the_call_row(upstream, proxy) -> None:
+    server = proxy("passthrough")
+
+    async def broken_append(session: Any, event: Any) -> Any:
+        raise OSError("disk full")
+
+    server.app.sessions.append_event = broken_append
+    client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="test-model", messages=[{"role": "user", "content": "Where is the Lisbon office?"}])
+    assert raw.http_response.status_code == 200  # the answer did not wait for the commit
+    row = server.calls().iloc[0]
+    assert row["outcome"] == "ledger_error" and "disk full" in row["error"] and row["status"] == 200
+    assert server.ledger(raw.headers["x-agentlab-conversation-id"]) == []  # no answer after a missing turn

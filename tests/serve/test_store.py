@@ -1,0 +1,112 @@
+"""The serve store on its own: batched commits, lookups of what is only on disk, the key filter."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from agentlab.serve.store import KeyFilter, ServeStore
+
+
+def _count(path: Path, table: str) -> int:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return int(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # type: ignore[index]
+    finally:
+        con.close()
+
+
+def test_call_rows_wait_for_the_batch_and_a_flush_commits_them_in_one_go(tmp_path: Path) -> None:
+    async def scenario() -> tuple[int, int, int]:
+        store = ServeStore(tmp_path / "s.duckdb", fsync=False, flush_interval=30)
+        statements: list[int] = []
+        run = store.run
+
+        async def counted(work: Any) -> Any:
+            statements.append(1)
+            return await run(work)
+
+        store.run = counted  # type: ignore[method-assign]
+        for i in range(5):
+            store.record_call({"call_id": f"call-{i}", "started_at": float(i), "status": 200},
+                              [{"call_id": f"call-{i}", "tool": "session_search", "round": 1}])
+        await asyncio.sleep(0.05)
+        before = int(store.query("SELECT count(*) AS n FROM serve_calls")["n"][0])
+        await store.flush()
+        after = int(store.query("SELECT count(*) AS n FROM serve_calls")["n"][0])
+        exchanges = int(store.query("SELECT count(*) AS n FROM serve_exchanges")["n"][0])
+        store.close()
+        assert len(statements) == 1  # one transaction for all five calls and their exchanges
+        return before, after, exchanges
+
+    assert asyncio.run(scenario()) == (0, 5, 5)
+
+
+def test_a_forgotten_conversation_is_found_while_its_rows_are_being_written(tmp_path: Path) -> None:
+    async def scenario() -> tuple[Any, ...]:
+        store = ServeStore(tmp_path / "s.duckdb", fsync=False, flush_interval=0)
+        run = store.run
+        started = asyncio.Event()
+
+        async def slow_writer(work: Any) -> Any:
+            if not started.is_set():  # the writer's transaction: taken from the queue, not yet committed
+                started.set()
+                await asyncio.sleep(0.3)
+            return await run(work)
+
+        store.run = slow_writer  # type: ignore[method-assign]
+        store.save_conversation("t", "conv-a", "sess-a", "new")
+        store.index_prefixes("t", "conv-a", ["h1", "h2", "h3"])
+        store.forget("t", "conv-a")
+        assert store.prefixes == {} and store.conversations == {}
+        await started.wait()
+        during = (await store.session_of("t", "conv-a"), await store.match_prefix("t", ["h1", "h2", "h3", "h4"], 2))
+        await store.flush()
+        after = (await store.session_of("t", "conv-a"), await store.match_prefix("t", ["h1", "h2", "h9"], 2),
+                 await store.session_of("t", "conv-b"), await store.match_prefix("t", ["x1", "x2"], 2))
+        store.close()
+        return during, after
+
+    (session, match), (session_after, match_after, unknown, no_match) = asyncio.run(scenario())
+    assert session == session_after == "sess-a"
+    assert (match.conversation_id, match.length) == ("conv-a", 3)
+    assert (match_after.conversation_id, match_after.length) == ("conv-a", 2)
+    assert unknown is None and no_match.conversation_id is None and not no_match.ambiguous
+
+
+def test_a_restarted_store_holds_nothing_in_memory_but_finds_everything(tmp_path: Path) -> None:
+    async def write() -> None:
+        store = ServeStore(tmp_path / "s.duckdb", fsync=False)
+        for i in range(50):
+            store.save_conversation("t", f"conv-{i}", f"sess-{i}", "new")
+            store.index_prefixes("t", f"conv-{i}", [f"a{i}", f"b{i}"])
+        await store.flush()
+        store.close()
+
+    async def read() -> tuple[Any, ...]:
+        store = ServeStore(tmp_path / "s.duckdb", fsync=False)
+        found = (store.conversations, store.prefixes, await store.session_of("t", "conv-7"),
+                 (await store.match_prefix("t", ["a7", "b7", "c7"], 2)).conversation_id)
+        store.close()
+        return found
+
+    asyncio.run(write())
+    assert asyncio.run(read()) == ({}, {}, "sess-7", "conv-7")
+    assert _count(tmp_path / "s.duckdb", "serve_prefixes") == 100
+
+
+def test_the_key_filter_never_forgets_and_keeps_its_size() -> None:
+    f = KeyFilter(bits=1 << 16)
+    size = len(f._array)
+    added = [f"key-{i}" for i in range(2000)]
+    for key in added:
+        f.add(key)
+    assert all(key in f for key in added)  # no false negative
+    false_positives = sum(f"other-{i}" in f for i in range(2000))
+    assert false_positives < 200 and len(f._array) == size
+    with pytest.raises(ValueError, match="flush_interval"):
+        ServeStore(":memory:", flush_interval=-1)
