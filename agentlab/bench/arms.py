@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentlab.core import ContextMechanism, Invocation, RequestDraft, Stage, StagedProcessor, is_history_event
+from agentlab.core.project import replaced_in_request
 
 Role = Literal["baseline", "lossy", "recovered"]
 ROLES: tuple[str, ...] = ("baseline", "lossy", "recovered")
@@ -229,22 +230,11 @@ def _recall_policy(settings: Any) -> Any:
     return section if isinstance(section, RecallPolicy) else RecallPolicy()
 
 
-def replaced_in_request(shown: Any, original: Any) -> bool:
-    """Whether ``shown`` (a request's event) is ``original`` (the ledger's, same id) with its message changed.
-
-    A mechanism never edits the ledger: it puts a copy with another message in the request (a
-    placeholder, a head-and-tail truncation, cleared arguments — compaction marks it
-    ``compacted``, a peer policy ``policy``). The test is structural, any mechanism's copy whose
-    message differs counts; a copy with the same message (metadata only) does not.
-    """
-    return shown is not original and shown.message != original.message
-
-
 def hidden_history(inv: Invocation, draft: RequestDraft) -> list[Any]:
     """The ledger's history events (visible to ``inv``) that ``draft`` does not show as they are, oldest first.
 
     Hidden: left out of the request (a summary's range, a trimmed prefix), or shown with their
-    message replaced (:func:`replaced_in_request`: a cleared tool result's placeholder, a truncated
+    message replaced (:func:`agentlab.core.project.replaced_in_request`: a cleared tool result's placeholder, a truncated
     one). This run's own events and events without text are never hidden.
     """
     from agentlab.core import in_filter
@@ -461,7 +451,6 @@ __all__ = [
     "hidden_history",
     "recalled_excerpt",
     "register_arm",
-    "replaced_in_request",
     "role_of",
     "with_recall",
 ]

@@ -85,7 +85,7 @@ from agentlab.bench.delivery import (
 )
 from agentlab.bench.metrics import normalize_tokens
 from agentlab.core import ContextMechanism, project
-from agentlab.core.project import ProjectionResult
+from agentlab.core.project import ProjectionResult, replaced_in_request
 from agentlab.core.tools import Tool
 from agentlab.events import Event
 from agentlab.model.base import Model, ModelInfo
@@ -464,7 +464,7 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
         present = units_present(q.evidence, texts)
         n = len(present)
         shown = {e.id for e in result.draft.events
-                 if e.id in by_id and not arms_registry.replaced_in_request(e, by_id[e.id])}
+                 if e.id in by_id and not replaced_in_request(e, by_id[e.id])}
         left_out = history_ids - shown
         recall = _recall_policy(mechanisms)
         recoverable: dict[int, float | None] = {}

@@ -19,9 +19,10 @@ from agentlab.bench.delivery import qmsum_tool_delivery, qmsum_tool_evidence, qu
 from agentlab.bench.retention import Question, measure_retention
 from agentlab.compaction import CompactionPolicy
 from agentlab.core import project
+from agentlab.core.project import replaced_in_request
 from agentlab.events import Event, Message
 from agentlab.model.base import ModelInfo
-from agentlab.policies import POLICIES
+from agentlab.policies import POLICIES, mechanism
 from agentlab.session.base import Session
 
 ZEBRA = "Turn 0 is about the zebra budget: Alice wants forty-two thousand for the zebra enclosure"
@@ -85,7 +86,7 @@ async def test_a_clearing_arms_recall_preloads_the_cleared_results_original(name
     cleared = await projected(lossy, settings, events, td.tools)
     # The arm keeps the read under its id but not its content: the fact is nowhere in its request.
     shown = {e.id: e for e in cleared.draft.events}
-    assert zebra_read.id in shown and arms.replaced_in_request(shown[zebra_read.id], zebra_read)
+    assert zebra_read.id in shown and replaced_in_request(shown[zebra_read.id], zebra_read)
     assert not any("forty-two thousand" in t for t in texts(cleared.request))
 
     result = await projected(recalled, settings, events, td.tools)
@@ -162,3 +163,14 @@ def test_the_recalled_excerpt_is_the_querys_window_of_a_long_text() -> None:
     head = arms.recalled_excerpt(text, "nothing matches here", 300)
     assert head.startswith("colour colour") and head.endswith("...") and len(head) <= 300
     assert arms.recalled_excerpt(text, QUESTION, 0) == ""
+
+
+async def test_the_projection_report_names_what_a_peer_policy_replaced() -> None:
+    td = qmsum_tool_delivery(small_meeting(), "s", chunk_turns=3)
+    events = list(td.events)
+    result = await project(Session("a", "u", "s", events=events),
+                           [mechanism("langchain_clear_tool_uses", trigger=100, keep=1)],
+                           question_event("s", QUESTION, events), ModelInfo("m", 0), tools=td.tools, context_window=8192)
+    [report] = result.reports
+    reads = [e.id for e in events if e.is_tool_result()]
+    assert report.replaced == {i: "policy:langchain_clear_tool_uses" for i in reads[:-1]}  # all but the kept last read
