@@ -264,12 +264,12 @@ def search_hidden(inv: Invocation, draft: RequestDraft, query: str, top_k: int, 
 def recalled_excerpt(text: str, query: str, runes: int) -> str:
     """At most ``runes`` characters of ``text`` where ``query``'s keywords are.
 
-    Whole when it fits (as it is, else with its whitespace collapsed). Otherwise the window holding the most distinct query keywords (the recall
-    package's keyword tokens; the earliest such window, starting a quarter of its length before
-    its first keyword), marked ``...`` where cut; the head when no keyword occurs. A truncated
-    tool result shows its head and tail in the request, so the head would repeat what is shown.
+    Whole when it fits (as it is, else with its whitespace collapsed). Otherwise the window
+    holding the most distinct query keywords (the recall package's keyword tokens; of the windows
+    starting a quarter of their length before a keyword occurrence, the earliest best), marked
+    ``...`` where cut; the head when no keyword occurs. A truncated tool result shows its head and
+    tail in the request, so its head would repeat what is shown.
     """
-    import bisect
     import re
 
     from agentlab.recall.query import keyword_tokens
@@ -281,20 +281,27 @@ def recalled_excerpt(text: str, query: str, runes: int) -> str:
     flat = " ".join(text.split())
     if len(flat) <= runes:
         return flat
-    lower = flat.lower()
-    found = sorted((m.start(), k) for k in keyword_tokens(query) for m in re.finditer(re.escape(k), lower))
+    keywords = sorted(keyword_tokens(query), key=len, reverse=True)
+    found = [(m.start(), m.end(), m.group()) for m in re.finditer("|".join(map(re.escape, keywords)), flat.lower())] \
+        if keywords else []
     best_start, best_count = 0, 0
-    starts = [p for p, _ in found]
-    for p, _ in found:
+    counts: dict[str, int] = {}
+    lo = hi = 0
+    for p, _, _ in found:  # window starts only move forward: one pass, occurrences in and out
         start = max(0, min(p - runes // 4, len(flat) - runes))
-        inside = found[bisect.bisect_left(starts, start):bisect.bisect_left(starts, start + runes)]
-        count = len({k for q, k in inside if q + len(k) <= start + runes})
-        if count > best_count:
-            best_start, best_count = start, count
+        while hi < len(found) and found[hi][1] <= start + runes:
+            counts[found[hi][2]] = counts.get(found[hi][2], 0) + 1
+            hi += 1
+        while lo < hi and found[lo][0] < start:
+            counts[found[lo][2]] -= 1
+            if not counts[found[lo][2]]:
+                del counts[found[lo][2]]
+            lo += 1
+        if len(counts) > best_count:
+            best_start, best_count = start, len(counts)
     head = "..." if best_start > 0 else ""
     tail = "..." if best_start + runes < len(flat) else ""
-    body = flat[best_start + len(head):best_start + runes - len(tail)]
-    return head + body + tail
+    return head + flat[best_start + len(head):best_start + runes - len(tail)] + tail
 
 
 class _HiddenRecallProcessor:

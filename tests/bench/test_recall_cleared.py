@@ -174,3 +174,29 @@ async def test_the_projection_report_names_what_a_peer_policy_replaced() -> None
     [report] = result.reports
     reads = [e.id for e in events if e.is_tool_result()]
     assert report.replaced == {i: "policy:langchain_clear_tool_uses" for i in reads[:-1]}  # all but the kept last read
+
+
+def test_the_excerpt_window_holds_the_most_keywords_any_candidate_window_does() -> None:
+    import random
+    import re
+
+    rng = random.Random(7)
+    words = ["zebra", "budget", "penguin", "colour", "filler", "battery", "remote"]
+    query = "zebra budget penguin"
+    for _ in range(200):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 200)))
+        runes = rng.randint(30, 120)
+        excerpt = arms.recalled_excerpt(text, query, runes)
+        assert len(excerpt) <= runes
+
+        def distinct(window: str) -> int:
+            return len({m.group() for m in re.finditer("zebra|budget|penguin", window)})
+
+        if len(text) <= runes:
+            assert excerpt == text
+            continue
+        candidates = [max(0, min(m.start() - runes // 4, len(text) - runes))
+                      for m in re.finditer("zebra|budget|penguin", text)] or [0]
+        best = max(distinct(text[s:s + runes]) for s in candidates)
+        start = min(s for s in candidates if distinct(text[s:s + runes]) == best)
+        assert excerpt.strip(".") in text[start:start + runes] and excerpt.strip(".")
