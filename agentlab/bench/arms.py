@@ -26,9 +26,11 @@ Two kinds:
   ``retention`` command skips it with that reason). With ``[dataset] delivery = "tool_results"``
   a generic arm's history is the scripted tool-reading trajectory (:meth:`Task.delivered_history`).
   ``<lossy>+recall`` exists for every lossy generic arm: the lossy arm's mechanisms, then
-  :class:`HiddenRecall`, which searches the history events that arm's projection hid and
-  preloads the best matches (an event the arm replaced in place by a placeholder is not hidden
-  by id, so the +recall of a clearing arm sends what the arm sends).
+  :class:`HiddenRecall`, which searches the history events that arm's projection hid — left out
+  of the request, or shown with their content replaced (a clearing arm's placeholder, a
+  truncated result; :func:`hidden_history`) — and preloads the best matches' original text. Its
+  run id carries ``Arm.identity`` (``hidden_scope``), so runs made when only left-out events
+  counted are not resumed as if they were the same.
 * **task** arms are a benchmark's published modes (``long_context``, ``summary``, ``recall`` …):
   same names, same run ids; the task runs them through its own code (``Task.run_case``), since
   their published behaviour is specific (QMSum's shared meeting summary, LoCoMo's memory,
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentlab.core import ContextMechanism, Invocation, RequestDraft, Stage, StagedProcessor, is_history_event
+from agentlab.core.project import replaced_in_request
 
 Role = Literal["baseline", "lossy", "recovered"]
 ROLES: tuple[str, ...] = ("baseline", "lossy", "recovered")
@@ -74,6 +77,10 @@ class Arm:
     #: Why the arm needs a model besides the answer (its summariser), e.g. for the LLM-free
     #: ``retention`` command, which skips it with this reason; ``""``: its mechanisms call none.
     needs_model: str = ""
+    #: What else decides the arm's requests beyond its name and settings, as (key, value) pairs;
+    #: part of the run id when not empty (``runs.config["arm"]``), so a change of behaviour under
+    #: the same name starts new runs. Empty for every arm but ``<lossy>+recall``.
+    identity: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -131,7 +138,7 @@ def with_recall(lossy: Arm) -> Arm:
 
     return Arm(lossy.name + RECALL_SUFFIX, "recovered", build_recalled, partner=lossy.name,
                sections=(*lossy.sections, "recall"), description=f"{lossy.name}, then recall over what it hid",
-               needs_model=lossy.needs_model)
+               needs_model=lossy.needs_model, identity=RECALL_IDENTITY)
 
 
 def full_history_arm(name: str) -> Arm:
@@ -206,8 +213,14 @@ def role_of(mode: str, baseline: str, lossy: str | None, recovered: str | None) 
 #: After every built-in stage (the peer policies run at ``compact``): the arm's projection is final.
 ARM_RECALL = Stage("arm_recall", 900)
 #: The block in front of the recalled turns.
-HIDDEN_RECALL_HEADER = ("Earlier conversation turns that are not shown above, retrieved because they match the "
-                        "current question (oldest first):")
+HIDDEN_RECALL_HEADER = ("Earlier conversation turns and tool results that are not shown above in full, retrieved "
+                        "because they match the current question (oldest first):")
+#: What :func:`hidden_history` counts as hidden, in ``+recall`` arms' run ids: events left out of
+#: the request, and events shown with their message replaced.
+HIDDEN_SCOPE = "absent_or_replaced"
+#: ``Arm.identity`` of every ``<lossy>+recall``: the hidden scope, and the preloaded text is the
+#: query's window of each hit (:func:`recalled_excerpt`), not its head.
+RECALL_IDENTITY = (("hidden_scope", HIDDEN_SCOPE), ("excerpt", "query_window"))
 
 
 def _recall_policy(settings: Any) -> Any:
@@ -218,13 +231,24 @@ def _recall_policy(settings: Any) -> Any:
 
 
 def hidden_history(inv: Invocation, draft: RequestDraft) -> list[Any]:
-    """The ledger's history events (visible to ``inv``) that ``draft`` does not show, oldest first."""
+    """The ledger's history events (visible to ``inv``) that ``draft`` does not show as they are, oldest first.
+
+    Hidden: left out of the request (a summary's range, a trimmed prefix), or shown with their
+    message replaced (:func:`agentlab.core.project.replaced_in_request`: a cleared tool result's placeholder, a truncated
+    one). This run's own events and events without text are never hidden.
+    """
     from agentlab.core import in_filter
 
-    shown = {e.id for e in draft.events}
-    return [e for e in inv.session.events
-            if is_history_event(e) and in_filter(e.filter_key, inv.filter_key) and e.id not in shown
-            and e.invocation_id != inv.id and e.text]
+    shown = {e.id: e for e in draft.events}
+    out = []
+    for e in inv.session.events:
+        if not (is_history_event(e) and in_filter(e.filter_key, inv.filter_key) and e.invocation_id != inv.id
+                and e.text):
+            continue
+        in_request = shown.get(e.id)
+        if in_request is None or replaced_in_request(in_request, e):
+            out.append(e)
+    return out
 
 
 def search_hidden(inv: Invocation, draft: RequestDraft, query: str, top_k: int, max_events: int) -> list[Any]:
@@ -235,6 +259,49 @@ def search_hidden(inv: Invocation, draft: RequestDraft, query: str, top_k: int, 
     if not hidden:
         return []
     return scan_session(inv.session, query, top_k, lambda e: e.id in hidden, max_events)
+
+
+def recalled_excerpt(text: str, query: str, runes: int) -> str:
+    """At most ``runes`` characters of ``text`` where ``query``'s keywords are.
+
+    Whole when it fits (as it is, else with its whitespace collapsed). Otherwise the window
+    holding the most distinct query keywords (the recall package's keyword tokens; of the windows
+    starting a quarter of their length before a keyword occurrence, the earliest best), marked
+    ``...`` where cut; the head when no keyword occurs. A truncated tool result shows its head and
+    tail in the request, so its head would repeat what is shown.
+    """
+    import re
+
+    from agentlab.recall.query import keyword_tokens
+
+    if runes <= 0:
+        return ""
+    if len(text) <= runes:
+        return text
+    flat = " ".join(text.split())
+    if len(flat) <= runes:
+        return flat
+    keywords = sorted(keyword_tokens(query), key=len, reverse=True)
+    found = [(m.start(), m.end(), m.group()) for m in re.finditer("|".join(map(re.escape, keywords)), flat.lower())] \
+        if keywords else []
+    best_start, best_count = 0, 0
+    counts: dict[str, int] = {}
+    lo = hi = 0
+    for p, _, _ in found:  # window starts only move forward: one pass, occurrences in and out
+        start = max(0, min(p - runes // 4, len(flat) - runes))
+        while hi < len(found) and found[hi][1] <= start + runes:
+            counts[found[hi][2]] = counts.get(found[hi][2], 0) + 1
+            hi += 1
+        while lo < hi and found[lo][0] < start:
+            counts[found[lo][2]] -= 1
+            if not counts[found[lo][2]]:
+                del counts[found[lo][2]]
+            lo += 1
+        if len(counts) > best_count:
+            best_start, best_count = start, len(counts)
+    head = "..." if best_start > 0 else ""
+    tail = "..." if best_start + runes < len(flat) else ""
+    return head + flat[best_start + len(head):best_start + runes - len(tail)] + tail
 
 
 class _HiddenRecallProcessor:
@@ -253,7 +320,7 @@ class _HiddenRecallProcessor:
         order = {e.id: i for i, e in enumerate(inv.session.events)}
         hits = sorted(hits, key=lambda h: order.get(h.ref.event_id, 0))
         runes = int(policy.preload_event_runes)
-        lines = [f"- {h.text[:runes]}" for h in hits]
+        lines = [f"- {recalled_excerpt(h.text, query, runes)}" for h in hits]
         draft.system_parts.append(HIDDEN_RECALL_HEADER + "\n" + "\n".join(lines))
         draft.stats.append({"hidden_recall": {"hits": [h.ref.event_id for h in hits]}})
 
@@ -262,8 +329,12 @@ class HiddenRecall(ContextMechanism):
     """Recall whose hidden scope is what the other mechanisms' projection hid (any lossy arm).
 
     At :data:`ARM_RECALL`, after the lossy arm's processors, it searches the history events the
-    draft no longer shows with the current question (the recall package's lexical scan) and
-    preloads the ``preload_limit`` (else ``search_top_k``) best as a system block, in ledger order.
+    draft no longer shows as they are (:func:`hidden_history`: left out, or replaced by a
+    placeholder or a truncation) with the current question (the recall package's lexical scan)
+    and preloads the ``preload_limit`` (else ``search_top_k``) best — the ledger's original text,
+    its ``preload_event_runes`` characters around the question's keywords
+    (:func:`recalled_excerpt`) — as a system block, in ledger order. It adds
+    text, never events, so the draft's tool calls and results stay paired as the arm left them.
     """
 
     def __init__(self, policy: Any) -> None:
@@ -384,6 +455,8 @@ __all__ = [
     "full_history_arm",
     "generic_arm",
     "get_arm",
+    "hidden_history",
+    "recalled_excerpt",
     "register_arm",
     "role_of",
     "with_recall",

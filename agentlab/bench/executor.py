@@ -179,6 +179,11 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: Model
         "dataset_sha256": dataset_sha256,
         "task_version": task.version,
     }
+    # Only for an arm that declares an identity (``<lossy>+recall``'s hidden scope): every other
+    # arm's id is as it was.
+    arm_identity = _arm_identity(task, request.mode)
+    if arm_identity:
+        config["arm"] = arm_identity
     if request.judge_spec is not None and task.judge_templates:
         config["judge_prompts"] = judge_versions(task.judge_templates)
     if info is not None:
@@ -194,6 +199,15 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: Model
     if request.variant:
         config["variant"] = request.variant
     return config
+
+
+def _arm_identity(task: Task, mode: str) -> dict[str, str]:
+    """``Arm.identity`` of ``mode`` as a dict (empty when the task has no such arm)."""
+    try:
+        arm = task.arm(mode)
+    except LookupError:
+        return {}
+    return dict(arm.identity)
 
 
 def select(selection: CaseSelection, limit: int | None) -> list[Case]:

@@ -85,7 +85,7 @@ from agentlab.bench.delivery import (
 )
 from agentlab.bench.metrics import normalize_tokens
 from agentlab.core import ContextMechanism, project
-from agentlab.core.project import ProjectionResult
+from agentlab.core.project import ProjectionResult, replaced_in_request
 from agentlab.core.tools import Tool
 from agentlab.events import Event
 from agentlab.model.base import Model, ModelInfo
@@ -454,6 +454,7 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
     service = None
     rows: list[RetentionRow] = []
     history_ids = {e.id for e in events}
+    by_id = {e.id: e for e in session.events}
     for q in questions:
         mechanisms = copy.deepcopy(prefix.mechanisms) if len(questions) > 1 else prefix.mechanisms
         current = question_event(session_id, q.text, events)
@@ -462,8 +463,8 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
         texts = request_texts(result)
         present = units_present(q.evidence, texts)
         n = len(present)
-        shown = {e.id for e in result.draft.events if not e.metadata.get("compacted")
-                 and not e.metadata.get("policy")}
+        shown = {e.id for e in result.draft.events
+                 if e.id in by_id and not replaced_in_request(e, by_id[e.id])}
         left_out = history_ids - shown
         recall = _recall_policy(mechanisms)
         recoverable: dict[int, float | None] = {}

@@ -44,7 +44,8 @@ class MechanismReport:
     mechanism: str
     #: Ledger events visible under the filter key that this mechanism kept out of the request.
     hidden_event_ids: list[str] = field(default_factory=list)
-    #: Events this mechanism replaced with a shorter copy: event id -> the copy's ``compacted`` mark.
+    #: Events this mechanism showed as a copy with another message (:func:`replaced_in_request`):
+    #: event id -> the copy's ``compacted`` mark, else ``policy:<name>`` of the peer policy, else ``changed``.
     replaced: dict[str, str] = field(default_factory=dict)
     #: Events it put into the request that were not there before it ran (e.g. the current input).
     added_event_ids: list[str] = field(default_factory=list)
@@ -251,6 +252,17 @@ def _memory_service() -> SessionService:
     return InMemorySessionService()
 
 
+def replaced_in_request(shown: Event, original: Event) -> bool:
+    """Whether ``shown`` (a request's event) is ``original`` (same id) with its message changed.
+
+    A mechanism never edits the ledger: it puts a copy with another message in the request (a
+    placeholder, a head-and-tail truncation, cleared arguments — compaction marks it
+    ``compacted``, a peer policy ``policy``). The test is structural: any mechanism's copy whose
+    message differs counts; a copy with the same message (metadata only) does not.
+    """
+    return shown is not original and shown.message != original.message
+
+
 def _record_step(report: MechanismReport, before: RequestDraft, after: RequestDraft) -> None:
     before_by_id = {e.id: e for e in before.events}
     after_ids = {e.id for e in after.events}
@@ -259,8 +271,10 @@ def _record_step(report: MechanismReport, before: RequestDraft, after: RequestDr
         old = before_by_id.get(e.id)
         if old is None:
             report.added_event_ids.append(e.id)
-        elif old is not e and e.metadata.get("compacted"):
-            report.replaced[e.id] = str(e.metadata.get("compacted"))
+        elif (old is not e and e.metadata.get("compacted")) or replaced_in_request(e, old):
+            mark = e.metadata.get("compacted") or (f"policy:{e.metadata['policy']}" if e.metadata.get("policy")
+                                                   else "changed")
+            report.replaced[e.id] = str(mark)
     report.system_text.extend(after.system_parts[len(before.system_parts):])
     report.system_text.extend(after.user_prefix[len(before.user_prefix):])
     if after.summary is not None and after.summary is not before.summary:
@@ -286,4 +300,4 @@ def _attribute_unscanned(reports: dict[int, MechanismReport], owners: dict[int, 
     report.hidden_event_ids = [i for i in visible if i not in final_ids and i not in by_others]
 
 
-__all__ = ["MechanismReport", "ProjectionResult", "ledger_events", "project"]
+__all__ = ["MechanismReport", "ProjectionResult", "ledger_events", "project", "replaced_in_request"]
