@@ -20,7 +20,8 @@ from agentlab.bench.datasets.longmemeval import write_longmemeval_fixture
 from agentlab.bench.judge import Judge
 from agentlab.bench.store import ResultStore
 from agentlab.bench.tasks import get_task
-from agentlab.bench.tasks.longmemeval import haystack_events, parse_haystack_date
+from agentlab.bench.tasks.longmemeval import haystack_events
+from agentlab.bench.tasks.longmemeval_history import parse_haystack_date
 from agentlab.events import Message
 from agentlab.model.base import ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
