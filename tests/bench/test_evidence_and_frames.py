@@ -19,10 +19,29 @@ def test_one_ranking_is_cut_at_each_k() -> None:
     assert found == {"recall@1": 0.5, "hit@1": 1.0, "recall@2": 0.5, "hit@2": 1.0, "recall@3": 1.0, "hit@3": 1.0}
 
 
-def test_a_ranking_per_k_is_scored_at_its_own_k() -> None:
-    # A retriever asked for 1 result found nothing relevant; asked for 2, it returned another list.
-    found = evidence.at_k({1: ["x"], 2: ["b", "a"]}, ["a", "b"], [1, 2])
-    assert found == {"recall@1": 0.0, "hit@1": 0.0, "recall@2": 1.0, "hit@2": 1.0}
+async def test_session_search_is_asked_once_per_k_and_graded_at_that_k() -> None:
+    from agentlab.events import user_event
+    from agentlab.recall import RecallPolicy
+    from agentlab.session.inmemory import InMemorySessionService
+
+    service = InMemorySessionService()
+    session = await service.create_session("app", "u", "s")
+    for i, text in enumerate(["the cat sat on the mat", "dogs bark at night", "a cat and a dog play"]):
+        event = user_event(text, timestamp=1000.0 + i)
+        event.id = f"e{i}"
+        await service.append_event(session, event)
+    asked: list[tuple[list[str], int]] = []
+
+    def grade(ranked: list[str], k: int) -> tuple[float, float]:
+        asked.append((ranked, k))
+        return evidence.id_grade(["e2"])(ranked, k)
+
+    found = await evidence.evidence_at_k(service, session, RecallPolicy(), "cat", [1, 2], grade)
+    assert [k for _, k in asked] == [1, 2] and len(asked[0][0]) == 1 and set(asked[1][0]) == {"e0", "e2"}
+    assert found["evidence_recall@2"] == 1.0 and found["evidence_hit@2"] == 1.0
+    assert list(found) == evidence.metric_names([1, 2], prefix="evidence_")
+    with pytest.raises(ValueError, match="no gold evidence"):
+        evidence.id_grade([])
 
 
 def test_no_gold_evidence_has_no_score_and_stays_out_of_the_mean() -> None:
@@ -30,6 +49,8 @@ def test_no_gold_evidence_has_no_score_and_stays_out_of_the_mean() -> None:
     rows = [evidence.at_k(["a"], ["a"], [1]), None, evidence.at_k(["x"], ["a"], [1])]
     assert evidence.mean_at_k(rows, [1]) == {"recall@1": 0.5, "hit@1": 0.5}
     assert evidence.mean_at_k([None], [1]) == {"recall@1": None, "hit@1": None}
+    prefixed = [{"evidence_recall@1": 1.0, "evidence_hit@1": 1.0}, {"evidence_recall@1": 0.0, "evidence_hit@1": 1.0}]
+    assert evidence.mean_at_k(prefixed, [1], prefix="evidence_") == {"recall@1": 0.5, "hit@1": 1.0}
 
 
 def test_metric_names_per_k_or_per_metric() -> None:
@@ -56,10 +77,11 @@ def _store(tmp_path: Path) -> ResultStore:
 
 def test_a_frame_holds_the_named_call_aggregates_and_the_scores(tmp_path: Path) -> None:
     with _store(tmp_path) as store:
-        frame = case_frames.current_cases(store, "toy", ("latency_ms", "answer_prompt", "answer_prompt_last",
-                                                          "answer_calls", "all_calls"))
+        frame = case_frames.case_tokens(store, "toy", ("answer",),
+                                        columns=("latency_ms", "answer_prompt_last", "answer_calls", "all_calls"))
         rows = frame.set_index("case_id")
         assert rows.loc["ok1", "answer_prompt"] == 147 and rows.loc["ok1", "answer_calls"] == 3
+        assert rows.loc["ok1", "answer_total"] == 147 + 6
         # The last answer call that returned: the failed third call does not count.
         assert rows.loc["ok1", "answer_prompt_last"] == 40 and rows.loc["ok1", "all_calls"] == 4
         assert rows.loc["ok1", "latency_ms"] == 30.0 and rows.loc["ok1", "f1"] == 0.5
@@ -69,9 +91,9 @@ def test_a_frame_holds_the_named_call_aggregates_and_the_scores(tmp_path: Path) 
         rows = frame.set_index("case_id")
         assert rows.loc["bad", "f1"] == 0.0 and rows.loc["bad", "rougeL"] == 0.0 and math.isnan(rows.loc["ok1", "rougeL"])
         assert "llm_score" not in frame.columns
-        assert case_frames.current_cases(store, "other", ("answer_prompt",)).empty
+        assert case_frames.case_tokens(store, "other").empty
 
 
 def test_an_unknown_column_is_named(tmp_path: Path) -> None:
     with _store(tmp_path) as store, pytest.raises(ValueError, match="unknown per-case columns \\['tokens'\\]"):
-        case_frames.current_cases(store, "toy", ("tokens",))
+        case_frames.case_tokens(store, "toy", columns=("tokens",))

@@ -50,7 +50,7 @@ def report_tables(store: Any, benchmark: str) -> dict[str, Any]:
         cost.append({
             "model": model, "mode": mode, "n": len(group),
             "answer_prompt_tokens_per_q": group["answer_prompt"].mean(),
-            "answer_total_tokens_per_q": (group["answer_prompt"] + group["answer_completion"]).mean(),
+            "answer_total_tokens_per_q": group["answer_total"].mean(),
             "all_tokens_per_q": group["all_tokens"].mean(),
             "answer_calls_per_q": group["answer_calls"].mean(),
             "all_calls_per_q": group["all_calls"].mean(),
@@ -82,16 +82,15 @@ def _extraction_counts(cases: Any) -> dict[str, Any]:
 
 
 def _current_cases(store: Any, benchmark: str) -> Any:
-    """The shown runs' cases (:func:`agentlab.bench.case_frames.current_cases`) with category, tokens and scores.
+    """The shown runs' cases (:func:`agentlab.bench.case_frames.case_tokens`) with category, tokens and scores.
 
     Failed cases score 0 (they stay in every denominator), as in the store's derived tables; a
     judge verdict that did not parse was stored as 0 and is flagged in ``judge_unparsed``.
     """
     from agentlab.bench.judge import PARSE_ERROR_PREFIX
 
-    cases = case_frames.current_cases(store, benchmark, (
-        "latency_ms", "answer_prompt", "answer_completion", "all_tokens", "answer_latency_ms", "answer_calls",
-        "all_calls"))
+    cases = case_frames.case_tokens(store, benchmark, ("answer",), columns=(
+        "latency_ms", "all_tokens", "answer_latency_ms", "answer_calls", "all_calls"))
     if cases.empty:
         return cases
     meta = case_frames.case_metadata(cases)

@@ -163,17 +163,16 @@ def long_context_prompt(question: LongMemEvalQuestion) -> list[Message]:
 
 async def evidence_at_k(service: Any, session: Any, question: LongMemEvalQuestion, policy: RecallPolicy,
                         ks: Sequence[int]) -> dict[str, float] | None:
-    """Model-free retrieval quality of the ``session_search`` tool for one question (:mod:`agentlab.bench.evidence`).
+    """``evidence_recall@k`` / ``evidence_hit@k`` of the ``session_search`` tool for one question, no model.
 
-    The tool's own function runs with the question as the query over the seeded history, once per
-    ``k``; ``recall@k`` = share of the ``has_answer`` turns among the top k hits, ``hit@k`` = 1 if
-    any of them is. ``None`` for a question without evidence (abstention): nothing is searched.
+    The question is the query (:func:`agentlab.bench.evidence.evidence_at_k`, one search per ``k``);
+    recall = share of the ``has_answer`` turns among the top k hits, hit = 1 if any of them is.
+    ``None`` for a question without evidence (abstention): nothing is searched.
     """
     gold = evidence_ids(question)
     if not gold:
         return None
-    return evidence.at_k(await evidence.session_search_rankings(service, session, policy, question.question, ks),
-                         gold, ks)
+    return await evidence.evidence_at_k(service, session, policy, question.question, ks, evidence.id_grade(gold))
 
 
 @dataclass(frozen=True)
@@ -286,8 +285,7 @@ class LongMemEvalTask(Task):
             if recall_policy is not None:
                 # Before the run: afterwards the session also holds the question and tool results.
                 ks = [k for k in settings.of("retrieval", RetrievalSettings).ks if k <= recall_policy.max_search_top_k]
-                found = await evidence_at_k(service, session, question, recall_policy, ks)
-                metadata.update({f"evidence_{name}": value for name, value in (found or {}).items()})
+                metadata.update(await evidence_at_k(service, session, question, recall_policy, ks) or {})
             if summary_policy is not None:
                 metadata.update(await self._force_summary(runner, service, session, summary_policy.max_steps))
             with context_length_need(need):
@@ -358,7 +356,7 @@ class LongMemEvalTask(Task):
         """Table 6 of the report: quality, prompt tokens and savings, summary size, tool use, latency."""
         import pandas as pd
 
-        cases = case_frames.current_cases(store, self.name, ("answer_prompt", "answer_prompt_last", "answer_latency_ms"))
+        cases = case_frames.case_tokens(store, self.name, ("answer",), columns=("answer_prompt_last", "answer_latency_ms"))
         if cases.empty:
             return {}
         meta = case_frames.case_metadata(cases)
@@ -417,4 +415,4 @@ class LongMemEvalTask(Task):
         rows = run_sync(each())
         return {"retrieval": "session_search (query = the question, whole history)",
                 "search_mode": policy.effective_search_mode, "ks": ks, "questions": len(cases),
-                "with_evidence": sum(r is not None for r in rows), **evidence.mean_at_k(rows, ks)}
+                "with_evidence": sum(r is not None for r in rows), **evidence.mean_at_k(rows, ks, prefix="evidence_")}
