@@ -104,7 +104,8 @@ def _groups(benchmark: str, cases: Sequence[Any], delivery: Delivery, settings: 
 
         return qmsum_groups([c.data for c in cases], delivery, seed=seed_events)
     if benchmark == "locomo":
-        from agentlab.bench.tasks.locomo import LoCoMoDataset, seed_plan
+        from agentlab.bench.tasks.locomo import seed_plan
+        from agentlab.bench.tasks.locomo_settings import LoCoMoDataset
 
         captions = settings.of("dataset", LoCoMoDataset).include_image_captions
         conversations: dict[str, Any] = {}

@@ -46,13 +46,13 @@ import numpy as np
 
 from agentlab.bench.datasets.locomo import (
     ADVERSARIAL_CATEGORY,
-    CATEGORY_NAMES_MEM0,
-    CATEGORY_NAMES_MEMORY_REPORT,
     CATEGORY_NAMES_OFFICIAL,
     Conversation,
+    category_names,
 )
+from agentlab.bench.evidence import at_k, mean_at_k
 from agentlab.bench.loops import run_sync
-from agentlab.bench.metrics import evidence_hit_at_k, evidence_recall_at_k, percentile
+from agentlab.bench.metrics import percentile
 
 if TYPE_CHECKING:
     from agentlab.bench.config import Settings
@@ -181,9 +181,7 @@ def aggregate_recall(rows: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[
     for category in CATEGORY_ORDER:
         subset = [r for r in rows if r["category"] == category]
         if subset:
-            per_category[str(category)] = {"official": CATEGORY_NAMES_OFFICIAL[category],
-                                           "memory_report": CATEGORY_NAMES_MEMORY_REPORT[category],
-                                           "mem0": CATEGORY_NAMES_MEM0[category], **summary(subset)}
+            per_category[str(category)] = {**category_names(category), **summary(subset)}
     return {"overall": summary(rows), "per_category": per_category}
 
 
@@ -526,12 +524,7 @@ def preload_window_recall(window: PreloadWindow, cases: Sequence[Case], settings
     for category in sorted(CATEGORY_NAMES_OFFICIAL):
         subset = [r for r in rows if r["category"] == category]
         if subset:
-            summary["per_category"][str(category)] = {
-                "official": CATEGORY_NAMES_OFFICIAL[category],
-                "memory_report": CATEGORY_NAMES_MEMORY_REPORT[category],
-                "mem0": CATEGORY_NAMES_MEM0[category],
-                **_window_summary(subset, ks),
-            }
+            summary["per_category"][str(category)] = {**category_names(category), **_window_summary(subset, ks)}
     return summary
 
 
@@ -559,12 +552,6 @@ async def _window_rows(window: PreloadWindow, cases: Sequence[Case], top_k: int)
 
 
 def _window_summary(rows: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
-    out: dict[str, Any] = {"n": len(rows)}
-    for k in ks:
-        values = [v for r in rows if (v := evidence_recall_at_k(r["retrieved"], r["evidence"], k)) is not None]
-        out[f"recall@{k}"] = sum(values) / len(values) if values else None
-    for k in ks:
-        hits = [v for r in rows if (v := evidence_hit_at_k(r["retrieved"], r["evidence"], k)) is not None]
-        out[f"hit@{k}"] = sum(hits) / len(hits) if hits else None
-    return out
+    found = (at_k(r["retrieved"], r["evidence"], ks) for r in rows)
+    return {"n": len(rows), **mean_at_k(found, ks, by_metric=True)}
 

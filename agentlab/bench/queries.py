@@ -24,6 +24,7 @@ __all__ = [
     "CASE_METRIC_CTE",
     "CURRENT_RUNS_CTE",
     "DERIVED_TABLES_SQL",
+    "LAST_ANSWER_PROMPT_SQL",
     "MODE_MEANS_SQL",
     "PAIRED_RUNS_CTE",
     "QUALITY_LOSS_TABLE",
@@ -183,6 +184,10 @@ case_metric AS (
     LEFT JOIN scores s ON s.run_id = r.run_id AND s.case_id = c.case_id AND s.metric = m.metric
 )"""
 
+#: A case's prompt tokens by the published "last answer call" rule (:data:`~agentlab.bench.facts.LAST_ANSWER_CALL`),
+#: over its calls ``k``: the prompt of its last answer call that returned, 0 when none did.
+LAST_ANSWER_PROMPT_SQL = "COALESCE(arg_max(k.prompt_tokens, k.seq) FILTER (WHERE k.purpose = 'answer' AND k.error IS NULL), 0)"
+
 #: Builds ``token_savings`` (see :mod:`agentlab.bench.store` for its columns): answer (and summary)
 #: tokens of each run's ok cases against its baseline run's, per case and per run.
 TOKEN_SAVINGS_TABLE = f"""
@@ -193,8 +198,7 @@ case_tokens AS (
         c.case_id, FALSE AS estimated,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens END), 0) AS answer_prompt,
         COALESCE(SUM(CASE WHEN k.purpose = 'answer' THEN k.prompt_tokens + k.completion_tokens END), 0) AS answer_total,
-        COALESCE(arg_max(k.prompt_tokens, k.seq) FILTER (WHERE k.purpose = 'answer' AND k.error IS NULL), 0)
-            AS answer_prompt_last,
+        {LAST_ANSWER_PROMPT_SQL} AS answer_prompt_last,
         COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens END), 0) AS summary_prompt,
         COALESCE(SUM(CASE WHEN k.purpose = 'summary' THEN k.prompt_tokens + k.completion_tokens END), 0) AS summary_total
     FROM paired_runs r

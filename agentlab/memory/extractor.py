@@ -30,6 +30,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
@@ -480,6 +481,21 @@ class MemoryExtractor:
                                            "prompt_version": policy.extraction_prompt_version},
             })
         return result
+
+    async def extract_each(self, sessions: Sequence[Session], memory_service: MemoryService,
+                           session_service: SessionService) -> dict[str, int]:
+        """One forced pass over each of ``sessions`` in order (e.g. a seeded history, session by session).
+
+        Returns ``extraction_passes`` and ``extraction_errors`` (passes that ended in an error);
+        a failed pass does not stop the next one.
+        """
+        counts = {"extraction_passes": 0, "extraction_errors": 0}
+        for number, session in enumerate(sessions, start=1):
+            result = await self.extract(session, memory_service, session_service, force=True)
+            counts["extraction_passes"] += 1
+            counts["extraction_errors"] += int(result.status == "error")
+            progress.report_progress("memory extraction", number, len(sessions), unit="session")
+        return counts
 
     async def _extract_chunk(self, chunk: list[Event], memory_service: MemoryService, scope: Scope,
                              result: ExtractionResult) -> str | None:

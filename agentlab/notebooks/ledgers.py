@@ -129,7 +129,7 @@ def ledger_from_locomo(conversation: Conversation, *, question_index: int = 0, t
     The first speaker is the user, the second the assistant; each turn is timestamped with its
     session date.
     """
-    from agentlab.bench.tasks.locomo import parse_session_date
+    from agentlab.bench.tasks.locomo_history import parse_session_date
 
     turns: list[tuple[str, str, float]] = []
     base = 1_700_000_000.0

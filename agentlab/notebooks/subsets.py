@@ -73,7 +73,7 @@ def locomo_trimmed(sample_id: str, max_sessions: int, target_dir: str | os.PathL
     import hashlib
 
     from agentlab.bench.datasets.base import read_json, resolve_file
-    from agentlab.bench.tasks.locomo import evidence_dia_ids
+    from agentlab.bench.tasks.locomo_history import evidence_dia_ids
 
     source = resolve_file("locomo", "locomo10.json")
     raw = read_json(source.local_path, "LoCoMo")

@@ -21,8 +21,9 @@ from agentlab.recall.search import EventHit, EventRef, compact_text, index_for_i
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
     from agentlab.core.projection import RequestDraft
+    from agentlab.session.base import SessionService
 
-__all__ = ["PRELOAD_HEADER", "PreloadRecallProcessor", "preload_hits", "render_preload_block"]
+__all__ = ["PRELOAD_HEADER", "PreloadRecallProcessor", "preload_hits", "preload_outside_run", "render_preload_block"]
 
 PRELOAD_HEADER = "## Related Session Recall"
 PRELOAD_FRAMING = (
@@ -62,6 +63,24 @@ async def preload_hits(inv: Invocation, policy: RecallPolicy, query: str) -> lis
     floor = policy.preload_min_score if policy.preload_min_score > 0 else None
     hits = await index.search(query, policy.preload_limit, mode=mode, include=include, min_score=floor)
     return hits[: policy.preload_limit]
+
+
+async def preload_outside_run(service: SessionService, app_name: str, user_id: str, session_id: str, query: str,
+                              policy: RecallPolicy, filter_key: str = "") -> list[EventHit]:
+    """:func:`preload_hits` for ``query`` asked in a new session ``session_id`` under ``filter_key``, with no agent.
+
+    What a run's preload would inject, for dry runs and model-free retrieval measures; the
+    session need not exist (its own events are never preloaded anyway).
+    """
+    from agentlab.core.invocation import Invocation
+    from agentlab.events import Message
+    from agentlab.recall.search import _OutsideRun  # the never-run agent of a search outside a run
+    from agentlab.session.base import Session
+
+    probe = Session(app_name=app_name, user_id=user_id, id=session_id)
+    inv = Invocation(app_name=app_name, user_id=user_id, session=probe, session_service=service,
+                     agent=_OutsideRun(), message=Message.user(query), filter_key=filter_key)
+    return await preload_hits(inv, policy, query)
 
 
 def render_preload_block(hits: list[EventHit], policy: RecallPolicy) -> str:

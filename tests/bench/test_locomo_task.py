@@ -17,6 +17,7 @@ from agentlab.bench.judge import Judge
 from agentlab.bench.store import ResultStore
 from agentlab.bench.tasks import get_task
 from agentlab.bench.tasks import locomo as lc
+from agentlab.bench.tasks.locomo_history import parse_session_date
 from agentlab.events import Event, Message
 from agentlab.model.base import ModelError, ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
@@ -156,7 +157,7 @@ def test_session_seeding_roles_prefix_and_dates() -> None:
     assert [e.role for e in events] == ["user", "assistant", "user"]
     assert events[1].text == "[SessionDate: 1:56 pm on 8 May, 2023] Melanie: I painted a sunrise at the lake last week."
     assert events[1].metadata["dia_id"] == "D1:2" and events[1].id == "conv-x:D1:2"
-    assert events[0].timestamp == lc.parse_session_date("1:56 pm on 8 May, 2023")
+    assert events[0].timestamp == parse_session_date("1:56 pm on 8 May, 2023")
     assert plan[1][1][0].timestamp > events[-1].timestamp
     with_captions = lc.seed_plan(conversation, include_captions=True)[0][1][1].text
     assert with_captions.endswith("[shares a photo of a sunrise painting]")
@@ -289,7 +290,7 @@ async def test_a_question_never_recalls_another_questions_session() -> None:
     await service.append_event(other, Event(author="user", choices=[Message.user("paint lake sunrise lake lake")],
                                             filter_key="qa/other"))
     case = get_task("locomo").load_cases(settings()).cases[0]
-    hits = await lc._preload(service, conversation, case, lc.recall_policy(settings()))
+    hits = await lc.question_preload(service, conversation, case, lc.recall_policy(settings()))
     assert hits and all(h.ref.session_id != "qa-other" for h in hits)
     assert lc.hit_dia_ids(hits)[0] == "D1:2"
 

@@ -20,7 +20,8 @@ from agentlab.bench.datasets.longmemeval import write_longmemeval_fixture
 from agentlab.bench.judge import Judge
 from agentlab.bench.store import ResultStore
 from agentlab.bench.tasks import get_task
-from agentlab.bench.tasks.longmemeval import haystack_events, parse_haystack_date
+from agentlab.bench.tasks.longmemeval import haystack_events
+from agentlab.bench.tasks.longmemeval_history import parse_haystack_date
 from agentlab.events import Message
 from agentlab.model.base import ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
@@ -218,3 +219,22 @@ def test_cli_names_the_missing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert code == 2
     assert "longmemeval_s_cleaned.json" in message and str(tmp_path / "none" / "longmemeval") in message
     assert "huggingface.co" in message and "dataset.path" in message
+
+
+def test_a_given_file_is_fingerprinted_and_a_variant_without_a_sha256_is_an_error(
+        fixture_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    import agentlab.bench.datasets.longmemeval as lme_data
+    from agentlab.bench.datasets.base import DatasetError
+
+    data = lme_data.load_file_or_variant(f" {fixture_file} ", "s_cleaned")
+    assert data.sha256 == hashlib.sha256(fixture_file.read_bytes()).hexdigest()
+    with pytest.raises(DatasetError, match="is not a file"):
+        lme_data.load_file_or_variant(str(fixture_file.parent), "s_cleaned")
+    with pytest.raises(DatasetError, match="unknown \\[dataset\\] variant 'nope'"):
+        lme_data.load_file_or_variant("", "nope")
+    # A file accepted without a pinned hash would give the run an empty dataset fingerprint.
+    monkeypatch.setattr(lme_data, "load_longmemeval", lambda variant: lme_data.parse_file(fixture_file, variant))
+    with pytest.raises(DatasetError, match="accepted without a sha256.*dataset.path=FILE"):
+        lme_data.load_file_or_variant("", "s_cleaned")

@@ -1,7 +1,7 @@
 """The APIs the task modules' harness code moved to (issue 19 item 6), each on its own.
 
 ``summary.prebuilt`` (a summary over a whole history, installed elsewhere), ``recall.hidden_turns``
-(the preload path's block and its place in the request), ``bench.evidence_search``,
+(the preload path's block and its place in the request), ``bench.evidence``,
 ``bench.case_frames``, ``model.tally`` and ``model.replay_only``.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentlab.bench.case_frames import metadata_means, ok_case_metadata
-from agentlab.bench.evidence_search import evidence_at_k, mean_rows
+from agentlab.bench.evidence import evidence_at_k, mean_rows
 from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import project_prompt
 from agentlab.events import OBJ_USER, Event, Message, Usage
@@ -104,7 +104,7 @@ def test_the_block_lands_in_the_system_message_after_the_instruction_and_before_
     assert rest[-1] == Message.user("What about zebras?")
 
 
-# ------------------------------------------------------------------------- bench.evidence_search
+# -------------------------------------------------------------------------------- bench.evidence
 
 
 async def test_evidence_at_k_grades_one_search_per_depth() -> None:

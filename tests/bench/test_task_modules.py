@@ -1,7 +1,7 @@
 """Each benchmark task module stays short enough to read top to bottom (issue 19: at most 450 lines).
 
-The harness code lives in the APIs it belongs to (summary, recall, ``bench.evidence_search``,
-``bench.ask``, ``bench.case_frames``, the model wrappers); a task module loads cases, seeds the
+The harness code lives in the APIs it belongs to (summary, recall, ``bench.evidence``,
+``bench.case_frames``, the model wrappers); a task module loads cases, seeds the
 history, asks and scores.
 """
 
@@ -17,8 +17,6 @@ LIMIT = 450
 TASKS_DIR = Path(tasks.__file__).resolve().parent
 #: The four benchmarks' modules, always checked (a missing one is a failure, not a skip).
 BENCHMARKS = ("qmsum", "locomo", "longmemeval", "mtbench101")
-#: Modules another branch of issue 19 is shortening: strict, so the mark must go once they pass.
-BEING_SHORTENED = {"locomo", "longmemeval"}
 
 
 def too_long(paths: list[Path], limit: int = LIMIT) -> list[str]:
@@ -31,10 +29,7 @@ def test_the_four_benchmark_modules_are_there() -> None:
     assert all((TASKS_DIR / f"{name}.py").is_file() for name in BENCHMARKS)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="shortened on the issue-19 tasks branch for "
-                                            "LoCoMo and LongMemEval; drop this mark when that branch is merged"))
-    if n in BEING_SHORTENED else n for n in BENCHMARKS])
+@pytest.mark.parametrize("name", BENCHMARKS)
 def test_a_benchmark_task_module_is_at_most_450_lines(name: str) -> None:
     assert too_long([TASKS_DIR / f"{name}.py"]) == []
 

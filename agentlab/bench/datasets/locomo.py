@@ -48,6 +48,12 @@ CATEGORY_MAPPING_SOURCES: dict[str, str] = {
 }
 ADVERSARIAL_CATEGORY = 5
 
+
+def category_names(category: int) -> dict[str, str]:
+    """A category number's three names, keyed like :data:`CATEGORY_MAPPING_SOURCES`."""
+    return {"official": CATEGORY_NAMES_OFFICIAL[category], "memory_report": CATEGORY_NAMES_MEMORY_REPORT[category],
+            "mem0": CATEGORY_NAMES_MEM0[category]}
+
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 
 

@@ -15,6 +15,7 @@ No copy of the data could be obtained where this loader was written, so its test
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -162,6 +163,28 @@ def load_longmemeval(variant: str = DEFAULT_VARIANT, *, manifest: str | os.PathL
         raise ValueError(f"unknown LongMemEval variant {variant!r}; known: {', '.join(FILES)}")
     resolved = resolve_file(NAME, FILES[variant], manifest=manifest, allow_download=allow_download)
     return parse_file(resolved.local_path, variant, resolved.sha256 or "")
+
+
+def load_file_or_variant(path: str, variant: str) -> LongMemEvalData:
+    """The file at ``path`` in the same schema (``[dataset] path``, hashed here) when given, else ``variant``'s file.
+
+    The sha256 of what was read is part of the run id: a ``DatasetError`` says so if it is unknown.
+    """
+    if path.strip():
+        file = Path(path.strip()).expanduser()
+        if not file.is_file():
+            raise DatasetError(f"longmemeval: [dataset] path {file} is not a file")
+        return parse_file(file, variant=variant, sha256=hashlib.sha256(file.read_bytes()).hexdigest())
+    if variant not in FILES:
+        raise DatasetError(f"longmemeval: unknown [dataset] variant {variant!r}; known: {', '.join(FILES)}")
+    try:
+        data = load_longmemeval(variant)
+    except DatasetError as exc:
+        raise DatasetError(f"{exc} Or pass a file in the same schema with --set dataset.path=FILE.") from None
+    if not data.sha256:
+        raise DatasetError(f"longmemeval: the {variant} file was accepted without a sha256; pass it with "
+                           "--set dataset.path=FILE so it is hashed")
+    return data
 
 
 # ------------------------------------------------------------------------------- test fixture

@@ -1,7 +1,8 @@
 """Benchmark tasks: the interface every ``agentlab/bench/tasks/<name>.py`` implements, and the registry.
 
 A task module reads top to bottom like simple-evals: a docstring citing the paper, its prompts as
-visible constants, then one :class:`Task` subclass registered by name::
+visible constants (or, when long, in ``<name>_prompts.py`` beside it, as the judge's are in
+``<name>_judge.py``), then one :class:`Task` subclass registered by name::
 
     from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
 

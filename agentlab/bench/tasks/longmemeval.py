@@ -36,10 +36,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
+import agentlab.bench.case_frames as case_frames
+import agentlab.bench.evidence as evidence
 from agentlab.bench.config import (
     AgentSettings,
     JudgeSettings,
@@ -50,19 +50,16 @@ from agentlab.bench.config import (
 )
 from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.datasets.longmemeval import (
-    FILES,
     PUBLISHED_CASES,
     PUBLISHED_QUESTION_TYPE,
     QUESTION_TYPES,
-    LongMemEvalData,
     LongMemEvalQuestion,
-    load_longmemeval,
-    parse_file,
+    load_file_or_variant,
 )
 from agentlab.bench.delivery import DeliverySetting, ToolDelivery, longmemeval_tool_delivery
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
 from agentlab.bench.loops import run_sync
-from agentlab.bench.metrics import Score, evidence_hit_at_k, evidence_recall_at_k, summary_scores
+from agentlab.bench.metrics import Score, summary_scores
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -75,16 +72,21 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.longmemeval_history import (
+    AGENT_NAME,
+    APP_NAME,
+    USER_ID,
+    evidence_ids,
+    haystack_events,
+    seed_session,
+)
 from agentlab.bench.tasks.longmemeval_judge import LONGMEMEVAL_JUDGE
 from agentlab.compaction import CompactionPolicy
-from agentlab.events import Event, Message, user_event
+from agentlab.events import Event, Message
 from agentlab.model.base import GenerationConfig, ModelError
 from agentlab.recall import RecallPolicy
 from agentlab.summary import SummaryPolicy
 
-APP_NAME = "longmemeval"
-USER_ID = "lme-user"
-AGENT_NAME = "assistant"
 EVIDENCE_RECALL_VERSION = "lme-evidence-recall-v1/has_answer"
 
 # -------------------------------------------------------------------------------- settings
@@ -144,76 +146,52 @@ RECALL_ADDON = """Part of the earlier conversation is hidden behind the summary,
 - Never say something is absent when the hits mention it, and never paste raw tool output."""
 
 
-# ------------------------------------------------------------------------------------ data
+# ---------------------------------------------------------------------------------- asking
+
+
+def instruction_for(question: LongMemEvalQuestion, recall: bool = False) -> str:
+    """The answer instruction dated like the question (relative dates resolve); with ``recall``, the search advice."""
+    text = INSTRUCTION.format(question_date=question.question_date)
+    return f"{text}\n\n{RECALL_ADDON}" if recall else text
+
+
+def long_context_prompt(question: LongMemEvalQuestion) -> list[Message]:
+    """The ``long_context`` answer prompt: instruction, every haystack event, the question."""
+    from agentlab.runtime.context import events_to_messages
+
+    return [Message.system(instruction_for(question)), *events_to_messages(haystack_events(question)),
+            Message.user(question.question)]
+
+
+async def evidence_at_k(service: Any, session: Any, question: LongMemEvalQuestion, policy: RecallPolicy,
+                        ks: Sequence[int]) -> dict[str, float] | None:
+    """``evidence_recall@k`` / ``evidence_hit@k`` of the ``session_search`` tool for one question, no model.
+
+    The question is the query (:func:`agentlab.bench.evidence.evidence_at_k`, one search per ``k``);
+    recall = share of the ``has_answer`` turns among the top k hits, hit = 1 if any of them is.
+    ``None`` for a question without evidence (abstention): nothing is searched.
+    """
+    gold = evidence_ids(question)
+    if not gold:
+        return None
+    return await evidence.evidence_at_k(service, session, policy, question.question, ks, evidence.id_grade(gold))
 
 
 @dataclass(frozen=True)
-class HaystackEvent:
-    """Where a seeded event came from (for evidence recall)."""
+class Mode:
+    """What a mode adds to the one flow (seed the haystack, then ask the question)."""
 
-    session_index: int
-    turn_index: int
-    has_answer: bool
-
-
-def parse_haystack_date(text: str) -> float | None:
-    """Epoch seconds of ``2023/05/20 (Sat) 02:21`` (UTC), else None."""
-    raw = " ".join(str(text).split())
-    for layout in ("%Y/%m/%d (%a) %H:%M", "%Y/%m/%d %H:%M", "%Y/%m/%d"):
-        try:
-            return datetime.strptime(raw, layout).replace(tzinfo=timezone.utc).timestamp()
-        except ValueError:
-            continue
-    return None
+    #: The summary is force-built over the whole haystack before the question (else it is sent whole).
+    summary: bool
+    #: ``session_search`` / ``session_load`` over what the summary hid, and evidence recall@k.
+    recall: bool
 
 
-def event_id_for(question_id: str, session_index: int, turn_index: int) -> str:
-    """The id of one haystack turn; evidence recall matches search hits against these ids."""
-    return f"{question_id}/s{session_index}/t{turn_index}"
-
-
-def haystack_events(question: LongMemEvalQuestion) -> list[Event]:
-    """Every haystack turn in order as an event with its real role and its session's date.
-
-    Assistant turns are authored by the agent, so they stay assistant messages in every request.
-    """
-    events: list[Event] = []
-    clock = datetime(2000, 1, 1, tzinfo=timezone.utc).timestamp()
-    for si, session in enumerate(question.sessions):
-        start = parse_haystack_date(session.date)
-        clock = start if start is not None and start > clock else clock + 3_600
-        for ti, turn in enumerate(session.turns):
-            meta = {"haystack_session_id": session.session_id, "has_answer": turn.has_answer}
-            # Turns of a session 1 ms apart: the ledger order is also the time order.
-            timestamp = clock + ti / 1000
-            if turn.role == "assistant":
-                events.append(Event(author=AGENT_NAME, choices=[Message.assistant(turn.content)],
-                                    id=event_id_for(question.question_id, si, ti), timestamp=timestamp, metadata=meta))
-            else:
-                event = user_event(turn.content, timestamp=timestamp)
-                event.id, event.metadata = event_id_for(question.question_id, si, ti), meta
-                events.append(event)
-        clock += len(session.turns) / 1000 + 1
-    return [e for e in events if e.text]
-
-
-def evidence_ids(question: LongMemEvalQuestion) -> list[str]:
-    """Ids of the turns that hold the answer (``has_answer``): the targets of evidence recall."""
-    return [event_id_for(question.question_id, si, ti) for si, ti in question.evidence_turns()]
-
-
-async def seed_session(service: Any, question: LongMemEvalQuestion, session_id: str) -> Any:
-    """A session holding the question's whole haystack in order: what every mode answers from."""
-    session = await service.create_session(APP_NAME, USER_ID, session_id)
-    for event in haystack_events(question):
-        await service.append_event(session, event)
-    return session
-
-
-def instruction_for(question: LongMemEvalQuestion, mode: str) -> str:
-    """The answer instruction dated like the question (relative dates resolve); ``recall`` adds the search advice."""
-    text = INSTRUCTION.format(question_date=question.question_date)
-    return f"{text}\n\n{RECALL_ADDON}" if mode == "recall" else text
+#: The report's comparison: the summary loses what the long context holds, recall recovers it.
+ROLES = ModeRoles(baseline="long_context", lossy="summary", recovered="recall")
+#: The modes, looked up once per case (the module docstring says what each sends).
+MODES: dict[str, Mode] = {"long_context": Mode(summary=False, recall=False),
+                          "summary": Mode(summary=True, recall=False), "recall": Mode(summary=True, recall=True)}
 
 
 # ------------------------------------------------------------------------------------ task
@@ -225,10 +203,10 @@ class LongMemEvalTask(Task):
 
     name = "longmemeval"
     version = "1"
-    modes = ("long_context", "summary", "recall")
+    modes = tuple(MODES)
     default_mode = "recall"
     judge_templates = (LONGMEMEVAL_JUDGE,)
-    mode_roles = ModeRoles(baseline="long_context", lossy="summary", recovered="recall")
+    mode_roles = ROLES
     published_token_rule = LAST_ANSWER_CALL
     description = "LongMemEval single-session-user (70): long context vs summary vs summary + session recall"
 
@@ -240,27 +218,10 @@ class LongMemEvalTask(Task):
 
     # ---------------------------------------------------------------------------- cases
 
-    def load_data(self, settings: Settings) -> LongMemEvalData:
-        """The dataset: the file at ``[dataset] path`` when given, else the named variant from the data dir."""
-        dataset = settings.of("dataset", LongMemEvalDataset)
-        path = dataset.path.strip()
-        if path:
-            file = Path(path).expanduser()
-            if not file.is_file():
-                raise DatasetError(f"longmemeval: [dataset] path {file} is not a file")
-            return parse_file(file, variant=dataset.variant)
-        variant = dataset.variant
-        if variant not in FILES:
-            raise DatasetError(f"longmemeval: unknown [dataset] variant {variant!r}; known: {', '.join(FILES)}")
-        try:
-            return load_longmemeval(variant)
-        except DatasetError as exc:
-            raise DatasetError(f"{exc} Or pass a file in the same schema with --set dataset.path=FILE.") from None
-
     def load_cases(self, settings: Settings) -> CaseSelection:
         """The questions of the chosen types (first ``max_cases`` when set), fingerprinted for the run id."""
-        data = self.load_data(settings)
         dataset = settings.of("dataset", LongMemEvalDataset)
+        data = load_file_or_variant(dataset.path, dataset.variant)
         types = list(dataset.question_types)
         try:
             picked = data.select(types, limit=dataset.max_cases)
@@ -273,15 +234,10 @@ class LongMemEvalTask(Task):
                       "evidence_turns": len(q.evidence_turns()), "abstention": q.is_abstention,
                       "answer_session_ids": list(q.answer_session_ids)},
         ) for q in picked]
-        sha = data.sha256
-        if not sha:  # a file given by path is not hashed by the loader: fingerprint it here
-            import hashlib
-
-            sha = hashlib.sha256(Path(dataset.path).expanduser().read_bytes()).hexdigest()
         limit = dataset.max_cases
         note = (f"{len(cases)} of {len(data.questions)} questions ({data.variant}; types {', '.join(types)}"
                 + (f"; first {limit}" if limit else "") + ")")
-        return CaseSelection(cases, dataset_sha256=sha, loaded=len(data.questions), note=note)
+        return CaseSelection(cases, dataset_sha256=data.sha256, loaded=len(data.questions), note=note)
 
     # ----------------------------------------------------------------------------- modes
 
@@ -291,10 +247,9 @@ class LongMemEvalTask(Task):
 
     def _policies(self, settings: Settings, mode: str) -> tuple[LongMemEvalSummary | None, RecallPolicy | None]:
         """(summary policy, recall policy) of ``mode``: the ``[summary]`` / ``[recall]`` sections or None."""
-        if mode == "long_context":
-            return None, None
-        summary = settings.of("summary", LongMemEvalSummary)
-        return summary, (settings.of("recall", RecallPolicy) if mode == "recall" else None)
+        spec = MODES[mode]
+        return (settings.of("summary", LongMemEvalSummary) if spec.summary else None,
+                settings.of("recall", RecallPolicy) if spec.recall else None)
 
     # Generic arms (agentlab.bench.arms): the haystack seeded as today, the dated answer instruction.
     def history(self, case: Case, settings: Settings) -> list[Event]:
@@ -307,7 +262,7 @@ class LongMemEvalTask(Task):
 
     def arm_instruction(self, case: Case, settings: Settings) -> str:
         """The answer instruction dated like the question."""
-        return instruction_for(case.data, "long_context")
+        return instruction_for(case.data)
 
     def arm_generation(self, settings: Settings) -> Any:
         """The ``[answer]`` generation config."""
@@ -322,20 +277,21 @@ class LongMemEvalTask(Task):
         question: LongMemEvalQuestion = case.data
         settings = ctx.settings
         summary_policy, recall_policy = self._policies(settings, mode)
-        agent = LLMAgent(AGENT_NAME, ctx.model, instruction=instruction_for(question, mode), summary=summary_policy,
-                         recall=recall_policy, generation=generation_config(settings.section("answer")),
+        agent = LLMAgent(AGENT_NAME, ctx.model, instruction=instruction_for(question, recall_policy is not None),
+                         summary=summary_policy, recall=recall_policy, generation=self.arm_generation(settings),
                          max_tool_iterations=settings.of("agent", AgentSettings).max_tool_iterations)
         service = ctx.new_session_service()
         runner = Runner(APP_NAME, agent, service)
         session_id = f"{case.id}-{mode}"
         metadata: dict[str, Any] = {"prompt_version": INSTRUCTION_VERSION}
-        need = self._fail_fast_if_too_long(case, settings, ctx) if mode == "long_context" else None
+        # Sent whole: a context-length failure without sending ~100k tokens to a model that cannot take them.
+        need = check_window(long_context_prompt(question), ctx) if summary_policy is None else None
         try:
             session = await seed_session(service, question, session_id)
             if recall_policy is not None:
                 # Before the run: afterwards the session also holds the question and tool results.
                 ks = [k for k in settings.of("retrieval", RetrievalSettings).ks if k <= recall_policy.max_search_top_k]
-                metadata.update(await evidence_recall(service, session, question, recall_policy, ks))
+                metadata.update(await evidence_at_k(service, session, question, recall_policy, ks) or {})
             if summary_policy is not None:
                 metadata.update(await self._force_summary(runner, service, session, summary_policy.max_steps))
             with context_length_need(need):
@@ -346,10 +302,6 @@ class LongMemEvalTask(Task):
         if recall_policy is not None:
             metadata["recall_prompt_version"] = RECALL_ADDON_VERSION
         return CaseResult(prediction=outcome.answer, compactions=outcome.compactions, metadata=metadata)
-
-    def _fail_fast_if_too_long(self, case: Case, settings: Settings, ctx: RunContext) -> int:
-        """A context-length failure without sending ~100k tokens to a model that cannot take them."""
-        return check_window(self.dry_run_prompts(case, "long_context", settings)[0], ctx)
 
     async def _force_summary(self, runner: Any, service: Any, session: Any, max_steps: int) -> dict[str, Any]:
         """Summarise the whole seeded history, in rolling steps when the summary model's window is small."""
@@ -395,69 +347,47 @@ class LongMemEvalTask(Task):
         """``long_context``: the answer prompt. ``summary`` / ``recall``: the summariser's prompt over the
         whole seeded history (a model with a small window splits it into rolling steps).
         """
-        from agentlab.runtime.context import events_to_messages
-
         question: LongMemEvalQuestion = case.data
-        events = haystack_events(question)
-        if mode == "long_context":
-            return [[Message.system(instruction_for(question, mode)), *events_to_messages(events),
-                     Message.user(case.question)]]
+        summary_policy, _ = self._policies(settings, mode)
+        if summary_policy is None:
+            return [long_context_prompt(question)]
         from agentlab.summary import Summarizer, render_event_line
 
-        summary_policy, _ = self._policies(settings, mode)
         summariser = Summarizer(None, summary_policy)  # type: ignore[arg-type]  # rendering needs no model
-        return [summariser.render_prompt([render_event_line(e) for e in events], "")]
+        return [summariser.render_prompt([render_event_line(e) for e in haystack_events(question)], "")]
 
     # ---------------------------------------------------------------------------- report
 
     def report_tables(self, store: Any) -> dict[str, Any]:
         """Table 6 of the report: quality, prompt tokens and savings, summary size, tool use, latency."""
-        import json
-
         import pandas as pd
 
-        cases = store.current_runs_df(
-            """
-            SELECT r.model, r.mode, c.run_id, c.case_id, c.status, c.metadata,
-                COALESCE(SUM(k.prompt_tokens) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_prompt,
-                COALESCE(arg_max(k.prompt_tokens, k.seq) FILTER (WHERE k.purpose = 'answer' AND k.error IS NULL), 0)
-                    AS answer_prompt_last,
-                COALESCE(SUM(k.latency_ms) FILTER (WHERE k.purpose = 'answer'), 0) AS answer_latency_ms
-            FROM current_runs r JOIN cases c ON c.run_id = r.run_id
-            LEFT JOIN calls k ON k.run_id = c.run_id AND k.case_id = c.case_id
-            GROUP BY ALL
-            """, self.name)
+        cases = case_frames.case_tokens(store, self.name, ("answer",), columns=("answer_prompt_last", "answer_latency_ms"))
         if cases.empty:
             return {}
-        scores = store.df("SELECT run_id, case_id, metric, value FROM scores WHERE run_id IN "
-                          "(SELECT run_id FROM runs WHERE benchmark = ?)", [self.name])
-        if not scores.empty:
-            wide = scores.pivot_table(index=["run_id", "case_id"], columns="metric", values="value", aggfunc="first")
-            cases = cases.merge(wide.reset_index(), on=["run_id", "case_id"], how="left")
-        meta = [json.loads(m) if isinstance(m, str) else (m or {}) for m in cases["metadata"]]
+        meta = case_frames.case_metadata(cases)
         cases["summary_chars"] = [m.get("summary_chars") for m in meta]
         cases["search_calls"] = [(m.get("tool_calls") or {}).get("session_search", 0) for m in meta]
         cases["load_calls"] = [(m.get("tool_calls") or {}).get("session_load", 0) for m in meta]
-        for metric in ("rougeL", "f1", "bleu1", "exact_match"):
-            if metric not in cases.columns:
-                cases[metric] = float("nan")  # no case scored yet (all failed): they still count 0 below
+        # Failed cases score 0: they stay in the denominator (as does an ok case left unscored).
+        case_frames.zero_failed(cases, ("rougeL", "f1", "bleu1", "exact_match"), if_scored=("llm_score",))
         metrics = [m for m in ("rougeL", "f1", "bleu1", "llm_score", "exact_match") if m in cases.columns]
+        baseline = ROLES.baseline
         rows = []
         for (model, mode), group in cases.groupby(["model", "mode"]):
             ok = group[group["status"] == "ok"]
             row: dict[str, Any] = {"model": model, "mode": mode, "n": len(group), "failed": len(group) - len(ok)}
-            # Failed cases score 0: they stay in the denominator.
-            row.update({m: group[m].where(group["status"] == "ok", 0.0).fillna(0.0).mean() for m in metrics})
+            row.update({m: group[m].fillna(0.0).mean() for m in metrics})
             # Prompt tokens by the published rule (the last answer call of the run, which holds the
             # tool results of a recall run) and, beside it, summed over every answer call.
             row["avg_prompt_tokens_last_call"] = ok["answer_prompt_last"].mean() if len(ok) else None
             row["avg_prompt_tokens_all_calls"] = ok["answer_prompt"].mean() if len(ok) else None
-            long = cases[(cases["model"] == model) & (cases["mode"] == "long_context") & (cases["status"] == "ok")]
+            long = cases[(cases["model"] == model) & (cases["mode"] == baseline) & (cases["status"] == "ok")]
             paired = ok.merge(long[["case_id", "answer_prompt_last"]], on="case_id", suffixes=("", "_long"))
             paired = paired[paired["answer_prompt_last_long"] > 0]
             row["prompt_savings_vs_long_last_call"] = (
                 (1 - paired["answer_prompt_last"] / paired["answer_prompt_last_long"]).mean()
-                if mode != "long_context" and len(paired) else None)
+                if mode != baseline and len(paired) else None)
             row["avg_summary_chars"] = ok["summary_chars"].dropna().mean() if len(ok) else None
             row["search_calls_per_case"] = ok["search_calls"].mean() if len(ok) else None
             row["load_calls_per_case"] = ok["load_calls"].mean() if len(ok) else None
@@ -473,54 +403,22 @@ class LongMemEvalTask(Task):
         once the summary covers everything. Questions without evidence (abstention) are left out.
         """
         ks = sorted(set(settings.of("retrieval", RetrievalSettings).ks))
-        _, policy = self._policies(settings, "recall")
-        assert policy is not None
+        policy = settings.of("recall", RecallPolicy)
         if ks[-1] > policy.max_search_top_k:
             raise ValueError(f"[retrieval] ks go up to {ks[-1]} but session_search returns at most "
                              f"{policy.max_search_top_k} hits ([recall] max_top_k)")
-        rows = run_sync(_retrieve_all(cases, policy, ks))
-        out: dict[str, Any] = {"retrieval": "session_search (query = the question, whole history)",
-                               "search_mode": policy.effective_search_mode, "ks": ks, "questions": len(cases),
-                               "with_evidence": len(rows)}
-        for k in ks:
-            for name in (f"evidence_recall@{k}", f"evidence_hit@{k}"):
-                values = [r[name] for r in rows]
-                out[name.removeprefix("evidence_")] = sum(values) / len(values) if values else None
-        return out
 
+        async def each() -> list[dict[str, float] | None]:
+            from agentlab.session.inmemory import InMemorySessionService
 
-async def evidence_recall(service: Any, session: Any, question: LongMemEvalQuestion, policy: Any,
-                          ks: Sequence[int]) -> dict[str, float]:
-    """Model-free retrieval quality of the ``session_search`` tool for one question.
+            found = []
+            for case in cases:
+                service = InMemorySessionService()
+                session = await seed_session(service, case.data, f"{case.id}-probe")
+                found.append(await evidence_at_k(service, session, case.data, policy, ks))
+            return found
 
-    The tool's own function runs with the question as the query over the seeded history
-    (``scope=current_session``: before the run nothing is hidden yet; once the summary covers
-    everything, ``current_hidden`` searches the same events), once per ``k``.
-    ``evidence_recall@k`` = share of the ``has_answer`` turns among the top k hits,
-    ``evidence_hit@k`` = 1 if any of them is. Empty for questions without evidence (abstention).
-    """
-    from agentlab.recall.search import search_session
-
-    evidence = evidence_ids(question)
-    if not evidence:
-        return {}
-    out: dict[str, float] = {}
-    for k in ks:
-        result = await search_session(service, session, policy, question.question, scope="current_session", top_k=k)
-        retrieved = [str(r.get("event_id")) for r in result["results"]]
-        out[f"evidence_recall@{k}"] = evidence_recall_at_k(retrieved, evidence, k) or 0.0
-        out[f"evidence_hit@{k}"] = evidence_hit_at_k(retrieved, evidence, k) or 0.0
-    return out
-
-
-async def _retrieve_all(cases: Sequence[Case], policy: Any, ks: Sequence[int]) -> list[dict[str, float]]:
-    from agentlab.session.inmemory import InMemorySessionService
-
-    rows = []
-    for case in cases:
-        service = InMemorySessionService()
-        session = await seed_session(service, case.data, f"{case.id}-probe")
-        found = await evidence_recall(service, session, case.data, policy, ks)
-        if found:
-            rows.append(found)
-    return rows
+        rows = run_sync(each())
+        return {"retrieval": "session_search (query = the question, whole history)",
+                "search_mode": policy.effective_search_mode, "ks": ks, "questions": len(cases),
+                "with_evidence": sum(r is not None for r in rows), **evidence.mean_at_k(rows, ks, prefix="evidence_")}

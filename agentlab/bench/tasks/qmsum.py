@@ -35,7 +35,7 @@ from agentlab.bench.case_frames import metadata_means
 from agentlab.bench.config import AgentSettings, JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, load_qmsum, select_cases
 from agentlab.bench.delivery import ToolDelivery, qmsum_tool_delivery
-from agentlab.bench.evidence_search import evidence_at_k, mean_rows
+from agentlab.bench.evidence import evidence_at_k, mean_rows
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
 from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, summary_scores
@@ -173,7 +173,7 @@ async def build_meeting_summary(meeting: Meeting, ctx: RunContext, policy: Summa
 
 async def evidence_recall(service: SessionService, session: Session, item: QMSumCase, policy: RecallPolicy,
                           ks: Sequence[int] = EVIDENCE_KS) -> dict[str, float]:
-    """Model-free retrieval quality of ``session_search`` for the case's question (:mod:`agentlab.bench.evidence_search`).
+    """Model-free retrieval quality of ``session_search`` for the case's question (:mod:`agentlab.bench.evidence`).
 
     A hit is relevant when its turn lies in a ``relevant_text_span``. ``evidence_recall@k`` = share
     of the question's relevant spans with at least one hit among the top k; ``evidence_hit@k`` = 1
