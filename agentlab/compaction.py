@@ -46,6 +46,7 @@ from agentlab.events import Event
 from agentlab.model import tokens
 from agentlab.model.base import ModelRequest
 from agentlab.model.tokens import event_tokens
+from agentlab.model.window import resolve_context_window
 from agentlab.policy import PolicyJSON
 
 if TYPE_CHECKING:
@@ -383,8 +384,6 @@ def compaction_stat(results: int, tokens_before: int, tokens_after: int, pass0: 
 
 def resolve_window(agent: Any, inv: Invocation, fallback: int = FALLBACK_CONTEXT_WINDOW) -> int:
     """Run override -> the agent model's window -> the fallback window."""
-    from agentlab.model.window import resolve_context_window
-
     return resolve_context_window(inv.options.context_window, getattr(agent, "model", None), fallback=fallback)
 
 
