@@ -44,6 +44,7 @@ from agentlab.model.base import (
     ModelResponse,
     ModelUnavailable,
     report_call,
+    reporting,
 )
 from agentlab.model.openai_wire import Attempt as _Attempt
 from agentlab.model.openai_wire import classify as _classify
@@ -380,6 +381,8 @@ class OpenAICompatModel:
 
     def _report(self, request: ModelRequest, usage: Usage, started: float, error: BaseException | None,
                 attempts: int = 1) -> None:
+        if not reporting():  # e.g. under the call cache, which reports the call itself: no record to build
+            return
         report_call(
             CallRecord(
                 model=self.model,
