@@ -51,3 +51,14 @@ async def test_the_cache_stores_the_text_its_key_hashes() -> None:
     assert key == request.cache_key(model.model_name) and stored == request.cache_blob(model.model_name)
     assert (await model.generate(request)).cache_hit
     cache.close()
+
+
+def test_tool_schemas_are_counted_as_their_compact_json() -> None:
+    import json
+
+    from agentlab.model import tokens
+
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "cherche é ✓",
+                                               "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+    compact = json.dumps(tools, ensure_ascii=False, separators=(",", ":"))
+    assert tokens.count_tools(tools) == tokens.count_text(compact) > 0
