@@ -31,6 +31,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import agentlab.model.window as model_window
 from agentlab.core.projection import (
     COMPACT,
     ContextMechanism,
@@ -383,9 +384,7 @@ def compaction_stat(results: int, tokens_before: int, tokens_after: int, pass0: 
 
 def resolve_window(agent: Any, inv: Invocation, fallback: int = FALLBACK_CONTEXT_WINDOW) -> int:
     """Run override -> the agent model's window -> the fallback window."""
-    from agentlab.model.window import resolve_context_window
-
-    return resolve_context_window(inv.options.context_window, getattr(agent, "model", None), fallback=fallback)
+    return model_window.resolve_context_window(inv.options.context_window, getattr(agent, "model", None), fallback=fallback)
 
 
 async def relieve_pressure(inv: Invocation, pending: PendingRequest, policy: CompactionPolicy, *,

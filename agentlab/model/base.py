@@ -12,7 +12,7 @@ import contextvars
 import hashlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from agentlab.events import Message, Usage
@@ -61,10 +61,12 @@ class GenerationConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, as hashed into the cache key and stored with a call."""
-        d = asdict(self)
-        d["stop"] = list(self.stop)
-        if d["json_schema"] is None:
-            del d["json_schema"]  # keeps the cache keys of schema-less requests as they were
+        # Field by field in declaration order (what dataclasses.asdict gave, without its deep copy:
+        # every field is a plain value), once per model call.
+        d: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens, "top_p": self.top_p,
+                             "stop": list(self.stop), "seed": self.seed, "response_format": self.response_format}
+        if self.json_schema is not None:  # absent when unset: keeps the cache keys of schema-less requests
+            d["json_schema"] = self.json_schema
         return d
 
     @staticmethod
@@ -107,10 +109,18 @@ class ModelRequest:
             "sample_index": self.sample_index,
         }
 
+    def cache_blob(self, model_name: str) -> str:
+        """:meth:`cache_payload` as the JSON text that is hashed into the key (and stored with the answer)."""
+        return json.dumps(self.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
+
     def cache_key(self, model_name: str) -> str:
         """SHA-256 of :meth:`cache_payload`: equal for calls that must get the same cached answer."""
-        blob = json.dumps(self.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return blob_key(self.cache_blob(model_name))
+
+
+def blob_key(blob: str) -> str:
+    """The cache key of a :meth:`ModelRequest.cache_blob`."""
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -262,6 +272,11 @@ def observe_calls(observer: CallObserver) -> Iterator[None]:
         yield
     finally:
         _observers.reset(token)
+
+
+def reporting() -> bool:
+    """Whether a call reported now reaches anyone (a reporter can skip building a record that would not)."""
+    return bool(_observers.get())
 
 
 def report_call(record: CallRecord) -> None:

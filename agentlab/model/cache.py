@@ -39,6 +39,7 @@ from agentlab.model.base import (
     ModelInfo,
     ModelRequest,
     ModelResponse,
+    blob_key,
     model_name,
     report_call,
     suppress_reports,
@@ -97,6 +98,12 @@ def _flush_open_caches() -> None:
             cache.flush()
         except Exception:  # a closed or broken file at exit: nothing left to do
             pass
+
+
+def close_open_caches() -> None:
+    """Write out and close every call cache open in this process (each file is left checkpointed)."""
+    for cache in list(_OPEN_CACHES):
+        cache.close()
 
 
 def default_cache_path() -> Path:
@@ -225,9 +232,12 @@ class CallCache:
             if len(known) > KEY_SET_LIMIT:
                 self._key_sets[self._keys_slot] = None
 
-    def put(self, key: str, response: ModelResponse, request: ModelRequest, model_name: str) -> None:
-        """Store (or replace) the answer for ``key``."""
-        payload = json.dumps(request.cache_payload(model_name), sort_keys=True, ensure_ascii=False)
+    def put(self, key: str, response: ModelResponse, request: ModelRequest, model_name: str, *,
+            request_json: str | None = None) -> None:
+        """Store (or replace) the answer for ``key``; ``request_json``: the request's
+        :meth:`~agentlab.model.base.ModelRequest.cache_blob` when the caller has it already.
+        """
+        payload = request_json if request_json is not None else request.cache_blob(model_name)
         row = (key, model_name, request.purpose, request.sample_index, payload,
                json.dumps(response.message.to_dict(), ensure_ascii=False), response.usage.prompt_tokens,
                response.usage.completion_tokens, response.usage.cached_tokens, response.finish_reason,
@@ -386,8 +396,10 @@ class CachedModel:
         check = getattr(self.inner, "server_problem", None)
         return check() if check is not None else None
 
-    def _key(self, request: ModelRequest) -> str:
-        return request.cache_key(self.model_name)
+    def _key(self, request: ModelRequest) -> tuple[str, str]:
+        """The request's cache key and the JSON text it hashes (stored with the answer: encoded once)."""
+        blob = request.cache_blob(self.model_name)
+        return blob_key(blob), blob
 
     def _hit(self, request: ModelRequest, key: str, started: float) -> ModelResponse | None:
         stored = self.cache.get(key)
@@ -399,8 +411,8 @@ class CachedModel:
         return ModelResponse(message=stored.message, usage=stored.usage, model=stored.model,
                              finish_reason=stored.finish_reason, cache_hit=True, latency_ms=latency, attempts=0)
 
-    def _record(self, request: ModelRequest, key: str, response: ModelResponse) -> None:
-        self.cache.put(key, response, request, self.model_name)
+    def _record(self, request: ModelRequest, key: str, response: ModelResponse, blob: str | None = None) -> None:
+        self.cache.put(key, response, request, self.model_name, request_json=blob)
         report_call(CallRecord(model=self.model_name, purpose=request.purpose, usage=response.usage,
                                latency_ms=response.latency_ms, cache_hit=False, cache_key=key,
                                attempts=response.attempts))
@@ -416,7 +428,7 @@ class CachedModel:
         for next time; failures are not stored).
         """
         started = time.perf_counter()
-        key = self._key(request)
+        key, blob = self._key(request)
         hit = self._hit(request, key, started)
         if hit is not None:
             return hit
@@ -426,7 +438,7 @@ class CachedModel:
         except Exception as exc:
             self._report_error(request, key, started, exc)
             raise
-        self._record(request, key, response)
+        self._record(request, key, response, blob)
         return response
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
@@ -434,7 +446,7 @@ class CachedModel:
         model and is stored once complete.
         """
         started = time.perf_counter()
-        key = self._key(request)
+        key, blob = self._key(request)
         hit = self._hit(request, key, started)
         if hit is not None:
             # A replay has nothing to wait for: the whole text and the response in one chunk.
@@ -456,7 +468,7 @@ class CachedModel:
                     raise
                 if chunk.response is not None:
                     response = chunk.response
-                    self._record(request, key, response)
+                    self._record(request, key, response, blob)
                 yield chunk
         finally:
             aclose = getattr(chunks, "aclose", None)

@@ -247,7 +247,7 @@ class EmbeddedModel(OpenAICompatModel):
             self._report(request, Usage(), started, exc)
             raise
         self.base_url = self.server.base_url
-        self._clients.clear()  # clients made for an earlier server point at a dead port
+        self.forget_clients()  # clients made for an earlier server point at a dead port
         self.info = self._own_info()
 
     def count_prompt_tokens(self, messages: Sequence[Message]) -> int:

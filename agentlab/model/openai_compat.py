@@ -1,7 +1,10 @@
-"""Any OpenAI-compatible chat-completions server, reached with ``openai.AsyncOpenAI``.
+"""Any OpenAI-compatible chat-completions server: OpenAI itself, vLLM, Ollama, llama.cpp, DeepSeek.
 
-This is the one client path of agentlab: OpenAI itself, vLLM, Ollama, llama.cpp, DeepSeek and the
-embedded SmolLM2 server all go through :class:`OpenAICompatModel`.
+This is the one client path of agentlab: those servers and the embedded SmolLM2 server all go
+through :class:`OpenAICompatModel`. A completion sent to a named server (a base URL) is one plain
+POST through the HTTP client the ``openai`` library is built on (:mod:`agentlab.model.openai_post`),
+so a run never imports the library (about 0.3 s of CPU at start-up); streams and calls to the
+OpenAI API itself (no base URL) go through ``openai.AsyncOpenAI``, imported when first used.
 
 Retries are ours, not the library's (it is built with ``max_retries=0``) so that the policy is
 visible and testable: exponential backoff with full jitter on 429, 5xx, timeouts and connection
@@ -27,9 +30,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import openai
-from pydantic import BaseModel
-
+import agentlab.model.openai_post as openai_post
 import agentlab.model.window as window
 from agentlab.events import Message, ToolCall, Usage, new_id
 from agentlab.model.base import (
@@ -43,16 +44,19 @@ from agentlab.model.base import (
     ModelResponse,
     ModelUnavailable,
     report_call,
+    reporting,
 )
 from agentlab.model.openai_wire import Attempt as _Attempt
 from agentlab.model.openai_wire import classify as _classify
 from agentlab.model.openai_wire import estimated_usage as _estimated_usage
+from agentlab.model.openai_wire import is_library_error as _is_library_error
 from agentlab.model.openai_wire import parse_completion
 from agentlab.model.openai_wire import parse_usage as _parse_usage
 from agentlab.model.openai_wire import short as _short
 from agentlab.model.openai_wire import times as _times
 
 if TYPE_CHECKING:
+    import openai
     from openai import AsyncStream
     from openai.types.chat import ChatCompletionChunk
 
@@ -174,8 +178,12 @@ class OpenAICompatModel:
         self.probe: window.ProbeResult | None = None
         #: Flipped off when a server rejects ``stream_options``; usage is then counted locally.
         self.stream_usage_supported = True
-        # One client per event loop: an httpx pool must not outlive or cross its loop.
+        # One client per event loop: an httpx pool must not outlive or cross its loop. The library's
+        # clients (streams, the OpenAI API) and the plain POST's are kept apart.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._posters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai_post.PlainPoster] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -253,17 +261,42 @@ class OpenAICompatModel:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
+            import openai
+
             client = openai.AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, max_retries=0,
                                         timeout=self.timeout)
             self._clients[loop] = client
         return client
 
+    async def _post_completion(self, params: dict[str, Any]) -> str:
+        """One attempt's answer body: a plain POST to a named server, else through the library."""
+        if openai_post.plain_post_applies(self.base_url):
+            assert self.base_url is not None
+            loop = asyncio.get_running_loop()
+            poster = self._posters.get(loop)
+            if poster is None:
+                poster = openai_post.PlainPoster(self.base_url, self.api_key, self.timeout)
+                self._posters[loop] = poster
+            return await poster.post(params)
+        # The client's plain POST, not chat.completions.create: create() first walks the whole
+        # request through the library's typed-dict transform (about a millisecond of CPU per call
+        # for a long history), which changes nothing in a chat request (no aliased or file fields).
+        return await self._client().post("/chat/completions", body=params, cast_to=str, options=_chat_options())
+
+    def forget_clients(self) -> None:
+        """Drop every loop's HTTP clients (they point at a server that is gone), without closing them."""
+        self._clients.clear()
+        self._posters.clear()
+
     async def aclose(self) -> None:
-        """Close this loop's HTTP client (optional; clients are also dropped with their loop)."""
+        """Close this loop's HTTP clients (optional; clients are also dropped with their loop)."""
         loop = asyncio.get_running_loop()
         client = self._clients.pop(loop, None)
         if client is not None:
             await client.close()
+        poster = self._posters.pop(loop, None)
+        if poster is not None:
+            await poster.aclose()
 
     # -------------------------------------------------------------------------- request
 
@@ -329,11 +362,15 @@ class OpenAICompatModel:
         for attempt in range(1, limit + 1):
             try:
                 return await asyncio.wait_for(call(), timeout=self.timeout), attempt
-            except (openai.APIError, asyncio.TimeoutError) as exc:
+            except (_Attempt, asyncio.TimeoutError) as exc:  # a plain POST's failure, classified; a timeout
                 failure = _classify(exc)
             except MalformedResponse as exc:
                 detail = str(exc).removeprefix(f"model server at {self.server_label} ")
                 failure = _Attempt(MalformedResponse, detail, 200, retryable=True)
+            except Exception as exc:
+                if not _is_library_error(exc):
+                    raise
+                failure = _classify(exc)
             failures.append(failure)
             if not failure.retryable or attempt == limit:
                 break
@@ -344,6 +381,8 @@ class OpenAICompatModel:
 
     def _report(self, request: ModelRequest, usage: Usage, started: float, error: BaseException | None,
                 attempts: int = 1) -> None:
+        if not reporting():  # e.g. under the call cache, which reports the call itself: no record to build
+            return
         report_call(
             CallRecord(
                 model=self.model,
@@ -369,13 +408,7 @@ class OpenAICompatModel:
             params = self._params(request)
 
             async def one_attempt() -> tuple[Message, Usage | None, str | None]:
-                # The client's plain POST, not chat.completions.create: create() first walks the
-                # whole request through the library's typed-dict transform (about a millisecond of
-                # CPU per call for a long history), which changes nothing in a chat request (no
-                # aliased or file fields); the body is parsed by parse_completion either way.
-                text = await self._client().post("/chat/completions", body=params, cast_to=str,
-                                                 options=_chat_options())
-                return parse_completion(text, where)
+                return parse_completion(await self._post_completion(params), where)
 
             (message, usage, finish), attempts = await self._with_retries(one_attempt)
             if usage is None:
@@ -420,6 +453,8 @@ class OpenAICompatModel:
         some has, a retry would repeat text the caller already holds, so it fails with a
         :class:`MalformedResponse` that says so, with the attempts it took.
         """
+        import openai
+
         started = time.perf_counter()
         where = f"model server at {self.server_label}"
         attempts = 0
@@ -488,6 +523,8 @@ class _StreamedReply:
 
     def feed(self, chunk: object) -> list[str]:
         """Take one chunk; return its text deltas. Raises on a chunk that is not a chunk."""
+        from pydantic import BaseModel  # the library's chunks (imported with it)
+
         data = chunk.model_dump(warnings=False) if isinstance(chunk, BaseModel) else chunk
         if not isinstance(data, dict):
             raise MalformedResponse(f"stream chunk is not an object: {_short(data, 120)!r}")

@@ -2,7 +2,9 @@
 
 :mod:`agentlab.model.openai_compat` sends the requests and owns the retry loop; this module holds
 the two pure parts it decides with: :func:`classify` turns an exception from the client library
-into an :class:`Attempt` (which error class, retryable or not, the server's ``Retry-After``), and
+into an :class:`Attempt` (which error class, retryable or not, the server's ``Retry-After``) — and
+:func:`status_attempt` / :func:`connection_failure` make the same :class:`Attempt` for the plain
+POST of :mod:`agentlab.model.openai_post`, which never imports the library — and
 :func:`parse_completion` reads a raw JSON body into a message, its usage and finish reason, with a
 :class:`~agentlab.model.base.MalformedResponse` naming what is missing when it is not one.
 """
@@ -12,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
+from collections.abc import Callable
 from typing import Any
-
-import openai
 
 import agentlab.model.tokens as tokens
 from agentlab.events import Message, ToolCall, Usage, new_id
@@ -71,8 +73,10 @@ class Attempt(Exception):
         self.retry_after = retry_after
 
 
-def _error_text(exc: openai.APIStatusError) -> str:
-    body = exc.body
+def error_detail(body: Any, text: Callable[[], str]) -> str:
+    """The sentence of an HTTP error answer: from its JSON ``error`` object (``body``, with the outer
+    ``{"error": ...}`` already taken off, as the library does), else the body text (``text()``).
+    """
     if isinstance(body, dict):
         # The library strips the outer {"error": ...}; some servers send a bare {"message": ...}.
         inner = body.get("error", body)
@@ -87,45 +91,76 @@ def _error_text(exc: openai.APIStatusError) -> str:
             if parts:
                 return " | ".join(parts)
         return short(body)
-    try:
-        text = exc.response.text
-    except Exception:  # the body may be unreadable (already closed stream)
-        text = exc.message
-    return short(text) or "(empty body)"
+    return short(text()) or "(empty body)"
 
 
-def _retry_after_seconds(exc: openai.APIStatusError) -> float | None:
+def _error_text(exc: Any) -> str:
+    def text() -> str:
+        try:
+            return str(exc.response.text)
+        except Exception:  # the body may be unreadable (already closed stream)
+            return str(exc.message)
+
+    return error_detail(exc.body, text)
+
+
+def retry_after(headers: Any) -> float | None:
+    """A ``Retry-After`` header in seconds, ``None`` when absent or not a number."""
     try:
-        value = exc.response.headers.get("retry-after")
+        value = headers.get("retry-after")
         return float(value) if value is not None else None
     except (TypeError, ValueError, AttributeError):
         return None
 
 
+def _retry_after_seconds(exc: Any) -> float | None:
+    try:
+        return retry_after(exc.response.headers)
+    except AttributeError:
+        return None
+
+
+def status_attempt(status: int, detail: str, retry_after_s: float | None = None) -> Attempt:
+    """An HTTP error status with its sentence, classified (the one rule for both request paths)."""
+    if status == 429:
+        return Attempt(RateLimitError, detail, status, retryable=True, retry_after=retry_after_s)
+    if status >= 500:
+        return Attempt(ServerError, detail, status, retryable=True)
+    if status == 408:
+        return Attempt(ModelTimeout, detail, status, retryable=True)
+    if status in (400, 413, 422) and CONTEXT_LENGTH_PATTERN.search(detail):
+        return Attempt(ContextLengthError, detail, status, retryable=False)
+    if status in (401, 403, 404):
+        return Attempt(ModelUnavailable, detail, status, retryable=False)
+    return Attempt(ModelError, detail, status, retryable=False)
+
+
+def connection_failure(cause: BaseException) -> Attempt:
+    """A server that could not be reached (``cause``: the transport's exception)."""
+    return Attempt(ModelUnavailable, f"could not be reached ({short(str(cause) or type(cause).__name__)})",
+                   None, retryable=True)
+
+
+def is_library_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the ``openai`` library's (never true while the library is not imported)."""
+    openai = sys.modules.get("openai")
+    api_error = getattr(openai, "APIError", None)
+    return isinstance(api_error, type) and isinstance(exc, api_error)
+
+
 def classify(exc: BaseException) -> Attempt:
     """Map a library exception onto our error family and say whether it is worth retrying."""
-    if isinstance(exc, openai.APITimeoutError):
-        return Attempt(ModelTimeout, "timed out", None, retryable=True)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return Attempt(ModelUnavailable, f"could not be reached ({short(str(cause) or type(cause).__name__)})",
-                        None, retryable=True)
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        detail = _error_text(exc)
-        if status == 429:
-            return Attempt(RateLimitError, detail, status, retryable=True,
-                            retry_after=_retry_after_seconds(exc))
-        if status >= 500:
-            return Attempt(ServerError, detail, status, retryable=True)
-        if status == 408:
-            return Attempt(ModelTimeout, detail, status, retryable=True)
-        if status in (400, 413, 422) and CONTEXT_LENGTH_PATTERN.search(detail):
-            return Attempt(ContextLengthError, detail, status, retryable=False)
-        if status in (401, 403, 404):
-            return Attempt(ModelUnavailable, detail, status, retryable=False)
-        return Attempt(ModelError, detail, status, retryable=False)
-    if isinstance(exc, openai.APIError):
+    if isinstance(exc, Attempt):  # the plain-POST path classifies its failures itself
+        return exc
+    if is_library_error(exc):
+        import openai
+
+        if isinstance(exc, openai.APITimeoutError):
+            return Attempt(ModelTimeout, "timed out", None, retryable=True)
+        if isinstance(exc, openai.APIConnectionError):
+            return connection_failure(exc.__cause__ or exc)
+        if isinstance(exc, openai.APIStatusError):
+            return status_attempt(exc.status_code, _error_text(exc), _retry_after_seconds(exc))
         # An error object inside a 200 stream (the library raises a bare APIError for it).
         detail = short(getattr(exc, "message", str(exc)))
         if CONTEXT_LENGTH_PATTERN.search(detail):

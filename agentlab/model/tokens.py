@@ -100,11 +100,16 @@ def count_message(m: Message, encoding: str | None = None) -> int:
     return total
 
 
+#: ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))`` without building an encoder per call
+#: (every request's prompt count encodes its tool schemas).
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def count_tools(tools: list[dict[str, Any]] | None, encoding: str | None = None) -> int:
     """Tokens of a tool schema list, counted as its compact JSON text."""
     if not tools:
         return 0
-    return count_text(json.dumps(tools, ensure_ascii=False, separators=(",", ":")), encoding)
+    return count_text(_COMPACT_JSON.encode(tools), encoding)
 
 
 def count_messages(

@@ -64,6 +64,8 @@ class _Unreachable(Exception):
 
 
 def _positive_int(value: Any) -> int | None:
+    if type(value) is int:  # the common case, first (a bool is not an int here: its type is bool)
+        return value if value > 0 else None
     if isinstance(value, bool):
         return None
     try:
@@ -75,7 +77,9 @@ def _positive_int(value: Any) -> int | None:
 
 def stated_window(source: Any) -> int:
     """The window ``source`` states: a positive int itself, a model's or ``ModelInfo``'s ``context_window``; else 0."""
-    if source is None or isinstance(source, int | str):
+    if source is None:
+        return 0
+    if isinstance(source, (int, str)):  # a tuple: ``int | str`` would be built anew at each call
         return _positive_int(source) or 0
     info = getattr(source, "info", source)
     return _positive_int(getattr(info, "context_window", None)) or 0

@@ -21,7 +21,7 @@ from agentlab.events import (
     ToolCall,
 )
 from agentlab.model.base import GenerationConfig, Model, ModelError, ModelRequest, ModelResponse
-from agentlab.runtime.projection_cache import ProjectionCache, plan_for
+from agentlab.runtime.projection_cache import PlanMemo, ProjectionCache
 
 if TYPE_CHECKING:
     from agentlab.compaction import CompactionPolicy
@@ -84,6 +84,7 @@ class LLMAgent:
         #: as the full chain; see ``agentlab.runtime.projection_cache``). ``False`` = always rebuild.
         self.incremental_projection = incremental_projection
         self.projection_cache = ProjectionCache()
+        self._plan_memo = PlanMemo()
 
     # ---------------------------------------------------------------------------- projection
 
@@ -118,7 +119,7 @@ class LLMAgent:
 
     async def build_draft(self, inv: Invocation, *, allow_tools: bool = True) -> RequestDraft:
         """Run the request chain (through the projection cache when it can mirror the chain)."""
-        plan = plan_for(self.processors) if self.incremental_projection else None
+        plan = self._plan_memo.plan(self.processors) if self.incremental_projection else None
         stage = None
         if plan is not None:
             cache = self.projection_cache

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -129,6 +130,32 @@ def plan_for(processors: Sequence[RequestProcessor]) -> ProjectionPlan | None:
     if plan is None:
         log.debug("projection cache: the full chain builds every request: %s", reason)
     return plan
+
+
+class PlanMemo:
+    """:func:`plan_for` of the last chain asked about, worked out again only when the chain changed.
+
+    An agent asks before every request; working the plan out costs more than the rest of a
+    warm incremental call's events stage. The chain counts as unchanged while it holds the same
+    processor objects, in the same order, each declaring the same ``events_role``.
+    """
+
+    __slots__ = ("_plan", "_processors", "_roles")
+
+    def __init__(self) -> None:
+        self._processors: tuple[RequestProcessor, ...] = ()
+        self._roles: list[Any] = []
+        self._plan: ProjectionPlan | None = None
+
+    def plan(self, processors: Sequence[RequestProcessor]) -> ProjectionPlan | None:
+        """:func:`plan_for` ``processors``."""
+        roles = [getattr(p, "events_role", None) for p in processors]
+        known = self._processors
+        if (not known or len(known) != len(processors) or not all(map(operator.is_, known, processors))
+                or roles != self._roles):
+            self._plan = plan_for(processors)
+            self._processors, self._roles = tuple(processors), roles
+        return self._plan
 
 
 @dataclass
@@ -445,4 +472,5 @@ class ProjectionCache:
             state.msg_at.append(len(state.msgs))
 
 
-__all__ = ["DEFAULT_MAX_SESSIONS", "Projected", "ProjectionCache", "ProjectionPlan", "plan_for", "plan_or_reason"]
+__all__ = ["DEFAULT_MAX_SESSIONS", "PlanMemo", "Projected", "ProjectionCache", "ProjectionPlan", "plan_for",
+           "plan_or_reason"]

@@ -33,7 +33,9 @@ exit (so start-up, the dataset load, the window probe and the run summary are in
 generation settings in the same dependency structure (each dialogue's turns in order, each
 prompt the user turns so far and the server's answers, C dialogues in flight). The bare client's
 figure is its calls alone (first request to last answer: no interpreter start, no import), so the
-ratio charges every second of the harness, start-up included. Per repeat (``--repeats``, default
+ratio charges every second of the harness, start-up included. Each run's CPU (user + sys of its whole
+process, from ``getrusage`` of the children) is printed too: on a loaded machine wall times stretch
+with the load, CPU time much less. Per repeat (``--repeats``, default
 3) the bare client and each checkout's harness (``--checkouts``, default this one; e.g.
 ``--checkouts .,../main`` for before/after in the same conditions) run one after the other, the
 order rotating between repeats; it prints every run, the medians, the ratio and whether it meets
@@ -50,6 +52,7 @@ import asyncio
 import json
 import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -209,13 +212,20 @@ def write_dialogues(path: Path, n: int) -> tuple[int, int]:
 def bare_run(dialogues: Path, spec: str, concurrency: int) -> dict[str, Any]:
     """One run of the bare client in its own process: its JSON line, plus ``wall_s`` spawn to exit."""
     model, base_url = spec.removeprefix("openai:").split("@", 1)
+    cpu = _children_cpu()
     started = time.perf_counter()
     out = subprocess.run([sys.executable, str(BARE_CLIENT), str(dialogues), base_url, model,
                           "--concurrency", str(concurrency)], capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
     if out.returncode != 0:
         raise SystemExit(f"the bare client failed:\n{out.stderr[-2000:]}")
-    return {**json.loads(out.stdout.strip().splitlines()[-1]), "wall_s": wall}
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "wall_s": wall, "cpu_s": _children_cpu() - cpu}
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children (a subprocess's CPU is the difference)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def harness_run(checkout: Path, spec: str, n: int, concurrency: int, folder: Path, tag: str) -> dict[str, Any]:
@@ -226,10 +236,12 @@ def harness_run(checkout: Path, spec: str, n: int, concurrency: int, folder: Pat
     env = {**os.environ, "PYTHONPATH": str(checkout), "AGENTLAB_CACHE_DB": str(cache)}
     command = [sys.executable, "-m", "agentlab.bench", "mtbench101", "--mode", "baseline", "--limit", str(n),
                "--concurrency", str(concurrency), "--model", spec, "--db", str(db), "--no-progress"]
+    cpu = _children_cpu()
     spawned = time.time()
     started = time.perf_counter()
     out = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
+    cpu = _children_cpu() - cpu
     if out.returncode != 0:
         raise SystemExit(f"{checkout}: the run failed ({out.returncode}):\n{out.stderr[-2000:]}")
     con = duckdb.connect(str(db), read_only=True)
@@ -249,7 +261,8 @@ def harness_run(checkout: Path, spec: str, n: int, concurrency: int, folder: Pat
     startup = run_started.timestamp() - spawned
     teardown = wall - (run_finished.timestamp() - spawned)
     return {"wall_s": wall, "startup_s": startup, "cases_s": wall - startup - teardown, "teardown_s": teardown,
-            "calls": calls, "cache_hits": hits, "prompt_tokens": prompt, "completion_tokens": completion}
+            "calls": calls, "cache_hits": hits, "prompt_tokens": prompt, "completion_tokens": completion,
+            "cpu_s": cpu}
 
 
 def mtbench101_comparison(args: argparse.Namespace, spec: str) -> None:
@@ -264,7 +277,7 @@ def mtbench101_comparison(args: argparse.Namespace, spec: str) -> None:
               f"latency {args.latency * 1000:.0f} ms, {os.cpu_count()} CPUs, load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"{'repeat':>6} {'arm':<28} {'wall_s':>7} {'startup_s':>9} {'cases_s':>8} {'teardown_s':>10} "
-              f"{'calls':>5} {'cached':>6} {'prompt_tok':>10} {'load':>5}")
+              f"{'calls':>5} {'cached':>6} {'prompt_tok':>10} {'cpu_s':>6} {'load':>5}")
         results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
         bare_run(folder / "dialogues.json", spec, concurrency)  # warm-up (page cache, server): not shown
         for r in range(args.repeats):
@@ -283,12 +296,15 @@ def mtbench101_comparison(args: argparse.Namespace, spec: str) -> None:
                 teardown = f"{row['teardown_s']:.2f}" if "teardown_s" in row else "-"
                 shown_wall = row["calls_s"] if arm == "bare" else row["wall_s"]
                 print(f"{r:>6} {name:<28} {shown_wall:>7.2f} {row['startup_s']:>9.2f} {row['cases_s']:>8.2f} "
-                      f"{teardown:>10} {row['calls']:>5} {cached:>6} {row['prompt_tokens']:>10} {row['load']:>5.2f}",
+                      f"{teardown:>10} {row['calls']:>5} {cached:>6} {row['prompt_tokens']:>10} {row['cpu_s']:>6.2f} "
+                      f"{row['load']:>5.2f}",
                       flush=True)
     bare = statistics.median(r["calls_s"] for r in results["bare"])
     bare_process = statistics.median(r["wall_s"] for r in results["bare"])
+    bare_cpu = statistics.median(r["cpu_s"] for r in results["bare"])
     print(f"\nbare openai client: median {bare:.2f} s for the calls ({turns} calls; its own process start and "
-          f"import, not counted: median {statistics.median(r['wall_s'] - r['calls_s'] for r in results['bare']):.2f} s)")
+          f"import, not counted: median {statistics.median(r['wall_s'] - r['calls_s'] for r in results['bare']):.2f} s); "
+          f"CPU of its whole process (user + sys, import included): median {bare_cpu:.2f} s")
     for arm in arms[1:]:
         rows = results[arm]
         wall = statistics.median(r["wall_s"] for r in rows)
@@ -302,6 +318,9 @@ def mtbench101_comparison(args: argparse.Namespace, spec: str) -> None:
               f"(cases alone {cases / bare - 1:+.1%}); goal <= {OVERHEAD_GOAL:.0%} overhead incl. start-up: {verdict}")
         print(f"{'':<{len(arm)}}  (against the bare client's whole process, its own start and import included: "
               f"ratio {wall / bare_process:.3f} = {wall / bare_process - 1:+.1%}; not what the goal is judged on)")
+        cpu = statistics.median(r["cpu_s"] for r in rows)
+        print(f"{'':<{len(arm)}}  CPU (user + sys of the whole process): median {cpu:.2f} s = {cpu / bare_cpu:.2f}x the "
+              "bare client's whole process; wall times stretch with the machine's load, CPU much less")
 
 
 def main() -> None:

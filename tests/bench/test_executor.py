@@ -126,6 +126,9 @@ def test_keyboard_interrupt_keeps_finished_cases_then_resume_completes(tmp_path:
 
 async def test_cancellation_marks_run_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENCH_DEMO_SLEEP", "0.05")
+    # It cancels once two cases are in the file: every case written as it finishes, as a slow run's are
+    # (the write cadence itself is tests/bench/test_group_commit.py's).
+    monkeypatch.setattr(executor, "GROUP_COMMIT_SECONDS", 0.0)
     with ResultStore(tmp_path / "r.duckdb") as store:
         job = asyncio.create_task(run(store, concurrency=1))
         for _ in range(200):
