@@ -720,7 +720,7 @@ def format_league(result: LeagueResult, metrics: Sequence[str] | None = None) ->
         name = r["arm"]
         rec = "-"
         if r["role"] == "recovered":
-            rec = "n/a" if r["recovery"] is None else f"{r['recovery']:.2f}"
+            rec = "n/a" if r["recovery"] is None else f"{round(r['recovery'], 2) + 0.0:.2f}"  # no "-0.00"
         peak = ("-" if r["peak_prompt_tokens_mean"] is None else
                 f"{r['peak_prompt_tokens_mean']:.0f}/{r['peak_prompt_tokens_max']}")
         p = "-" if r["p_value"] is None else f"{r['p_value']:.3f}"
