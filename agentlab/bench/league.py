@@ -705,7 +705,10 @@ def format_league(result: LeagueResult, metrics: Sequence[str] | None = None) ->
     lines.append("         rec = (recovered − lossy)/(baseline − lossy) vs the arm in 'vs'; P * = on the "
                  "savings/quality Pareto frontier;")
     lines.append("         kept = evidence retained in the final request (retention table; - = not measured)")
-    head = (f"{'arm':30s} {'role':9s} {'vs':16s} {'ok/fail':>7s} {'savings':>8s} {'peak mean/max':>13s} {'summ':>4s} "
+    shown = [r for r in result.rows if r["metric"] == primary]
+    wide = max([len(r["arm"]) for r in shown] + [3])
+    vs = max([len(r["partner"] or "") for r in shown] + [2])
+    head = (f"{'arm':{wide}s} {'role':9s} {'vs':{vs}s} {'ok/fail':>7s} {'savings':>8s} {'peak mean/max':>13s} {'summ':>4s} "
             f"{'summ tok':>8s} {'delta':>7s} {'95% CI':>17s} {'p':>6s} {'rec':>6s} {'P':1s} {'kept':>5s}")
     lines.append(head)
     lines.append("-" * len(head))
@@ -715,11 +718,11 @@ def format_league(result: LeagueResult, metrics: Sequence[str] | None = None) ->
         name = r["arm"]
         rec = "-"
         if r["role"] == "recovered":
-            rec = "n/a" if r["recovery"] is None else f"{r['recovery']:.2f}"
+            rec = "n/a" if r["recovery"] is None else f"{round(r['recovery'], 2) + 0.0:.2f}"  # no "-0.00"
         peak = ("-" if r["peak_prompt_tokens_mean"] is None else
                 f"{r['peak_prompt_tokens_mean']:.0f}/{r['peak_prompt_tokens_max']}")
         p = "-" if r["p_value"] is None else f"{r['p_value']:.3f}"
-        lines.append(f"{name[:30]:30s} {r['role']:9s} {(r['partner'] or '')[:16]:16s} "
+        lines.append(f"{name:{wide}s} {r['role']:9s} {(r['partner'] or ''):{vs}s} "
                      f"{str(r['n_ok']) + '/' + str(r['n_failed']):>7s} {_pct(r['prompt_savings']):>8s} {peak:>13s} {_num(r['summary_calls'], 1, False):>4s} "
                      f"{_num(r['summary_tokens'], 0, False):>8s} {_num(r['delta']):>7s} "
                      f"{_interval(r['ci_low'], r['ci_high']):>17s} {p:>6s} {rec:>6s} {'*' if r['pareto'] else ' '} "
@@ -738,12 +741,12 @@ def format_league(result: LeagueResult, metrics: Sequence[str] | None = None) ->
                 p = "-" if r["p_value"] is None else f"{r['p_value']:.3f}"
                 rec = "" if r["role"] != "recovered" else (
                     "  rec n/a" if r["recovery"] is None else f"  rec {r['recovery']:.2f}")
-                lines.append(f"    {r['arm'][:32]:32s} {_num(r['delta']):>7s} {_interval(r['ci_low'], r['ci_high']):>17s}"
+                lines.append(f"    {r['arm']:{wide}s} {_num(r['delta']):>7s} {_interval(r['ci_low'], r['ci_high']):>17s}"
                              f" ({p}){rec} {'*' if r['pareto'] else ''}")
     if result.skipped:
         lines.append("")
         lines.append("left out:")
-        lines.extend(f"  {name:32s} {reason}" for name, reason in result.skipped.items())
+        lines.extend(f"  {name:{wide}s} {reason}" for name, reason in result.skipped.items())
     same = [r["arm"] for r in result.rows if r["metric"] == primary and r.get("unchanged")]
     if same:
         lines.append("")
