@@ -145,12 +145,15 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
     task = spec.task if spec.task is not None else get_task(spec.benchmark)
     mode, settings = spec.mode, spec.settings
     if spec.action == "dry_run":
-        result = executor.dry_run(task, mode, settings, limit=spec.limit, selection=load_selection(task, settings))
+        result = executor.dry_run(task, mode, settings, limit=spec.limit, selection=load_selection(task, settings),
+                                  context_budget=spec.context_budget)
         if json_output:
             _print_json(result, out)
         else:
             out.write(f"{task.name}/{mode} dry run (no model called): {result['cases']} cases"
-                      + (f" of {result['loaded']} loaded" if result.get("loaded") is not None else "") + "\n")
+                      + (f" of {result['loaded']} loaded" if result.get("loaded") is not None else "")
+                      + (f", context budget {spec.context_budget} tokens" if spec.context_budget is not None else "")
+                      + "\n")
             out.write(f"  avg prompt tokens {result['avg_prompt_tokens']:.2f}  (min {result['min_prompt_tokens']}, "
                       f"max {result['max_prompt_tokens']}, {result['prompts']} prompts, {result['encoding']})\n")
         return 0

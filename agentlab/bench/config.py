@@ -89,6 +89,26 @@ LATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
 }
 
 
+def arm_sections() -> dict[str, type[Any]]:
+    """The sections the generic peer-policy arms read, on every benchmark: ``[<policy name>]``.
+
+    Each is the policy's own dataclass (:data:`agentlab.policies.POLICIES`) with the source's
+    defaults, so ``--set langchain_summarization.trigger_fraction=0.9`` runs the documented
+    fraction variant of an absolute trigger. Like :data:`LATE_SETTINGS`, a section at its defaults
+    stays out of the run id (the ids made before these sections existed stay what they were).
+    """
+    from agentlab.policies import POLICIES
+
+    return {name: entry.policy_class for name, entry in POLICIES.items()}
+
+
+def _late_fields(name: str) -> tuple[bool, tuple[str, ...] | None]:
+    """Whether section ``name`` is late (left out of the id at its defaults), and which of its fields."""
+    if name in LATE_SETTINGS:
+        return True, LATE_SETTINGS[name]
+    return name in arm_sections(), None
+
+
 class SettingsError(ValueError):
     """A settings file or ``--set`` override is wrong; the message says which and why."""
 
@@ -243,16 +263,16 @@ class Settings:
 
         Every field is included, defaults too: a changed library default changes the run id, so
         a rerun after it starts a new run instead of resuming one made with the old value. The
-        one exception is :data:`LATE_SETTINGS`, left out while at their default (see there).
+        one exception is :data:`LATE_SETTINGS` and the :func:`arm_sections`, left out while at their default.
         """
         out: dict[str, dict[str, Any]] = {}
         for name, obj in sorted(self._sections.items()):
             if name in EXECUTION_SECTIONS:
                 continue
             values = to_dict(obj)
-            if name in LATE_SETTINGS:
+            is_late, late = _late_fields(name)
+            if is_late:
                 defaults = _defaults_of(type(obj))
-                late = LATE_SETTINGS[name]
                 if late is None:
                     if values == defaults:
                         continue
@@ -348,6 +368,8 @@ def load_settings(benchmark: str, defaults: Schema | Mapping[str, Mapping[str, A
     """
     schema = {name: _section_type(name, spec)
               for name, spec in (_task_schema(benchmark) if defaults is None else defaults).items()}
+    for name, cls in arm_sections().items():
+        schema.setdefault(name, cls)
     path = settings_path(benchmark, directory)
     raw: dict[str, Any] = {}
     if path.is_file():

@@ -580,11 +580,13 @@ async def run_task(task: Task, request: RunRequest, *, model: Model, store: Resu
 
 
 def dry_run(task: Task, mode: str, settings: Settings, *, limit: int | None = None,
-            selection: CaseSelection | None = None, encoding: str | None = None) -> dict[str, Any]:
+            selection: CaseSelection | None = None, encoding: str | None = None,
+            context_budget: int | None = None) -> dict[str, Any]:
     """Select cases and count the tokens of every prompt the mode would send; no model is called.
 
     ``avg_prompt_tokens`` is the mean over cases of the summed prompt tokens of the case's prompts
-    (for a single-call mode: the answer prompt); chat-format overheads are included.
+    (for a single-call mode: the answer prompt); chat-format overheads are included. A generic
+    arm's mechanisms see ``context_budget`` as their window (``--context-budget``; ``None``: 128k).
     """
     task.arm(mode)  # an unknown arm is a LookupError naming the known ones
     selection = selection or task.load_cases(settings)
@@ -592,7 +594,7 @@ def dry_run(task: Task, mode: str, settings: Settings, *, limit: int | None = No
     per_case: list[int] = []
     per_call: list[int] = []
     for case in cases:
-        counts = [tokens.count_messages(messages, encoding=encoding) for messages in task.dry_run_arm(case, mode, settings)]
+        counts = [tokens.count_messages(messages, encoding=encoding) for messages in task.dry_run_arm(case, mode, settings, context_budget)]
         per_call.extend(counts)
         per_case.append(sum(counts))
     from agentlab.bench.metrics import percentiles
@@ -613,4 +615,6 @@ def dry_run(task: Task, mode: str, settings: Settings, *, limit: int | None = No
     }
     if per_case:
         out.update({f"{k}_prompt_tokens": v for k, v in percentiles([float(x) for x in per_case]).items()})
+    if context_budget is not None:
+        out["context_budget"] = context_budget
     return out

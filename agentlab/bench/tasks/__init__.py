@@ -460,18 +460,24 @@ class Task(ABC):
                                     **seeded,
                                     "tool_calls": outcome.tool_calls})
 
-    def dry_run_arm(self, case: Case, name: str, settings: Settings) -> list[list[Message]]:
-        """The dry-run prompts of arm ``name``: a mode's :meth:`dry_run_prompts`, a generic arm's projection."""
+    def dry_run_arm(self, case: Case, name: str, settings: Settings,
+                    window: int | None = None) -> list[list[Message]]:
+        """The dry-run prompts of arm ``name``: a mode's :meth:`dry_run_prompts`, a generic arm's projection.
+
+        ``window``: the window a generic arm's mechanisms see (the run's ``--context-budget``);
+        ``None``: :data:`DRY_RUN_WINDOW`.
+        """
         arm = self.delivered_arm(name, settings)
         if not arm.generic:
             return self.dry_run_prompts(case, name, settings)
-        return self.generic_dry_run(case, arm, settings)
+        return self.generic_dry_run(case, arm, settings, window)
 
-    def generic_dry_run(self, case: Case, arm: Arm, settings: Settings) -> list[list[Message]]:
+    def generic_dry_run(self, case: Case, arm: Arm, settings: Settings,
+                        window: int | None = None) -> list[list[Message]]:
         """The one answer prompt: the seeded history and the question, projected by the arm's mechanisms."""
         history, tools = self.delivered_history(case, settings, f"{arm.name}-{case.id}")
         return [project_prompt(history, arm.mechanisms(settings, None), case.question,
-                               self.arm_instruction(case, settings), tools=tools)]
+                               self.arm_instruction(case, settings), tools=tools, window=window)]
 
     def roles(self) -> ModeRoles | None:
         """Baseline / lossy / recovered modes of the report (``None``: the benchmark has no comparisons)."""
@@ -562,13 +568,16 @@ def get_task(name: str) -> Task:
 
 
 def project_prompt(history: Sequence[Event], mechanisms: Sequence[Any], question: str,
-                   instruction: str = "", tools: Sequence[Any] = ()) -> list[Message]:
-    """The answer prompt ``mechanisms`` build for ``history`` + ``question`` (no model; :func:`agentlab.core.project`)."""
+                   instruction: str = "", tools: Sequence[Any] = (), window: int | None = None) -> list[Message]:
+    """The answer prompt ``mechanisms`` build for ``history`` + ``question`` (no model; :func:`agentlab.core.project`).
+
+    ``window``: the context window the mechanisms see (``None``: :data:`DRY_RUN_WINDOW`).
+    """
     from agentlab.core import project
     from agentlab.model.base import ModelInfo
 
     async def build() -> list[Message]:
-        result = await project(list(history), mechanisms, question, ModelInfo("dry-run", DRY_RUN_WINDOW),
+        result = await project(list(history), mechanisms, question, ModelInfo("dry-run", window or DRY_RUN_WINDOW),
                                instruction=instruction, tools=list(tools))
         return list(result.request.messages)
 

@@ -334,7 +334,7 @@ class MTBench101Task(Task):
         summariser = Summarizer(None, policy)  # type: ignore[arg-type]  # rendering needs no model
         return [*prompts[: len(first)], summariser.render_prompt(lines, "")]
 
-    def generic_dry_run(self, case: Case, arm: Any, settings: Settings) -> list[list[Message]]:
+    def generic_dry_run(self, case: Case, arm: Any, settings: Settings, window: int | None = None) -> list[list[Message]]:
         """Every turn's prompt, the golden answers standing in for the model's, projected by the arm's mechanisms."""
         from agentlab.bench.tasks import project_prompt
 
@@ -343,7 +343,7 @@ class MTBench101Task(Task):
         history: list[Event] = []
         prompts = []
         for i, turn in enumerate(dialogue.turns):
-            prompts.append(project_prompt(history, arm.mechanisms(settings, None), turn.user, instruction))
+            prompts.append(project_prompt(history, arm.mechanisms(settings, None), turn.user, instruction, window=window))
             history += [Event(author="user", choices=[Message.user(turn.user)], object=OBJ_USER, id=f"t{i}-u"),
                         Event(author=AGENT_NAME, choices=[Message.assistant(turn.bot)], id=f"t{i}-a")]
         return prompts
