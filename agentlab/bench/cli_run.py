@@ -335,13 +335,38 @@ def _limited(selection: Any, limit: int) -> Any:
     return CaseSelection(list(selection.cases)[:limit], selection.dataset_sha256, selection.loaded, selection.note)
 
 
-def _run_means(store: ResultStore, run_id: str) -> Any:
-    """The run's mean scores (``RUN_MEANS_SQL``), or None for a run without scores (a baseline): its
-    frame would be empty, and building it would import pandas, a quarter second of the run.
+class RunMeans:
+    """A run's mean scores (``RUN_MEANS_SQL`` rows), shown like a DataFrame without importing pandas.
+
+    Building a DataFrame here imported pandas after every run, a quarter second of a run's wall time.
     """
-    if not store.query("SELECT 1 FROM scores WHERE run_id = ? LIMIT 1", [run_id]):
-        return None
-    return store.df(RUN_MEANS_SQL, [run_id, run_id])
+
+    COLUMNS = ("metric", "mean", "n_cases", "n_failed", "n_unscored")
+
+    def __init__(self, rows: Sequence[Sequence[Any]]) -> None:
+        self.rows = [dict(zip(self.COLUMNS, r, strict=True)) for r in rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to_dict(self, orient: str = "records") -> list[dict[str, Any]]:
+        """The rows as records (the only orientation :func:`_records` asks for)."""
+        if orient != "records":
+            raise ValueError(f"RunMeans.to_dict: only orient='records'; got {orient!r}")
+        return [dict(r) for r in self.rows]
+
+    def to_string(self, index: bool = False) -> str:
+        """The rows as a right-aligned text table, the mean with six decimals."""
+        cells = [list(self.COLUMNS)] + [[str(r["metric"]), "" if r["mean"] is None else f"{r['mean']:.6f}",
+                                         *(str(r[c]) for c in self.COLUMNS[2:])] for r in self.rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(self.COLUMNS))]
+        return "\n".join(" ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells)
+
+
+def _run_means(store: ResultStore, run_id: str) -> RunMeans | None:
+    """The run's mean scores (``RUN_MEANS_SQL``), or None for a run without scores."""
+    rows = store.query(RUN_MEANS_SQL, [run_id, run_id])
+    return RunMeans(rows) if rows else None
 
 
 def _write_run_summary(benchmark: str, mode: str, summary: Any, means: Any, out: TextIO) -> None:

@@ -510,3 +510,18 @@ async def test_http_clients_are_closed_through_wrappers_in_the_loop_that_opened_
     looped = Wrapper(None)
     looped.inner = looped  # a cycle ends instead of spinning
     await _close_clients(looped)
+
+
+def test_run_means_print_and_serialise_without_pandas() -> None:
+    from agentlab.bench.cli_common import _records
+    from agentlab.bench.cli_run import RunMeans
+
+    means = RunMeans([("rougeL", 0.25, 3, 1, 0), ("word_jaccard", None, 3, 0, 3)])
+    assert len(means) == 2 and len(RunMeans([])) == 0
+    assert _records(means) == [
+        {"metric": "rougeL", "mean": 0.25, "n_cases": 3, "n_failed": 1, "n_unscored": 0},
+        {"metric": "word_jaccard", "mean": None, "n_cases": 3, "n_failed": 0, "n_unscored": 3}]
+    lines = means.to_string(index=False).splitlines()
+    assert lines[0].split() == ["metric", "mean", "n_cases", "n_failed", "n_unscored"]
+    assert lines[1].split() == ["rougeL", "0.250000", "3", "1", "0"]
+    assert len({len(line) for line in lines}) == 1  # right-aligned columns
