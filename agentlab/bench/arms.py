@@ -429,9 +429,13 @@ def _codex_truncation(settings: Any, model: Any) -> list[ContextMechanism]:
 
 
 #: The rolling summary as a generic arm: its own triggers decide when it summarises (with
-#: ``--seeding lived`` they fire during the replayed history, as in a live agent).
+#: ``--seeding lived`` they fire during the replayed history, as in a live agent). Its worker runs
+#: after a run completes, so with ``--seeding forced`` (the history appended, then one question) the
+#: answer still sees the whole history and the summary call comes after it: the arm then equals
+#: the baseline plus one summary's cost, which the league names as "unchanged".
 register_arm(Arm("rolling_summary", "lossy", _rolling_summary, sections=("summary",),
-                 description="the rolling summary ([summary]) with its own triggers",
+                 description="the rolling summary ([summary]) with its own triggers, which fire after a run: "
+                             "compare it with --seeding lived (forced: the answer sees the whole history)",
                  needs_model="the rolling summary (SummaryPolicy) writes its text with a model"))
 #: The seed's request-side compaction (passes 0/1/2) as a generic arm, its knobs from ``[compaction]``
 #: (``--set compaction.tool_result_max_tokens=512``); ``enabled`` is the switch of code that passes
