@@ -217,7 +217,6 @@ def llm_free_arm(task: Task, name: str) -> Any:
     The baseline is the full history (no mechanism); a generic arm needs a model when it (or, for
     ``x+recall``, ``x``) summarises (``Arm.needs_model``). A task's other modes run their own code: not measured.
     """
-
     roles = task.roles()
     if roles is not None and name == roles.baseline:
         return arms_mod.full_history_arm(name)

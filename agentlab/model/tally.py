@@ -29,6 +29,7 @@ class CallTally:
     completion_tokens: int = 0
 
     def __call__(self, record: CallRecord) -> None:
+        """Count ``record`` when it is a call of :attr:`purpose`."""
         if record.purpose == self.purpose:
             self.calls += 1
             self.prompt_tokens += record.usage.prompt_tokens
