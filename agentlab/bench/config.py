@@ -102,6 +102,13 @@ def arm_sections() -> dict[str, type[Any]]:
     return {name: entry.policy_class for name, entry in POLICIES.items()}
 
 
+def _listed(names: Iterable[str]) -> str:
+    """Section names for an error message: the task's own, then the peer policies' as one note."""
+    peers = arm_sections()
+    own = sorted(n for n in names if n not in peers)
+    return ", ".join(own) + (", and one per peer policy ([<policy name>], see `list`)" if peers else "")
+
+
 def _late_fields(name: str) -> tuple[bool, tuple[str, ...] | None]:
     """Whether section ``name`` is late (left out of the id at its defaults), and which of its fields."""
     if name in LATE_SETTINGS:
@@ -385,7 +392,7 @@ def load_settings(benchmark: str, defaults: Schema | Mapping[str, Mapping[str, A
             raise SettingsError(f"{origin}: top-level key {section!r} must be a [section] table")
         if section not in schema:
             raise SettingsError(f"{origin}: {benchmark} has no settings section [{section}]; "
-                                f"sections: {', '.join(sorted(schema))}")
+                                f"sections: {_listed(schema)}")
     sections = {name: _build(benchmark, name, cls, raw.get(name, {}), origin) for name, cls in schema.items()}
     settings = Settings(sections, published, origin if path.is_file() else "task defaults", smoke, benchmark)
     if smoke:
@@ -409,7 +416,7 @@ def _smoke_changes(settings: Settings) -> dict[str, dict[str, Any]]:
         if not field or "." in field or section in {PUBLISHED_SECTION, SMOKE_SECTION}:
             raise SettingsError(f"{origin}: key {key!r} must be \"section.field\"")
         if section not in settings:
-            raise SettingsError(f"{origin}: {key}: no section [{section}]; sections: {', '.join(settings.sections())}")
+            raise SettingsError(f"{origin}: {key}: no section [{section}]; sections: {_listed(settings.sections())}")
         changes.setdefault(section, {})[field] = value
     settings._replaced(changes, origin)  # checks names, types and the sections' own checks
     return changes
@@ -469,7 +476,7 @@ def apply_overrides(settings: Settings, assignments: Iterable[str]) -> Settings:
                                 f"setting itself (e.g. answer.max_tokens=64)")
         if section not in settings:
             raise SettingsError(f"--set {key}: unknown section [{section}]; known sections: "
-                                f"{', '.join(settings.sections())}")
+                                f"{_listed(settings.sections())}")
         cls = type(settings.section(section))
         declared = field_names(cls)
         origin = f"--set {key}={raw}"

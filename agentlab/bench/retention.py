@@ -159,7 +159,10 @@ def summarising_arm(name: str, **fields: Any) -> Arm:
 
 
 def retention_settings(settings: Any) -> Any:
-    """``settings`` with the :data:`FRACTION_TRIGGERED_PEERS` sections at :data:`PEER_TRIGGER_FRACTION` (when absent)."""
+    """``settings`` with the :data:`FRACTION_TRIGGERED_PEERS` sections at :data:`PEER_TRIGGER_FRACTION`.
+
+    Only where the run left the section at the source's defaults (or has none): a section the user set is kept.
+    """
     from agentlab.bench.config import Settings
     from agentlab.policies import POLICIES
 
@@ -167,7 +170,9 @@ def retention_settings(settings: Any) -> Any:
         settings = Settings()
     sections = {name: settings.section(name) for name in settings.sections()}
     for name in FRACTION_TRIGGERED_PEERS:
-        sections.setdefault(name, POLICIES[name].policy_class(trigger_fraction=PEER_TRIGGER_FRACTION))
+        policy_class = POLICIES[name].policy_class
+        if sections.get(name, policy_class()) == policy_class():
+            sections[name] = policy_class(trigger_fraction=PEER_TRIGGER_FRACTION)
     return Settings(sections, settings.published, settings.source, settings.smoke, settings.benchmark)
 
 
