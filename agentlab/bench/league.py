@@ -26,8 +26,9 @@ The table is computed from the stored cases and calls of exactly these runs, on 
 * ``delta`` per metric: mean of ``arm − baseline`` per case with the paired 95 % interval and the
   Wilcoxon p-value (:func:`agentlab.bench.stats.paired_difference`);
 * ``recovery`` (recovered arms): ``(recovered − lossy) / (baseline − lossy)`` with its interval
-  (:func:`agentlab.bench.stats.recovery_ratio`); ``None`` when baseline − lossy is within 1 %
-  of the baseline's mean (:data:`RECOVERY_RELATIVE_GAP`: nothing to recover, printed ``n/a``);
+  (:func:`agentlab.bench.stats.recovery_ratio`); ``None`` unless the lossy arm scores below the
+  baseline by more than 1 % of the baseline's mean (:data:`RECOVERY_RELATIVE_GAP`: nothing to
+  recover — a lossy arm above the baseline lost nothing — printed ``n/a`` with the reason);
 * ``pareto``: on the frontier of (prompt savings ↑, quality loss = −delta ↓) among the baseline
   and every arm, per metric (:func:`agentlab.bench.stats.pareto_front`: equal points do not
   dominate each other, so ties are all on it; an arm without a savings or delta is off it);
@@ -65,9 +66,10 @@ from agentlab.bench.store import DEFAULT_DB, ResultStore
 from agentlab.bench.tasks import Task, get_task
 
 #: Version of the league's definitions (stored with every league).
-LEAGUE_VERSION = "1"
-#: ``|mean(baseline) − mean(lossy)|`` at most this, or at most :data:`RECOVERY_RELATIVE_GAP` of the
-#: baseline's mean: no loss to recover, recovery is n/a (a ratio over a near-zero gap is noise: 300 %).
+LEAGUE_VERSION = "2"  # 2: recovery only over a loss (lossy below the baseline), not over |gap|
+#: ``mean(baseline) − mean(lossy)`` at most this, or at most :data:`RECOVERY_RELATIVE_GAP` of the
+#: baseline's mean: no loss to recover, recovery is n/a (a ratio over a near-zero gap is noise: 300 %;
+#: over a negative gap — the lossy arm above the baseline — it has no meaning).
 RECOVERY_GAP = 1e-9
 RECOVERY_RELATIVE_GAP = 0.01
 #: The metric the printed table's Pareto flag and the default ``--metric`` use: the first of these
@@ -521,6 +523,25 @@ def _evidence(store: ResultStore, benchmark: str, arm: str, budget: int, case_id
     return sum(float(v) for _, v in rows) / len(rows), len(rows)
 
 
+def recovery_of(baseline: Sequence[float], lossy: Sequence[float], recovered: Sequence[float],
+                partner: str) -> tuple[Any, str | None]:
+    """The recovery over paired triples, or ``None`` and why: only a loss can be recovered.
+
+    ``None`` (with the reason) when there are no triples, when the lossy arm scores above the
+    baseline, or when it is below it by at most :data:`RECOVERY_RELATIVE_GAP` of the baseline's mean.
+    """
+    if not baseline:
+        return None, None
+    base_mean = sum(baseline) / len(baseline)
+    gap = base_mean - sum(lossy) / len(lossy)
+    if gap > max(RECOVERY_GAP, RECOVERY_RELATIVE_GAP * abs(base_mean)):
+        return recovery_ratio(baseline, lossy, recovered), None
+    if gap < 0:
+        return None, f"recovery n/a: {partner} scores {-gap:.2g} above the baseline (no loss to recover)"
+    return None, (f"recovery n/a: baseline and {partner} means differ by {gap:.2g}, within "
+                  f"{RECOVERY_RELATIVE_GAP:.0%} of the baseline's (no loss to recover)")
+
+
 def compute_rows(store: ResultStore, benchmark: str, league_id: str, baseline_id: str, baseline: str,
                  league_arms: Sequence[LeagueArm], case_ids: Sequence[str], *, metric: str | None = None,
                  mechanism_window: int = 0) -> list[dict[str, Any]]:
@@ -592,13 +613,11 @@ def compute_rows(store: ResultStore, benchmark: str, league_id: str, baseline_id
                     tb = [float(base_values[m][c]) for c in triple]  # type: ignore[arg-type]
                     tl = [float(lossy_values[c]) for c in triple]  # type: ignore[arg-type]
                     tr = [float(mine_values[c]) for c in triple]  # type: ignore[arg-type]
-                    gap = abs(sum(tb) / len(tb) - sum(tl) / len(tl)) if triple else 0.0
-                    if triple and gap > max(RECOVERY_GAP, RECOVERY_RELATIVE_GAP * abs(sum(tb) / len(tb))):
-                        rec = recovery_ratio(tb, tl, tr)
+                    rec, why = recovery_of(tb, tl, tr, partner)
+                    if rec is not None:
                         row.update(recovery=rec.estimate, recovery_ci_low=rec.ci_low, recovery_ci_high=rec.ci_high)
-                    elif triple:
-                        notes.append(f"recovery n/a: baseline and {partner} means differ by {gap:.2g}, within "
-                                     f"{RECOVERY_RELATIVE_GAP:.0%} of the baseline's (no loss to recover)")
+                    elif why:
+                        notes.append(why)
                 row["stats_note"] = "; ".join(notes) or None
             rows.append(row)
     return rows

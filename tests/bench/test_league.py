@@ -239,3 +239,14 @@ def test_all_names_every_lossy_generic_arm_and_the_task_modes() -> None:
     assert all(n + "+recall" in names for n in generic) and not skipped and "+recall" in rule
     lived, skipped_lived, _ = league.choose_arms(task, "all", seeding="lived")
     assert "summary" not in lived and set(skipped_lived) == {"summary", "recall"}
+
+
+def test_recovery_is_only_over_a_loss() -> None:
+    """A lossy arm above the baseline lost nothing: its recovered partner's ratio would be noise (n/a, why)."""
+    rec, why = league.recovery_of([0.5, 0.5, 0.5], [0.2, 0.3, 0.1], [0.4, 0.4, 0.3], "x")
+    assert why is None and rec.estimate == pytest.approx((1.1 / 3 - 0.6 / 3) / (1.5 / 3 - 0.6 / 3))
+    above, why = league.recovery_of([0.10, 0.10], [0.12, 0.12], [0.11, 0.11], "x")
+    assert above is None and "x scores 0.02 above the baseline" in (why or "")
+    tiny, why = league.recovery_of([0.5, 0.5], [0.499, 0.499], [0.5, 0.5], "x")
+    assert tiny is None and "within 1%" in (why or "")
+    assert league.recovery_of([], [], [], "x") == (None, None)
