@@ -156,6 +156,8 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
                       + "\n")
             out.write(f"  avg prompt tokens {result['avg_prompt_tokens']:.2f}  (min {result['min_prompt_tokens']}, "
                       f"max {result['max_prompt_tokens']}, {result['prompts']} prompts, {result['encoding']})\n")
+            if result.get("context_budget_note"):
+                out.write(f"  context budget {result['context_budget_note']}\n")
         return 0
 
     if spec.action == "retrieval_only":

@@ -41,6 +41,7 @@ module does not import the task registry: a schema it is not given is looked up 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import subprocess
@@ -89,7 +90,8 @@ LATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
 }
 
 
-def arm_sections() -> dict[str, type[Any]]:
+@functools.cache
+def peer_sections() -> dict[str, type[Any]]:
     """The sections the generic peer-policy arms read, on every benchmark: ``[<policy name>]``.
 
     Each is the policy's own dataclass (:data:`agentlab.policies.POLICIES`) with the source's
@@ -102,9 +104,18 @@ def arm_sections() -> dict[str, type[Any]]:
     return {name: entry.policy_class for name, entry in POLICIES.items()}
 
 
+def arm_sections() -> dict[str, type[Any]]:
+    """The sections every benchmark has for the generic arms: ``[compaction]`` (the seed's
+    compaction, :class:`~agentlab.compaction.CompactionPolicy`) and :func:`peer_sections`.
+    """
+    from agentlab.compaction import CompactionPolicy
+
+    return {"compaction": CompactionPolicy, **peer_sections()}
+
+
 def _listed(names: Iterable[str]) -> str:
     """Section names for an error message: the task's own, then the peer policies' as one note."""
-    peers = arm_sections()
+    peers = peer_sections()
     own = sorted(n for n in names if n not in peers)
     return ", ".join(own) + (", and one per peer policy ([<policy name>], see `list`)" if peers else "")
 
@@ -113,7 +124,7 @@ def _late_fields(name: str) -> tuple[bool, tuple[str, ...] | None]:
     """Whether section ``name`` is late (left out of the id at its defaults), and which of its fields."""
     if name in LATE_SETTINGS:
         return True, LATE_SETTINGS[name]
-    return name in arm_sections(), None
+    return name in peer_sections(), None
 
 
 class SettingsError(ValueError):

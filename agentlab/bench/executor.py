@@ -617,4 +617,7 @@ def dry_run(task: Task, mode: str, settings: Settings, *, limit: int | None = No
         out.update({f"{k}_prompt_tokens": v for k, v in percentiles([float(x) for x in per_case]).items()})
     if context_budget is not None:
         out["context_budget"] = context_budget
+        if not task.arm(mode).generic:
+            out["context_budget_note"] = (f"not applied to the dry run of the task mode {mode!r}: it plans its "
+                                          "prompts with the benchmark's published window; a run uses the budget")
     return out

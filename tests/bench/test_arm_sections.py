@@ -13,7 +13,7 @@ import json
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench.config import SettingsError, apply_overrides, arm_sections, load_settings
+from agentlab.bench.config import SettingsError, apply_overrides, arm_sections, load_settings, peer_sections
 from agentlab.bench.spec import resolve_run
 from agentlab.bench.tasks import get_task
 from agentlab.model.base import ModelInfo
@@ -29,7 +29,8 @@ def run_ids(benchmark: str, arm: str, *overrides: str) -> dict[str, str]:
 @pytest.mark.parametrize("benchmark", ["qmsum", "locomo", "longmemeval", "mtbench101"])
 def test_every_peer_section_is_there_with_the_sources_defaults_and_out_of_the_identity(benchmark: str) -> None:
     settings = load_settings(benchmark, get_task(benchmark).default_settings())
-    assert set(arm_sections()) == set(POLICIES)
+    assert set(peer_sections()) == set(POLICIES) and set(arm_sections()) == {"compaction", *POLICIES}
+    assert "compaction" not in get_task(benchmark).default_settings()  # one home: config.arm_sections
     for name, entry in POLICIES.items():
         assert settings.section(name) == entry.policy_class()
         assert name not in settings.identity()
@@ -68,3 +69,14 @@ def test_the_dry_run_projects_at_the_context_budget_and_the_fraction_variant_fir
     assert fraction < source / 2
     # without a budget the fraction is of the dry run's 128k window: QMSum's reads stay under it
     assert avg("--set", "langchain_clear_tool_uses.trigger_fraction=0.5") == source
+
+
+def test_a_task_modes_dry_run_says_the_budget_is_not_applied_to_it() -> None:
+    code, out, err = run_cli("qmsum", "--mode", "summary", "--dry-run", "--json", "--limit", "1",
+                             "--context-budget", "8192")
+    assert code == 0, err
+    assert "not applied" in json.loads(out)["context_budget_note"]
+    code, out, err = run_cli("qmsum", "--arm", "inspect_trim", "--dry-run", "--json", "--limit", "1",
+                             "--context-budget", "8192")
+    assert code == 0, err
+    assert "context_budget_note" not in json.loads(out)

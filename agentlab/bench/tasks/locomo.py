@@ -92,7 +92,6 @@ from agentlab.bench.tasks.locomo_history import (
 from agentlab.bench.tasks.locomo_judge import LOCOMO_JUDGE
 from agentlab.bench.tasks.locomo_prompts import ADVERSARIAL_REFERENCE, FALLBACK_ANSWER
 from agentlab.bench.tasks.locomo_settings import LoCoMoDataset, LoCoMoMemory
-from agentlab.compaction import CompactionPolicy
 from agentlab.events import Event, Message
 from agentlab.memory.policies import MemoryPolicy
 from agentlab.model.base import GenerationConfig, ModelRequest
@@ -174,7 +173,7 @@ class LoCoMoTask(Task):
         """The sections; ``benchmarks/locomo.toml`` holds the published values."""
         return {"dataset": LoCoMoDataset, "answer": GenerationConfig, "recall": RecallPolicy,
                 "memory": LoCoMoMemory, "retrieval": RetrievalSettings,
-                "compaction": CompactionPolicy, "judge": JudgeSettings, "run": RunSettings}
+                "judge": JudgeSettings, "run": RunSettings}
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
         """Session recall: the recall policy; memory: the extraction and question-time memory policies."""

@@ -81,7 +81,6 @@ from agentlab.bench.tasks.longmemeval_history import (
     seed_session,
 )
 from agentlab.bench.tasks.longmemeval_judge import LONGMEMEVAL_JUDGE
-from agentlab.compaction import CompactionPolicy
 from agentlab.events import Event, Message
 from agentlab.model.base import GenerationConfig, ModelError
 from agentlab.recall import RecallPolicy
@@ -214,7 +213,7 @@ class LongMemEvalTask(Task):
         """The sections; ``benchmarks/longmemeval.toml`` holds the published values."""
         return {"dataset": LongMemEvalDataset, "answer": GenerationConfig, "agent": AgentSettings,
                 "summary": LongMemEvalSummary, "recall": RecallPolicy, "retrieval": RetrievalSettings,
-                "compaction": CompactionPolicy, "judge": JudgeSettings, "run": RunSettings}
+                "judge": JudgeSettings, "run": RunSettings}
 
     # ---------------------------------------------------------------------------- cases
 

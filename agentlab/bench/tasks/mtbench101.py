@@ -74,7 +74,6 @@ from agentlab.bench.tasks.mtbench101_settings import (
     RetentionSettings,
     SuitabilityRule,
 )
-from agentlab.compaction import CompactionPolicy
 from agentlab.events import OBJ_USER, Event, Message
 from agentlab.model.replay_only import NotInCache, ReplayOnly, replayable
 
@@ -135,7 +134,7 @@ class MTBench101Task(Task):
         """The sections; ``benchmarks/mtbench101.toml`` holds the published values."""
         return {"dataset": MTBenchDataset, "answer": MTBenchAnswer, "summary": MTBenchSummary,
                 "consistency": ConsistencySettings, "retention": RetentionSettings, "suitability": SuitabilityRule,
-                "compaction": CompactionPolicy, "judge": JudgeSettings, "run": RunSettings}
+                "judge": JudgeSettings, "run": RunSettings}
 
     def policies(self, mode: str, settings: Settings) -> list[Any]:
         """Summary mode runs the ``[summary]`` policy; the baseline none."""

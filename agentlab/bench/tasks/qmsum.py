@@ -51,7 +51,6 @@ from agentlab.bench.tasks import (
 )
 from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
 from agentlab.bench.tasks.qmsum_settings import QMSumDataset, QMSumRecall, QMSumSummary
-from agentlab.compaction import CompactionPolicy
 from agentlab.events import OBJ_USER, Event, Message
 from agentlab.model.base import GenerationConfig
 from agentlab.recall import RecallPolicy
@@ -210,7 +209,7 @@ class QMSumTask(Task):
     def default_settings(self) -> dict[str, type[Any]]:
         """The sections; ``benchmarks/qmsum.toml`` holds the published values."""
         return {"dataset": QMSumDataset, "answer": GenerationConfig, "agent": AgentSettings, "summary": QMSumSummary,
-                "recall": QMSumRecall, "compaction": CompactionPolicy, "judge": JudgeSettings, "run": RunSettings}
+                "recall": QMSumRecall, "judge": JudgeSettings, "run": RunSettings}
 
     @staticmethod
     def summary_policy(settings: Settings) -> QMSumSummary:
