@@ -6,6 +6,7 @@ events can be persisted by any session backend and replayed exactly.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -14,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -88,7 +89,7 @@ class ToolCall:
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form (a plain dict)."""
-        return asdict(self)
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolCall:
@@ -188,7 +189,8 @@ class Usage:
 
     def to_dict(self) -> dict[str, int]:
         """The stored form: the three counts."""
-        return asdict(self)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "cached_tokens": self.cached_tokens}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage | None:
@@ -278,14 +280,9 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form: every field, messages and usage as dicts."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "choices":
-                value = [m.to_dict() for m in value]
-            elif f.name == "usage":
-                value = value.to_dict() if value else None
-            out[f.name] = value
+        out = {name: getattr(self, name) for name in _event_fields()}
+        out["choices"] = [m.to_dict() for m in self.choices]
+        out["usage"] = self.usage.to_dict() if self.usage else None
         return out
 
     def to_json(self) -> str:
@@ -325,3 +322,9 @@ def user_event(text: str, *, author: str = "user", invocation_id: str = "", requ
         filter_key=filter_key,
         timestamp=time.time() if timestamp is None else timestamp,
     )
+
+
+@functools.cache
+def _event_fields() -> tuple[str, ...]:
+    """The names of :class:`Event`'s fields, in order (computed once: ``fields()`` is slow)."""
+    return tuple(f.name for f in fields(Event))

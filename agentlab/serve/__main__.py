@@ -11,6 +11,7 @@ PROG = "python -m agentlab.serve"
 
 
 def _serve_parser() -> argparse.ArgumentParser:
+    from agentlab.serve.server import LEDGER_LINGER
     from agentlab.serve.store import MAX_CONVERSATIONS
 
     p = argparse.ArgumentParser(
@@ -35,6 +36,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-conversations", type=int, default=MAX_CONVERSATIONS,
                    help="conversations kept in memory; the least recently used idle one beyond this is "
                         f"evicted and reloaded from the database when it comes back (default {MAX_CONVERSATIONS})")
+    p.add_argument("--ledger-linger", type=float, default=LEDGER_LINGER, metavar="SECONDS",
+                   help="proxy back end: how long a ledger commit waits for other conversations' events to "
+                        f"join it, off the answer's path (default {LEDGER_LINGER}; 0 with --wait-for-ledger)")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync each commit (throwaway stores only)")
     return p
 
@@ -75,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          port=args.port, api_key=args.api_key, upstream_api_key=args.upstream_api_key,
                          timeout=args.timeout, max_recall_rounds=args.max_recall_rounds,
                          context_window=args.context_window, fsync=not args.no_fsync,
-                         wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations)
+                         wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations,
+                         ledger_linger=args.ledger_linger)
     try:
         config.check()
     except ValueError as exc:

@@ -98,6 +98,8 @@ class _Conversation:
     summary_task: asyncio.Task[Any] | None = None
     #: Calls holding this object (from finding the conversation to their end): never evicted meanwhile.
     users: int = 0
+    #: The session is not stored yet: the next ledger write creates it (in the same commit).
+    unborn: bool = False
 
     def evictable(self) -> bool:
         """No call uses it, no ledger write or summary is pending: it can be reloaded from disk as it is."""
@@ -387,14 +389,10 @@ class ProxyBackend:
                     self._canon_cache.pop(id(raw), None)
             self.evictions += 1
 
-    def _create(self, conv: _Conversation) -> None:
-        """Create the conversation's session in the background, first in its chain of writes."""
-        session = conv.session
-
-        async def create() -> None:
-            await self.sessions.create_session(session.app_name, session.user_id, session.id)
-
-        self._chain(conv, create())
+    @staticmethod
+    def _create(conv: _Conversation) -> None:
+        """Have the conversation's next ledger write create its session (one commit for both)."""
+        conv.unborn = True
 
     async def _branch(self, conv: _Conversation) -> None:
         """Move the conversation to a fresh session (its history diverged from the ledger)."""
@@ -430,11 +428,10 @@ class ProxyBackend:
         One write's events go in one group commit (one fsync). Callers that need the events durable
         await the returned future (a turn is durable before its answer goes out).
         """
-        session = conv.session
+        session, create, conv.unborn = conv.session, conv.unborn, False
 
         async def write() -> None:
-            if events:
-                await asyncio.gather(*(self.sessions.append_event(session, e) for e in events))
+            await self.sessions.append_events(session, events, create=create)
 
         return self._chain(conv, write())
 

@@ -27,6 +27,8 @@ from agentlab.session.duckdb import DuckDBSessionService
 _T = TypeVar("_T")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CHAT_PATHS = ("/v1/chat/completions", "/v1/chat/completions/")
+#: Default :attr:`ServeConfig.ledger_linger`, seconds.
+LEDGER_LINGER = 0.01
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,10 @@ class ServeConfig:
     #: Proxy back end: conversations kept in memory, least recently used evicted beyond it (they
     #: are reloaded from the database when they come back; see ``ProxyBackend.max_conversations``).
     max_conversations: int = MAX_CONVERSATIONS
+    #: Proxy back end: seconds a ledger commit waits for other conversations' events to join it
+    #: (one DuckDB statement for all; see ``DuckDBSessionService.linger``). The commit runs while
+    #: the request is upstream, so it adds no latency; 0 with ``wait_for_ledger``, whose answers wait on it.
+    ledger_linger: float = LEDGER_LINGER
 
     def check(self) -> None:
         """``ValueError`` naming the first problem of this configuration."""
@@ -80,6 +86,8 @@ class ServeConfig:
             raise ValueError("--max-conversations must be >= 1")
         if self.timeout <= 0:
             raise ValueError("--timeout must be > 0")
+        if not 0 <= self.ledger_linger <= 1:
+            raise ValueError(f"--ledger-linger must be between 0 and 1 second, got {self.ledger_linger}")
 
 
 class ServeApp:
@@ -89,7 +97,8 @@ class ServeApp:
         config.check()
         self.config = config
         self.store = ServeStore(config.db, fsync=config.fsync)
-        self.sessions = DuckDBSessionService(config.db, fsync=config.fsync)
+        linger = config.ledger_linger if config.upstream is not None and not config.wait_for_ledger else 0.0
+        self.sessions = DuckDBSessionService(config.db, fsync=config.fsync, linger=linger)
         self.backend: Any
         if config.upstream is not None:
             from agentlab.serve.proxy import ProxyBackend

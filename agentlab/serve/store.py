@@ -21,9 +21,12 @@ Writes are queued and committed by one background writer: everything queued in o
 many calls: DuckDB's cost is per statement (about 1.6 ms CPU for one ``serve_calls`` insert,
 whatever its row count, plus the commit's fsync), so all call rows of a batch go in as one
 columnar statement and all new prefixes as another. The durability trade-off: a crash loses at
-most the last ``flush_interval`` of call rows and prefix-index rows (the conversation ledger
-itself is committed before each answer by the session service, and a lost prefix row costs only
+most the last ``flush_interval`` of call rows and prefix-index rows (a lost prefix row costs only
 a prefix match, never a ledger event); a batch is one transaction, so nothing is half-written.
+The conversation ledger itself is the session service's: a turn is committed while its request is
+upstream, in group commits that gather every conversation's events for ``ServeConfig.ledger_linger``
+(one statement for all; a new conversation's session row goes in with its first events); an error
+answer waits for that commit, and with ``wait_for_ledger`` every answer does.
 :meth:`ServeStore.flush` commits now and waits (the server does on settle and close).
 """
 
@@ -101,8 +104,10 @@ MAX_CONVERSATIONS = 1024
 FLUSH_INTERVAL = 0.25
 
 
-_UPSERT_CONVERSATION = ("INSERT INTO serve_conversations VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, conversation_id)"
-                        " DO UPDATE SET session_id = excluded.session_id")
+# A batch of conversations goes in as one statement too (one row per conversation: see save_conversation).
+_UPSERT_CONVERSATIONS = ("INSERT INTO serve_conversations SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+                         "unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::DOUBLE[]) "
+                         "ON CONFLICT (tenant, conversation_id) DO UPDATE SET session_id = excluded.session_id")
 
 
 class KeyFilter:
@@ -162,13 +167,14 @@ class ServeStore:
         for statement in _SCHEMA:
             self._con.execute(statement)
         self._lock = threading.Lock()
-        self._queue: list[tuple[str, list[Any]]] = []
         self._calls: list[list[Any]] = []
         self._exchanges: list[list[Any]] = []
         self._prefix_rows: list[tuple[str, str, str, int]] = []
-        #: The statements and prefix rows of the transaction being written (still visible to lookups:
-        #: a read may take the connection before the writer does).
-        self._writing: list[tuple[str, list[Any]]] = []
+        #: (tenant, conversation id) -> its serve_conversations row, queued (the latest session wins).
+        self._conversation_rows: dict[tuple[str, str], list[Any]] = {}
+        #: The conversation and prefix rows of the transaction being written (still visible to
+        #: lookups: a read may take the connection before the writer does).
+        self._writing_conversations: dict[tuple[str, str], list[Any]] = {}
         self._writing_prefixes: list[tuple[str, str, str, int]] = []
         self._writer: asyncio.Future[None] | None = None
         self._now: asyncio.Event | None = None
@@ -204,11 +210,6 @@ class ServeStore:
         """Run ``work(connection)`` in a worker thread, under the lock."""
         return await asyncio.to_thread(self._locked, work)
 
-    def submit(self, sql: str, params: Sequence[Any]) -> None:
-        """Queue one statement for the background writer (starts it when idle)."""
-        self._queue.append((sql, list(params)))
-        self._wake()
-
     def _wake(self) -> None:
         if self._writer is None or self._writer.done():
             self._now = asyncio.Event()
@@ -216,8 +217,11 @@ class ServeStore:
 
     def _take(self) -> list[tuple[str, list[Any]]]:
         """Everything queued, as the statements of one transaction (call rows and prefixes batched)."""
-        batch, self._queue = self._queue, []
-        self._writing = list(batch)
+        batch: list[tuple[str, list[Any]]] = []
+        if self._conversation_rows:
+            conversations, self._conversation_rows = self._conversation_rows, {}
+            self._writing_conversations = conversations
+            batch.append((_UPSERT_CONVERSATIONS, [list(c) for c in zip(*conversations.values(), strict=True)]))
         if self._prefix_rows:
             rows = list(dict.fromkeys(self._prefix_rows))  # a statement must not carry a key twice
             self._prefix_rows, self._writing_prefixes = [], rows
@@ -253,12 +257,13 @@ class ServeStore:
             except Exception as exc:  # logged by the caller's flush; a lost call row must not stop serving
                 self.last_error = exc
             finally:
-                self._writing, self._writing_prefixes = [], []
+                self._writing_prefixes, self._writing_conversations = [], {}
 
     @property
     def pending(self) -> int:
         """Rows and statements queued and not yet committed."""
-        return len(self._queue) + len(self._calls) + len(self._exchanges) + len(self._prefix_rows)
+        return (len(self._calls) + len(self._exchanges) + len(self._prefix_rows)
+                + len(self._conversation_rows))
 
     async def flush(self) -> None:
         """Commit every queued write now and wait until it is committed."""
@@ -275,8 +280,14 @@ class ServeStore:
 
     def save_conversation(self, tenant: str, conversation_id: str, session_id: str, key_source: str) -> None:
         """Insert or move a conversation to ``session_id`` (a branch moves it)."""
-        self.conversations[(tenant, conversation_id)] = session_id
-        self.submit(_UPSERT_CONVERSATION, [tenant, conversation_id, session_id, key_source, time.time()])
+        key = (tenant, conversation_id)
+        self.conversations[key] = session_id
+        queued = self._conversation_rows.get(key)
+        if queued is not None:  # one statement may not upsert a row twice: the first row, the latest session
+            queued[2] = session_id
+        else:
+            self._conversation_rows[key] = [tenant, conversation_id, session_id, key_source, time.time()]
+        self._wake()
 
     async def session_of(self, tenant: str, conversation_id: str) -> str | None:
         """The current session of a conversation: from memory, else (when it may be on disk only)
@@ -285,9 +296,9 @@ class ServeStore:
         session_id = self.conversations.get((tenant, conversation_id))
         if session_id is not None or _conversation_key(tenant, conversation_id) not in self.on_disk:
             return session_id
-        for sql, params in reversed([*self._writing, *self._queue]):
-            if sql is _UPSERT_CONVERSATION and params[0] == tenant and params[1] == conversation_id:
-                return str(params[2])
+        for queued in (self._conversation_rows, self._writing_conversations):
+            if (tenant, conversation_id) in queued:
+                return str(queued[(tenant, conversation_id)][2])
         row = await self.run(lambda con: con.execute(
             "SELECT session_id FROM serve_conversations WHERE tenant = ? AND conversation_id = ?",
             [tenant, conversation_id]).fetchone())

@@ -196,3 +196,53 @@ def test_an_evicted_conversation_still_makes_a_shared_prefix_ambiguous(proxy) ->
     follow = [*first, {"role": "assistant", "content": answer}, {"role": "user", "content": "Sure?"}]
     _, headers = _ask(_client(server, "caller"), follow)
     assert headers["x-agentlab-key-source"] == "new-ambiguous" and headers["x-agentlab-conversation-id"] not in ids
+
+
+def test_concurrent_conversations_share_ledger_commits_and_each_reads_back_whole(proxy) -> None:
+    # Eight conversations at once: their turns go into the ledger in shared commits (the linger
+    # gathers them, and a new conversation's session row goes in with its first events), yet each
+    # ledger reads back complete and in order, from memory and from the file.
+    import threading
+
+    server = proxy("passthrough", ledger_linger=0.05)
+    sessions = server.app.sessions
+    batches: list[int] = []
+    insert = sessions._insert_events
+
+    def counted(con: Any, batch: Any, reload_seq: bool = False) -> None:
+        batches.append(len(batch))
+        insert(con, batch, reload_seq)
+
+    sessions._insert_events = counted
+    created: list[str] = []
+    create = sessions.create_session
+
+    async def counted_create(*args: Any, **kwargs: Any) -> Any:
+        created.append(args[2])
+        return await create(*args, **kwargs)
+
+    sessions.create_session = counted_create
+    ids: dict[int, str] = {}
+
+    def converse(i: int) -> None:
+        client = _client(server, "caller")
+        messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": f"Caller {i}: where is Lisbon?"}]
+        for turn in range(3):
+            answer, headers = _ask(client, messages)
+            ids[i] = headers["x-agentlab-conversation-id"]
+            messages += [{"role": "assistant", "content": answer},
+                         {"role": "user", "content": f"Caller {i}, follow-up {turn}."}]
+
+    threads = [threading.Thread(target=converse, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    server.settle()
+    assert len(set(ids.values())) == 8 and created == []  # no session got a commit of its own
+    assert sum(batches) == 8 * 7  # per caller: system + user, its answer, then a user turn and its answer twice
+    assert len(batches) <= 8 * 6 // 2  # 48 writes (a turn, an answer, three times each) in at most 24 commits
+    for i, conversation in ids.items():
+        ledger = server.ledger(conversation)
+        assert [e.role for e in ledger] == ["system", "user", "assistant"] + ["user", "assistant"] * 2
+        assert ledger[1].message.content == f"Caller {i}: where is Lisbon?"

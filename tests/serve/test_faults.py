@@ -192,13 +192,13 @@ def test_an_answer_waits_for_its_turns_commit_only_when_asked(upstream, proxy, w
 
     server = proxy("passthrough", wait_for_ledger=wait_for_ledger)
     sessions = server.app.sessions
-    append = sessions.append_event
+    append = sessions.append_events
 
-    async def slow_append(session: Any, event: Any) -> Any:
+    async def slow_append(session: Any, events: Any, **kwargs: Any) -> Any:
         await asyncio.sleep(0.6)  # a slow disk
-        return await append(session, event)
+        return await append(session, events, **kwargs)
 
-    sessions.append_event = slow_append
+    sessions.append_events = slow_append
     client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
     began = time.perf_counter()
     raw = client.chat.completions.with_raw_response.create(
@@ -214,10 +214,10 @@ def test_an_answer_waits_for_its_turns_commit_only_when_asked(upstream, proxy, w
 def test_a_turn_the_ledger_could_not_store_after_the_answer_is_in_the_call_row(upstream, proxy) -> None:
     server = proxy("passthrough")
 
-    async def broken_append(session: Any, event: Any) -> Any:
+    async def broken_append(session: Any, events: Any, **kwargs: Any) -> Any:
         raise OSError("disk full")
 
-    server.app.sessions.append_event = broken_append
+    server.app.sessions.append_events = broken_append
     client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
         model="test-model", messages=[{"role": "user", "content": "Where is the Lisbon office?"}])

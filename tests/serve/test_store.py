@@ -110,3 +110,44 @@ def test_the_key_filter_never_forgets_and_keeps_its_size() -> None:
     assert false_positives < 200 and len(f._array) == size
     with pytest.raises(ValueError, match="flush_interval"):
         ServeStore(":memory:", flush_interval=-1)
+
+
+def test_conversations_go_in_as_one_statement_and_a_moved_one_keeps_its_first_row(tmp_path: Path) -> None:
+    async def scenario() -> tuple[list[tuple[Any, ...]], int, str | None]:
+        store = ServeStore(tmp_path / "s.duckdb", fsync=False, flush_interval=30)
+        statements: list[str] = []
+        run = store.run
+
+        async def counted(work: Any) -> Any:
+            return await run(lambda con: work(_Spy(con, statements)))
+
+        store.run = counted  # type: ignore[method-assign]
+        for i in range(20):
+            store.save_conversation("t", f"conv-{i}", f"sess-{i}", "new")
+        store.save_conversation("t", "conv-3", "sess-3~branch", "branch")  # moved before its commit
+        queued = await store.session_of("t", "conv-3")
+        await store.flush()
+        store.save_conversation("t", "conv-4", "sess-4~branch", "branch")  # moved after it
+        await store.flush()
+        rows = store.query("SELECT conversation_id, session_id, key_source FROM serve_conversations "
+                           "ORDER BY conversation_id").itertuples(index=False, name=None)
+        store.close()
+        return list(rows), sum("serve_conversations" in s for s in statements), queued
+
+    rows, upserts, queued = asyncio.run(scenario())
+    assert upserts == 2  # one statement per commit, not one per conversation
+    assert len(rows) == 20 and queued == "sess-3~branch"
+    by_id = {c: (s, k) for c, s, k in rows}
+    assert by_id["conv-3"] == ("sess-3~branch", "new") and by_id["conv-4"] == ("sess-4~branch", "new")
+    assert by_id["conv-7"] == ("sess-7", "new")
+
+
+class _Spy:
+    """A connection that records the SQL it runs."""
+
+    def __init__(self, con: Any, log: list[str]) -> None:
+        self._con, self._log = con, log
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self._log.append(sql)
+        return self._con.execute(sql, *args)
