@@ -88,9 +88,9 @@ def parse_chat_request(raw: bytes) -> dict[str, Any]:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
-    for name, types in FIELD_TYPES.items():
-        value = body.get(name)
-        if value is not None and not _is_type(value, types):
+    for name, value in body.items():  # the fields sent, not every known one
+        types = FIELD_TYPES.get(name)
+        if types is not None and value is not None and not _is_type(value, types):
             wanted = " or ".join(_TYPE_NAMES[t] for t in types if t in _TYPE_NAMES)
             raise RequestError(f"field {name!r} must be {wanted}, got {type(value).__name__}", param=name)
     if body.get("n") not in (None, 1):

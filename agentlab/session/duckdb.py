@@ -149,6 +149,8 @@ class _PendingAppend:
     appended_at: float = 0.0
     #: The session is new: its row goes in with this event, in the same transaction.
     create: bool = False
+    #: The last event of its ``append_events`` call (``done``, shared by the call's events, is set after it).
+    last: bool = False
 
 
 @dataclass
@@ -397,24 +399,24 @@ class DuckDBSessionService:
             if create:
                 await self.create_session(session.app_name, session.user_id, session.id, session.state)
             return
-        loop = asyncio.get_running_loop()
+        # One future for the call: its events are queued together, so they are always in one batch.
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # A caller cancelled after its items joined a batch never awaits the outcome; consume it
+        # so asyncio does not log "exception was never retrieved".
+        done.add_done_callback(_consume_outcome)
         items = []
         for event in events:
             ensure_token_count(event, self._count_tokens)
             delta = json.loads(json.dumps(event.state_delta)) if event.state_delta else None
-            item = _PendingAppend(session=session, event=event, event_json=event.to_json(), delta=delta,
-                                  done=loop.create_future())
-            # A caller cancelled after its items joined a batch never awaits the outcome; consume it
-            # so asyncio does not log "exception was never retrieved".
-            item.done.add_done_callback(_consume_outcome)
-            items.append(item)
+            items.append(_PendingAppend(session=session, event=event, event_json=event.to_json(), delta=delta,
+                                        done=done))
         items[0].create = create
+        items[-1].last = True
         writer = self._writer()
         writer.pending.extend(items)
-        last = items[-1]
         try:
             async with writer.lock:
-                if not last.done.done():
+                if not done.done():
                     if self.linger:
                         await asyncio.sleep(self.linger)  # the batch gathers the appends that come meanwhile
                     batch, writer.pending = writer.pending, []
@@ -430,8 +432,7 @@ class DuckDBSessionService:
                 if item in writer.pending:
                     writer.pending.remove(item)  # never started: the event is not written
             raise
-        for item in items:
-            await item.done
+        await done
 
     async def _flush(self, batch: list[_PendingAppend]) -> None:
         """Write a batch in one transaction; if that fails, write its items one by one so a bad
@@ -444,13 +445,15 @@ class DuckDBSessionService:
             for item in batch:
                 key = item.session.key
                 if key in failed:  # an earlier event of this session was not stored: neither is this one
-                    item.done.set_exception(failed[key])
+                    if not item.done.done():
+                        item.done.set_exception(failed[key])
                     continue
                 try:
                     await self._run(functools.partial(self._insert_events, batch=[item], reload_seq=True))
                 except Exception as exc:
                     failed[key] = exc
-                    item.done.set_exception(exc)
+                    if not item.done.done():
+                        item.done.set_exception(exc)
                 else:
                     self._apply_to_session(item)
             return
@@ -464,7 +467,8 @@ class DuckDBSessionService:
             merge_state(session.state, item.event.state_delta)
         session.events.append(item.event)
         session.updated_at = max(session.updated_at, item.appended_at)
-        item.done.set_result(None)
+        if item.last and not item.done.done():
+            item.done.set_result(None)
 
     def _insert_events(self, con: _Connection, batch: list[_PendingAppend], reload_seq: bool = False) -> None:
         """Runs in the worker thread. Seqs are taken from the cache and committed to it only
