@@ -12,7 +12,7 @@ PROG = "python -m agentlab.serve"
 
 def _serve_parser() -> argparse.ArgumentParser:
     from agentlab.serve.server import LEDGER_LINGER
-    from agentlab.serve.store import MAX_CONVERSATIONS
+    from agentlab.serve.store import MAX_CONVERSATIONS, WRITER_NICE
 
     p = argparse.ArgumentParser(
         prog=PROG, description="A context-governing OpenAI-compatible server (POST /v1/chat/completions, "
@@ -39,6 +39,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger-linger", type=float, default=LEDGER_LINGER, metavar="SECONDS",
                    help="proxy back end: how long a ledger commit waits for other conversations' events to "
                         f"join it, off the answer's path (default {LEDGER_LINGER}; 0 with --wait-for-ledger)")
+    p.add_argument("--writer-nice", type=int, default=WRITER_NICE, metavar="N",
+                   help="niceness of the thread that commits call rows and the proxy's ledger, which no "
+                        f"answer waits for (0-19, default {WRITER_NICE}; 0 = normal priority; Linux only)")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync each commit (throwaway stores only)")
     return p
 
@@ -80,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          timeout=args.timeout, max_recall_rounds=args.max_recall_rounds,
                          context_window=args.context_window, fsync=not args.no_fsync,
                          wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations,
-                         ledger_linger=args.ledger_linger)
+                         ledger_linger=args.ledger_linger, writer_nice=args.writer_nice)
     try:
         config.check()
     except ValueError as exc:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from agentlab.serve.arms import get_arm
 from agentlab.serve.http import HTTPRequest, HTTPResponse, HTTPServer, json_response
-from agentlab.serve.store import MAX_CONVERSATIONS, ServeStore
+from agentlab.serve.store import MAX_CONVERSATIONS, WRITER_NICE, ServeStore, background_writer
 from agentlab.serve.wire import error_body
 from agentlab.session.duckdb import DuckDBSessionService
 
@@ -69,6 +69,9 @@ class ServeConfig:
     #: (one DuckDB statement for all; see ``DuckDBSessionService.linger``). The commit runs while
     #: the request is upstream, so it adds no latency; 0 with ``wait_for_ledger``, whose answers wait on it.
     ledger_linger: float = LEDGER_LINGER
+    #: Niceness of the thread that commits what nothing waits for (call rows, the proxy's ledger):
+    #: 0-19, 0 = normal priority (Linux only; see ``agentlab.serve.store.background_writer``).
+    writer_nice: int = WRITER_NICE
 
     def check(self) -> None:
         """``ValueError`` naming the first problem of this configuration."""
@@ -88,6 +91,8 @@ class ServeConfig:
             raise ValueError("--timeout must be > 0")
         if not 0 <= self.ledger_linger <= 1:
             raise ValueError(f"--ledger-linger must be between 0 and 1 second, got {self.ledger_linger}")
+        if not 0 <= self.writer_nice <= 19:
+            raise ValueError(f"--writer-nice must be between 0 and 19, got {self.writer_nice}")
 
 
 class ServeApp:
@@ -96,9 +101,15 @@ class ServeApp:
     def __init__(self, config: ServeConfig) -> None:
         config.check()
         self.config = config
-        self.store = ServeStore(config.db, fsync=config.fsync)
-        linger = config.ledger_linger if config.upstream is not None and not config.wait_for_ledger else 0.0
-        self.sessions = DuckDBSessionService(config.db, fsync=config.fsync, linger=linger)
+        #: The commits nothing waits for, on one low-priority thread (see ``background_writer``).
+        self.writer = background_writer(config.writer_nice)
+        self.store = ServeStore(config.db, fsync=config.fsync, write_executor=self.writer)
+        # The proxy's ledger commits are off the answer's path (unless it waits for them); the agent
+        # back end's are on it (its runner awaits each append), so they keep the default executor.
+        off_path = config.upstream is not None and not config.wait_for_ledger
+        self.sessions = DuckDBSessionService(config.db, fsync=config.fsync,
+                                             linger=config.ledger_linger if off_path else 0.0,
+                                             append_executor=self.writer if off_path else None)
         self.backend: Any
         if config.upstream is not None:
             from agentlab.serve.proxy import ProxyBackend
@@ -132,6 +143,7 @@ class ServeApp:
         await self.backend.close()
         await self.sessions.close()
         self.store.close()
+        self.writer.shutdown(wait=False)
 
     def _authorised(self, request: HTTPRequest) -> bool:
         key = self.config.api_key

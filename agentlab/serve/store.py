@@ -35,9 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -110,6 +113,33 @@ _UPSERT_CONVERSATIONS = ("INSERT INTO serve_conversations SELECT unnest(?::VARCH
                          "ON CONFLICT (tenant, conversation_id) DO UPDATE SET session_id = excluded.session_id")
 
 
+#: Default niceness of the serve's writer thread (see :func:`background_writer`).
+WRITER_NICE = 10
+
+
+def background_writer(nice: int = WRITER_NICE) -> ThreadPoolExecutor:
+    """One thread for the server's commits, at niceness ``nice`` (Linux; never above the process's own
+    priority; elsewhere at normal priority).
+
+    Nothing waits on these commits (an answer does not wait for its ledger commit, call rows are
+    batched), but they are most of the server's CPU. On a machine whose cores the client and the
+    upstream share with the server, a normal-priority writer delays the requests in flight; a
+    lower-priority one runs in what the cores have spare. Reads stay at normal priority (they are
+    on a request's path). ``nice=0`` leaves the priority alone.
+    """
+    if not 0 <= nice <= 19:
+        raise ValueError(f"the writer's niceness must be between 0 and 19, got {nice}")
+
+    def lower_priority() -> None:
+        if nice and sys.platform.startswith("linux"):  # per thread on Linux only
+            with contextlib.suppress(OSError):
+                thread = threading.get_native_id()
+                if os.getpriority(os.PRIO_PROCESS, thread) < nice:  # only ever lower it
+                    os.setpriority(os.PRIO_PROCESS, thread, nice)
+
+    return ThreadPoolExecutor(1, thread_name_prefix="agentlab-writer", initializer=lower_priority)
+
+
 class KeyFilter:
     """A Bloom filter of strings: ``key in f`` is False only for keys never added (fixed memory).
 
@@ -153,11 +183,14 @@ def duckdb_config(fsync: bool) -> dict[str, str | bool | int | float | list[str]
 class ServeStore:
     """Conversations, the prefix index and the call log, on one connection guarded by a lock."""
 
-    def __init__(self, path: str | Path, *, fsync: bool = True, flush_interval: float = FLUSH_INTERVAL) -> None:
+    def __init__(self, path: str | Path, *, fsync: bool = True, flush_interval: float = FLUSH_INTERVAL,
+                 write_executor: Executor | None = None) -> None:
         if flush_interval < 0:
             raise ValueError(f"flush_interval must be >= 0 seconds, got {flush_interval}")
         self.path = str(path)
         self.flush_interval = flush_interval
+        #: Where the background writer's commits run (default: asyncio's default executor).
+        self.write_executor = write_executor
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -206,9 +239,11 @@ class ServeStore:
         with self._lock:
             return work(self._con)
 
-    async def run(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
-        """Run ``work(connection)`` in a worker thread, under the lock."""
-        return await asyncio.to_thread(self._locked, work)
+    async def run(self, work: Callable[[duckdb.DuckDBPyConnection], _T], executor: Executor | None = None) -> _T:
+        """Run ``work(connection)`` in a worker thread (of ``executor``, else asyncio's default), under the lock."""
+        if executor is None:
+            return await asyncio.to_thread(self._locked, work)
+        return await asyncio.get_running_loop().run_in_executor(executor, self._locked, work)
 
     def _wake(self) -> None:
         if self._writer is None or self._writer.done():
@@ -253,7 +288,7 @@ class ServeStore:
                 con.execute("COMMIT")
 
             try:
-                await self.run(write)
+                await self.run(write, self.write_executor)
             except Exception as exc:  # logged by the caller's flush; a lost call row must not stop serving
                 self.last_error = exc
             finally:

@@ -38,6 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -192,16 +193,19 @@ class DuckDBSessionService:
     for an insert of one row or of many), so a writer whose appends are off its answer's path
     (the serve proxy, where many conversations append at once) sets a few milliseconds and
     commits many conversations' events in one statement; every append still returns only after
-    its commit.
+    its commit. ``append_executor`` runs those commits somewhere else than asyncio's default
+    executor (the serve proxy's low-priority writer thread); reads stay on the default one.
     """
 
     def __init__(self, path: str | Path, token_counter: EventTokenCounter | None = None, *,
-                 fsync: bool = True, linger: float = 0.0) -> None:
+                 fsync: bool = True, linger: float = 0.0, append_executor: Executor | None = None) -> None:
         if not linger >= 0:
             raise ValueError(f"linger must be >= 0 seconds, got {linger}")
         self.path = path if str(path) == ":memory:" else Path(path)
         self.fsync = fsync
         self.linger = linger
+        #: Where group commits run (default: asyncio's default executor, like every other call).
+        self.append_executor = append_executor
         self._count_tokens: EventTokenCounter = token_counter or default_token_counter
         self._connection: _Connection | None = None
         self._db_lock = threading.Lock()
@@ -439,7 +443,7 @@ class DuckDBSessionService:
         item (say, a deleted session) fails alone.
         """
         try:
-            await self._run(lambda con: self._insert_events(con, batch))
+            await self._run(lambda con: self._insert_events(con, batch), self.append_executor)
         except Exception:
             failed: dict[SessionKey, Exception] = {}
             for item in batch:
@@ -449,7 +453,8 @@ class DuckDBSessionService:
                         item.done.set_exception(failed[key])
                     continue
                 try:
-                    await self._run(functools.partial(self._insert_events, batch=[item], reload_seq=True))
+                    await self._run(functools.partial(self._insert_events, batch=[item], reload_seq=True),
+                                    self.append_executor)
                 except Exception as exc:
                     failed[key] = exc
                     if not item.done.done():
@@ -684,8 +689,10 @@ class DuckDBSessionService:
         with self._db_lock:
             return work(self._open())
 
-    async def _run(self, work: Callable[[_Connection], _T]) -> _T:
-        return await asyncio.to_thread(self._locked, work)
+    async def _run(self, work: Callable[[_Connection], _T], executor: Executor | None = None) -> _T:
+        if executor is None:
+            return await asyncio.to_thread(self._locked, work)
+        return await asyncio.get_running_loop().run_in_executor(executor, self._locked, work)
 
 
 def _consume_outcome(future: asyncio.Future[None]) -> None:

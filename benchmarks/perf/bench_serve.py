@@ -143,6 +143,7 @@ def main() -> int:
     p.add_argument("--latency", type=float, default=0.02, help="upstream seconds per completion (default 0.02)")
     p.add_argument("--rounds", type=int, default=3, help="direct/proxy alternations per arm and level (default 3)")
     p.add_argument("--no-fsync", action="store_true", help="run the proxy with --no-fsync")
+    p.add_argument("--writer-nice", type=int, help="run the proxy with --writer-nice N (default: the proxy's)")
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
@@ -151,7 +152,8 @@ def main() -> int:
         print(f"note: --concurrency has no {GOAL_CONCURRENCY}: the goal is not checked")
     print(f"load average before: {load_average()} ({os.cpu_count()} cores)")
     print(f"upstream latency {args.latency * 1000:.0f} ms, {args.turns} turns per conversation, "
-          f"fsync {'off' if args.no_fsync else 'on'}")
+          f"fsync {'off' if args.no_fsync else 'on'}, writer niceness "
+          f"{'the default' if args.writer_nice is None else args.writer_nice}")
     upstream, upstream_url = start(["-m", "agentlab.testing.openai_server", "--latency", str(args.latency),
                                     "--no-tool-calls"], r"serving (\S+/v1)")
     header = (f"{'arm':<12}{'C':>4}{'calls':>7}{'direct p50':>11}{'p99':>8}{'proxy p50':>11}{'p99':>8}"
@@ -166,7 +168,9 @@ def main() -> int:
                     db = str(Path(tmp) / f"{arm.replace('+', '_')}-{concurrency}.duckdb")
                     command = ["-m", "agentlab.serve", "--upstream", upstream_url, "--arm", arm, "--port", "0",
                                "--db", db, "--context-window", "131072"]
-                    proxy, proxy_url = start(command + (["--no-fsync"] if args.no_fsync else []),
+                    command += ["--no-fsync"] if args.no_fsync else []
+                    command += [] if args.writer_nice is None else ["--writer-nice", str(args.writer_nice)]
+                    proxy, proxy_url = start(command,
                                              r"serving (\S+/v1)")
                     try:
                         asyncio.run(load(proxy_url, 2, 2, "warm"))  # imports, tokenizer, first DuckDB writes

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 
-from agentlab.serve.store import KeyFilter, ServeStore
+from agentlab.serve.store import KeyFilter, ServeStore, background_writer
 
 
 def _count(path: Path, table: str) -> int:
@@ -26,9 +29,9 @@ def test_call_rows_wait_for_the_batch_and_a_flush_commits_them_in_one_go(tmp_pat
         statements: list[int] = []
         run = store.run
 
-        async def counted(work: Any) -> Any:
+        async def counted(work: Any, *executor: Any) -> Any:
             statements.append(1)
-            return await run(work)
+            return await run(work, *executor)
 
         store.run = counted  # type: ignore[method-assign]
         for i in range(5):
@@ -52,11 +55,11 @@ def test_a_forgotten_conversation_is_found_while_its_rows_are_being_written(tmp_
         run = store.run
         started = asyncio.Event()
 
-        async def slow_writer(work: Any) -> Any:
+        async def slow_writer(work: Any, *executor: Any) -> Any:
             if not started.is_set():  # the writer's transaction: taken from the queue, not yet committed
                 started.set()
                 await asyncio.sleep(0.3)
-            return await run(work)
+            return await run(work, *executor)
 
         store.run = slow_writer  # type: ignore[method-assign]
         store.save_conversation("t", "conv-a", "sess-a", "new")
@@ -118,8 +121,8 @@ def test_conversations_go_in_as_one_statement_and_a_moved_one_keeps_its_first_ro
         statements: list[str] = []
         run = store.run
 
-        async def counted(work: Any) -> Any:
-            return await run(lambda con: work(_Spy(con, statements)))
+        async def counted(work: Any, *executor: Any) -> Any:
+            return await run(lambda con: work(_Spy(con, statements)), *executor)
 
         store.run = counted  # type: ignore[method-assign]
         for i in range(20):
@@ -151,3 +154,43 @@ class _Spy:
     def execute(self, sql: str, *args: Any) -> Any:
         self._log.append(sql)
         return self._con.execute(sql, *args)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_the_background_writer_runs_below_normal_priority_and_nice_zero_leaves_it() -> None:
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    base = niceness()
+    for nice, expected in ((10, max(base, 10)), (0, base)):
+        pool = background_writer(nice)
+        try:
+            assert pool.submit(niceness).result() == expected
+        finally:
+            pool.shutdown()
+    assert niceness() == base  # the caller's thread is left alone
+    with pytest.raises(ValueError, match="between 0 and 19"):
+        background_writer(20)
+
+
+def test_the_server_commits_off_path_work_on_its_writer_and_the_agent_back_end_does_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentlab.serve.server import ServeApp, ServeConfig
+
+    monkeypatch.setenv("AGENTLAB_SERVE_TEST_UPSTREAM", "http://127.0.0.1:9/v1")  # the factory's model; never called
+
+    proxy = ServeApp(ServeConfig(upstream="http://127.0.0.1:9/v1", db=str(tmp_path / "p.duckdb")))
+    waiting = ServeApp(ServeConfig(upstream="http://127.0.0.1:9/v1", db=str(tmp_path / "w.duckdb"),
+                                   wait_for_ledger=True))
+    agent = ServeApp(ServeConfig(agent="serve_agent_factory:make_agent", db=str(tmp_path / "a.duckdb")))
+    try:
+        assert proxy.store.write_executor is proxy.writer and proxy.sessions.append_executor is proxy.writer
+        assert proxy.sessions.linger > 0
+        # An answer that waits for its commit, and the agent back end's runner, keep the default executor.
+        assert waiting.sessions.append_executor is None and waiting.sessions.linger == 0
+        assert agent.store.write_executor is agent.writer and agent.sessions.append_executor is None
+    finally:
+        for app in (proxy, waiting, agent):
+            asyncio.run(app.close())
+    with pytest.raises(ValueError, match="--writer-nice"):
+        ServeConfig(upstream="http://127.0.0.1:9/v1", writer_nice=-1).check()

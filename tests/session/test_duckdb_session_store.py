@@ -163,8 +163,8 @@ async def test_session_object_order_matches_seq_even_when_thread_hops_finish_lat
     async with DuckDBSessionService(tmp_path / "sessions.duckdb", token_counter=lambda e: 1) as service:
         original_run = service._run
 
-        async def late_run(work):  # type: ignore[no-untyped-def]
-            result = await original_run(work)
+        async def late_run(work, *executor):  # type: ignore[no-untyped-def]
+            result = await original_run(work, *executor)
             await asyncio.sleep(rng.random() / 200)
             return result
 
