@@ -594,6 +594,8 @@ class _Call:
         self._worker: Any = None
         self._window = FALLBACK_WINDOW
         self._stream_result: dict[str, Any] = {"status": 200, "outcome": "client_disconnected"}
+        #: The upstream body when it is the client's own, unchanged (sent as the client's bytes).
+        self._verbatim: dict[str, Any] | None = None
         self.view: Session = conv.session
 
     # -------------------------------------------------------------- ledger
@@ -653,6 +655,8 @@ class _Call:
         if self.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         if not self.arm.rewrites:
+            if body == self.body:
+                self._verbatim = body  # goes upstream as the bytes the client sent (see _send)
             return body
         model = await self.proxy._model(str(body.get("model") or "default"), self.request)
         messages = self.body["messages"]
@@ -822,9 +826,12 @@ class _Call:
         began = time.perf_counter()
         self.row["upstream_calls"] += 1
         headers = self.proxy._upstream_headers(self.request)
+        # An unchanged request (passthrough, nothing of ours in it) is forwarded byte for byte: no
+        # re-encoding, and exactly the bytes a provider's prompt cache saw from this client before.
+        verbatim = upstream is self._verbatim and not self.server_tools
+        payload = self.request.body if verbatim else json.dumps(upstream, ensure_ascii=False).encode()
         try:
-            resp = await self.proxy.client().request(
-                "POST", "/chat/completions", headers, json.dumps(upstream, ensure_ascii=False).encode())
+            resp = await self.proxy.client().request("POST", "/chat/completions", headers, payload)
             raw = None
             if "text/event-stream" not in resp.headers.get("content-type", "") or resp.status != 200:
                 raw = await resp.read()

@@ -196,6 +196,8 @@ class OpenAITestServer:
         self.record_requests = record_requests
         #: Chat-completions bodies received, in order (when ``record_requests``).
         self.received: list[dict[str, Any]] = []
+        #: The bytes of every POST body received, in order (when ``record_requests``).
+        self.received_raw: list[bytes] = []
         self.prefix_cache = prefix_cache
         self._seen_prefixes: set[str] = set()
         self._fault_queue: list[str] = []
@@ -402,8 +404,12 @@ class OpenAITestServer:
 
             def _read_json(self) -> dict[str, Any] | None:
                 length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                if server.record_requests:
+                    with server._lock:
+                        server.received_raw.append(raw)
                 try:
-                    payload = json.loads(self.rfile.read(length) or b"{}")
+                    payload = json.loads(raw or b"{}")
                 except json.JSONDecodeError:
                     self._send(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
                     return None

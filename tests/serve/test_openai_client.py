@@ -172,3 +172,23 @@ def test_upstream_error_passes_through_and_keeps_the_turn(upstream, proxy, strea
     calls = server.calls()
     assert list(calls["status"]) == [500, 200]
     assert list(calls["ledger_mode"]) == ["append", "repeat"] and list(calls["events_appended"]) == [2, 1]
+
+
+def test_passthrough_forwards_an_unchanged_request_byte_for_byte(upstream, proxy) -> None:
+    import httpx
+
+    server = proxy("passthrough")
+    # Unusual spacing, key order and escapes: what a client sent, not what json.dumps would write.
+    sent = (b'{ "messages" : [ {"content": "Where is the \\u004cisbon office?", "role": "user"} ],'
+            b'  "model": "test-model", "temperature": 0.5 }')
+    answer = httpx.post(server.base_url + "/chat/completions", content=sent,
+                        headers={"authorization": "Bearer k", "content-type": "application/json"})
+    assert answer.status_code == 200
+    assert upstream.received_raw[-1] == sent
+    # A request the proxy must change (a stream gets include_usage) is re-encoded, with the change.
+    with httpx.stream("POST", server.base_url + "/chat/completions", headers={"authorization": "Bearer k"},
+                      json={"model": "test-model", "stream": True,
+                            "messages": [{"role": "user", "content": "And Porto?"}]}) as streamed:
+        assert streamed.status_code == 200 and "data: [DONE]" in streamed.read().decode()
+    assert upstream.received[-1]["stream_options"] == {"include_usage": True}
+    assert upstream.received_raw[-1] != streamed.request.content
