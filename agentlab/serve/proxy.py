@@ -425,8 +425,10 @@ class ProxyBackend:
     def _write(self, conv: _Conversation, events: Sequence[Event]) -> asyncio.Future[None]:
         """Append ``events`` to the durable ledger in the background, after the conversation's previous write.
 
-        One write's events go in one group commit (one fsync). Callers that need the events durable
-        await the returned future (a turn is durable before its answer goes out).
+        One write's events go in one group commit, with other conversations' writes of the same
+        moment (see ``ServeConfig.ledger_linger``); a new session's row goes in with its first write.
+        Callers that need the events durable await the returned future (an error answer does, and
+        every answer with ``wait_for_ledger``).
         """
         session, create, conv.unborn = conv.session, conv.unborn, False
 

@@ -122,7 +122,7 @@ def background_writer(nice: int = WRITER_NICE) -> ThreadPoolExecutor:
     priority; elsewhere at normal priority).
 
     Nothing waits on these commits (an answer does not wait for its ledger commit, call rows are
-    batched), but they are most of the server's CPU. On a machine whose cores the client and the
+    batched), but they are a large share of the server's CPU. On a machine whose cores the client and the
     upstream share with the server, a normal-priority writer delays the requests in flight; a
     lower-priority one runs in what the cores have spare. Reads stay at normal priority (they are
     on a request's path). ``nice=0`` leaves the priority alone.
