@@ -23,7 +23,9 @@ Printed per arm and C:
   ``/proc``); it rises too when the machine's host is busy, so compare trees by alternating them.
 
 The goal lines also give the added p50 of each (direct, proxy) round pair, lowest to highest: how
-far one round moves the figure on this machine.
+far one round moves the figure on this machine, and how many commits stored the ledger's events.
+``--arms bare-relay,passthrough`` adds ``bare_relay.py``, a relay that only forwards bytes: what any
+Python proxy costs here (its in-proxy columns are NaN: it logs nothing).
 
 The goal (on this machine): added p50 <= 5 ms and p99 <= 25 ms at 16 conversations. The load
 average is printed before and after; on a shared machine everything else running inflates the
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import re
 import signal
@@ -51,6 +54,8 @@ REPO = Path(__file__).resolve().parents[2]
 GOAL_P50_MS = 5.0
 GOAL_P99_MS = 25.0
 GOAL_CONCURRENCY = 16
+#: The pseudo-arm that runs ``bare_relay.py`` instead of the proxy: the floor to read the arms against.
+BARE_RELAY = "bare-relay"
 RESULT = " ".join(f"Row {i}: the Lisbon office logged {i * 7} visits on day {i}." for i in range(110))
 
 
@@ -131,6 +136,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def ledger_commits(db: str) -> tuple[int, int]:
+    """Ledger events and the commits that stored them (one ``appended_at`` per group commit)."""
+    import duckdb
+
+    with duckdb.connect(db, read_only=True) as con:
+        row = con.execute("SELECT count(*), count(DISTINCT appended_at) FROM events").fetchone()
+    return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+
 def in_proxy_ms(db: str) -> list[float]:
     from agentlab.serve.analysis import serve_calls_df
 
@@ -173,10 +187,13 @@ def main() -> int:
             for arm in args.arms.split(","):
                 for concurrency in levels:
                     db = str(Path(tmp) / f"{arm.replace('+', '_')}-{concurrency}.duckdb")
+                    relay = arm == BARE_RELAY
                     command = ["-m", "agentlab.serve", "--upstream", upstream_url, "--arm", arm, "--port", "0",
                                "--db", db, "--context-window", "131072"]
                     command += ["--no-fsync"] if args.no_fsync else []
                     command += [] if args.writer_nice is None else ["--writer-nice", str(args.writer_nice)]
+                    if relay:
+                        command = [str(Path(__file__).with_name("bare_relay.py")), "--upstream", upstream_url]
                     proxy, proxy_url = start(command,
                                              r"serving (\S+/v1)")
                     try:
@@ -195,7 +212,9 @@ def main() -> int:
                         cpu_ms = cpu * 1000 / len(proxied)
                     finally:
                         stop(proxy)
-                    inside = in_proxy_ms(db)[4:]  # the warm-up calls left out
+                    # The warm-up calls left out; a bare relay logs nothing (its own time is not known).
+                    inside = [math.nan] if relay else in_proxy_ms(db)[4:]
+                    events, commits = (0, 0) if relay else ledger_commits(db)
                     added50 = percentile(proxied, 0.5) - percentile(direct, 0.5)
                     added99 = percentile(proxied, 0.99) - percentile(direct, 0.99)
                     rows.append(
@@ -211,7 +230,9 @@ def main() -> int:
                                        f"{'met' if met else 'NOT met'} (in-proxy p50 {statistics.median(inside):.1f} "
                                        f"ms, p99 {percentile(inside, .99):.1f} ms; {cpu_ms:.2f} ms CPU per call; "
                                        f"added p50 per round pair {min(pairs):.1f} to {max(pairs):.1f} ms, "
-                                       f"median {statistics.median(pairs):.1f})")
+                                       f"median {statistics.median(pairs):.1f}"
+                                       + ("" if relay else f"; {events} ledger events in {commits} commits")
+                                       + ")")
     finally:
         stop(upstream)
     print(f"goal at {GOAL_CONCURRENCY} conversations: added p50 <= {GOAL_P50_MS:.0f} ms and p99 <= "
