@@ -231,7 +231,7 @@ def main() -> int:
                                        f"ms, p99 {percentile(inside, .99):.1f} ms; {cpu_ms:.2f} ms CPU per call; "
                                        f"added p50 per round pair {min(pairs):.1f} to {max(pairs):.1f} ms, "
                                        f"median {statistics.median(pairs):.1f}"
-                                       + ("" if relay else f"; {events} ledger events in {commits} commits")
+                                       + ("" if relay else f"; {events} ledger events in {commits} commits, warm-up included")
                                        + ")")
     finally:
         stop(upstream)

@@ -76,12 +76,12 @@ async def test_creating_a_session_that_exists_fails_and_writes_nothing(tmp_path:
 
 async def test_linger_gathers_concurrent_sessions_appends_into_one_commit(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
-    async with DuckDBSessionService(path, token_counter=lambda e: 1, linger=0.05) as service:
+    async with DuckDBSessionService(path, token_counter=lambda e: 1, linger=0.2) as service:
         sessions = [await service.create_session(APP, "u", f"c{i}") for i in range(8)]
         sizes = _counting(service)
 
         async def later(i: int) -> None:
-            await asyncio.sleep(0.002 * i)  # arrivals spread over 14 ms, all inside the 50 ms linger
+            await asyncio.sleep(0.002 * i)  # arrivals spread over 14 ms, well inside the 200 ms linger
             await service.append_events(sessions[i], [user_event(f"q{i}"), user_event(f"r{i}")])
 
         await asyncio.gather(*(later(i) for i in range(8)))
