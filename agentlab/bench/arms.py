@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 from agentlab.core import ContextMechanism, Invocation, RequestDraft, Stage, StagedProcessor, is_history_event
 from agentlab.core.project import replaced_in_request
+from agentlab.extensions import load_extensions
 
 Role = Literal["baseline", "lossy", "recovered"]
 ROLES: tuple[str, ...] = ("baseline", "lossy", "recovered")
@@ -118,7 +119,13 @@ def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
 
 
 def generic_arm(name: str) -> Arm | None:
-    """The generic arm ``name`` (``<lossy>+recall`` built on demand), or ``None``."""
+    """The generic arm ``name`` (``<lossy>+recall`` built on demand), or ``None``.
+
+    The user's modules (``$AGENTLAB_EXTENSIONS``) are loaded first, so their arms are found from
+    every entry point (bench, notebooks, proxy).
+    """
+    if name not in ARMS:
+        load_extensions()
     if name in ARMS:
         return ARMS[name]
     base = name[: -len(RECALL_SUFFIX)] if name.endswith(RECALL_SUFFIX) else None
@@ -147,7 +154,8 @@ def full_history_arm(name: str) -> Arm:
 
 
 def generic_names() -> list[str]:
-    """Every registered generic arm, then each lossy one's ``+recall``."""
+    """Every registered generic arm (the user's extensions loaded first), then each lossy one's ``+recall``."""
+    load_extensions()
     names = list(ARMS)
     return names + [n + RECALL_SUFFIX for n, a in ARMS.items() if a.role == "lossy" and n + RECALL_SUFFIX not in ARMS]
 

@@ -64,6 +64,7 @@ from agentlab.bench.distributed import ExecutorError
 from agentlab.bench.spec import comparison_modes
 from agentlab.bench.tasks import UnknownBenchmark, discover
 from agentlab.duckdb_files import DatabaseFileError
+from agentlab.extensions import ExtensionError
 
 # Private helpers that moved to cli_run with the run command; tests still reach them from here.
 _load = cli_run._load
@@ -147,7 +148,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)
     except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, DatabaseFileError,
-            ExecutorError) as exc:
+            ExecutorError, ExtensionError) as exc:
         message = exc.args[0] if isinstance(exc, UnknownBenchmark | FileNotFoundError) and exc.args else str(exc)
         sys.stderr.write(f"error: {message}\n")
         return 2

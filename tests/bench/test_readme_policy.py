@@ -1,7 +1,7 @@
 """The README's "Adding a policy" example, as written: its module registers the arm, the CLI runs it.
 
 The ```python block of that section is written to ``my_policy.py`` and named in
-``AGENTLAB_TASK_MODULES`` as the README says; the dry run goes through the CLI, the scripted run
+``AGENTLAB_EXTENSIONS`` as the README says; the dry run goes through the CLI, the scripted run
 through the executor, and ``report`` pairs ``keep_last+recall`` with ``keep_last``.
 """
 
@@ -39,7 +39,7 @@ def readme_example() -> str:
 def my_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     (tmp_path / "my_policy.py").write_text(readme_example())
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("AGENTLAB_TASK_MODULES", "my_policy")
+    monkeypatch.setenv("AGENTLAB_EXTENSIONS", "my_policy")
     monkeypatch.setattr(lc, "load_locomo", lambda: LoCoMoData((parse_conversation(LOCOMO_RAW, "toy"),), "toy-sha"))
     yield
     arms.ARMS.pop("keep_last", None)

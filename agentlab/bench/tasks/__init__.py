@@ -63,7 +63,6 @@ import asyncio
 import contextlib
 import importlib
 import importlib.util
-import os
 import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -77,6 +76,7 @@ from agentlab.bench.judge import Judge, JudgeTemplate
 from agentlab.bench.metrics import Score
 from agentlab.bench.store import CompactionRow, ResultStore
 from agentlab.events import OBJ_COMPACTION, Event, Message
+from agentlab.extensions import LEGACY_ENV, load_extensions
 from agentlab.model.base import Model
 
 if TYPE_CHECKING:
@@ -90,8 +90,9 @@ GENERIC_APP, GENERIC_USER, GENERIC_AGENT = "agentlab-bench", "user", "assistant"
 #: Window the generic dry run projects with (the published models' 128k): no mechanism needs a model then.
 DRY_RUN_WINDOW = 128_000
 
-#: Extra modules to import when discovering tasks (comma-separated), e.g. a task kept outside the package.
-TASK_MODULES_ENV = "AGENTLAB_TASK_MODULES"
+#: Extra modules to import when discovering tasks: the older name of ``$AGENTLAB_EXTENSIONS``
+#: (:mod:`agentlab.extensions`), which is read too.
+TASK_MODULES_ENV = LEGACY_ENV
 
 
 # -------------------------------------------------------------------------------- data types
@@ -526,14 +527,13 @@ def register(cls: type[Task]) -> type[Task]:
 
 
 def discover() -> dict[str, type[Task]]:
-    """Import every module of this package (and ``$AGENTLAB_TASK_MODULES``) so tasks register."""
+    """Import every module of this package (and the user's, :func:`agentlab.extensions.load_extensions`) so tasks register."""
     global _discovered
     if not _discovered:
         for info in pkgutil.iter_modules(__path__):
             importlib.import_module(f"{__name__}.{info.name}")
         _discovered = True
-    for module in filter(None, (m.strip() for m in os.environ.get(TASK_MODULES_ENV, "").split(","))):
-        importlib.import_module(module)
+    load_extensions()
     return TASKS
 
 
@@ -549,14 +549,13 @@ facts.use_registry(discover, lambda: TASKS)
 def get_task(name: str) -> Task:
     """A fresh instance of the task registered as ``name`` (:class:`UnknownBenchmark` if none).
 
-    The module of that name (``agentlab/bench/tasks/<name>.py``) and ``$AGENTLAB_TASK_MODULES`` are
+    The module of that name (``agentlab/bench/tasks/<name>.py``) and the user's extensions are
     imported first; every other task module only when the name is not found there (importing all
     of them, LoCoMo's memory stack included, cost a run a quarter second of start-up).
     """
     if name not in TASKS and name.isidentifier() and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         importlib.import_module(f"{__name__}.{name}")
-    for module in filter(None, (m.strip() for m in os.environ.get(TASK_MODULES_ENV, "").split(","))):
-        importlib.import_module(module)
+    load_extensions()
     tasks = TASKS if name in TASKS else discover()
     if name not in tasks:
         known = ", ".join(sorted(tasks)) or "none registered"
