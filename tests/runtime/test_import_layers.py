@@ -195,7 +195,7 @@ def test_the_lazy_model_package_still_exports_its_names() -> None:
 #: The layers, bottom (1) to top (7). A module's layer is that of its longest listed prefix.
 LAYERS: dict[str, int] = {
     "agentlab.events": 1, "agentlab.policy": 1, "agentlab.progress": 1, "agentlab._lazy": 1,
-    "agentlab.duckdb_files": 1,
+    "agentlab.duckdb_files": 1, "agentlab.extensions": 1,
     "agentlab.model": 2, "agentlab.session": 2,
     "agentlab.core": 3, "agentlab.projection": 3,  # the older path re-exports the core
     "agentlab.summary": 4, "agentlab.compaction": 4, "agentlab.recall": 4, "agentlab.memory": 4,
