@@ -241,7 +241,7 @@ class ServeHandle:
                                                "WHERE conversation_id = ?", [conversation_id]).itertuples(index=False)]
         if len(found) != 1:
             raise KeyError(f"{len(found)} conversations are called {conversation_id!r}")
-        from agentlab.serve.proxy import APP_NAME
+        from agentlab.serve.conversations import APP_NAME
 
         tenant, session_id = found[0]
         session = self.run(self.app.sessions.get_session(APP_NAME, tenant, session_id))
