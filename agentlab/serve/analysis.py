@@ -83,8 +83,8 @@ def serve_exchanges_df(source: Any) -> pd.DataFrame:
     return _table(source, "serve_exchanges")
 
 
-def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> pd.DataFrame:
-    """Per group (default: arm and conversation): calls, tokens sent and saved, and the cache beside them.
+def savings_df(source: Any, by: Sequence[str] = ("arm", "tenant", "conversation_id")) -> pd.DataFrame:
+    """Per group (default: arm, tenant and conversation; two callers' conversations that share an id stay apart): calls, tokens sent and saved, and the cache beside them.
 
     Token sums cover the answered client calls (status 200). ``net_saved_uncached`` is the saving
     once the prefix cache is taken into account (uncached client tokens minus uncached upstream

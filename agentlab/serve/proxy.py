@@ -24,7 +24,9 @@ import asyncio
 import functools
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import agentlab.serve.keys as keys
 from agentlab.serve.arms import Arm, get_arm
@@ -33,7 +35,7 @@ from agentlab.serve.conversations import APP_NAME, Conversation
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.proxy_shared import FALLBACK_WINDOW, ProxyShared
 from agentlab.serve.upstream import UpstreamError, openai_error
-from agentlab.serve.wire import RequestError, chain_hashes, error_body, parse_chat_request
+from agentlab.serve.wire import RequestError, chain_hashes, error_body, parse_chat_request, stored_size
 
 __all__ = ["APP_NAME", "ARM_HEADER", "FALLBACK_WINDOW", "RETRY_WINDOW", "ProxyBackend"]
 
@@ -43,6 +45,20 @@ RETRY_WINDOW = 600.0
 ARM_HEADER = "x-agentlab-arm"
 #: Request bodies remembered for that.
 RECENT_BODIES = 10_000
+#: Request bodies larger than this are parsed in a worker process and hashed on a worker thread,
+#: off the event loop.
+OFF_LOOP_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class _Digest:
+    """A checked request: its body, explicit conversation id, canonical messages, chain and body hash."""
+
+    body: dict[str, Any]
+    explicit: tuple[str, str] | None
+    canon: list[str]
+    chain: list[str]
+    body_hash: str
 
 
 class ProxyBackend(ProxyShared):
@@ -63,22 +79,43 @@ class ProxyBackend(ProxyShared):
         await self.settle()
         await self.close_upstream()
 
+    def _digest(self, request: HTTPRequest, tenant: str, parsed: dict[str, Any] | None = None) -> _Digest:
+        """Parse (unless ``parsed``), check and hash a request body (``RequestError`` naming what is
+        wrong with it).
+        """
+        limits = self.limits
+        body = parsed if parsed is not None else parse_chat_request(request.body, max_messages=limits.max_messages)
+        explicit = keys.explicit_id(request.headers, body)
+        messages: list[dict[str, Any]] = body["messages"]
+        canon = [self.counter.canonical_of_request(m) for m in messages]
+        for i, (m, text) in enumerate(zip(messages, canon, strict=True)):
+            size = stored_size(m, text, limits.max_message_bytes)
+            if size > limits.max_message_bytes:
+                raise RequestError(f"messages[{i}] is {size} bytes, over this server's limit of "
+                                   f"{limits.max_message_bytes} bytes a message (--max-message-bytes)",
+                                   status=413, param=f"messages[{i}]", code="request_too_large")
+        chain = chain_hashes(messages, tenant, canon)
+        body_hash = chain[-1] + json.dumps({k: v for k, v in body.items() if k != "messages"}, sort_keys=True,
+                                           default=str)
+        return _Digest(body, explicit, canon, chain, body_hash)
+
     async def chat(self, request: HTTPRequest) -> HTTPResponse:
         """``POST /v1/chat/completions``."""
         started = time.perf_counter()
         started_at = time.time()
         try:
-            body = parse_chat_request(request.body)
-            explicit = keys.explicit_id(request.headers, body)
             arm = self._arm_of(request)
+            tenant = keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
+            if len(request.body) > OFF_LOOP_BYTES:  # parsing and hashing it would hold up every other call
+                parsed = await self.parse_elsewhere(request.body)
+                digest = await asyncio.to_thread(self._digest, request, tenant, parsed)
+            else:
+                digest = self._digest(request, tenant)
         except RequestError as exc:
             return json_response(exc.status, exc.body(), {"x-should-retry": "false"})
-        tenant = keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
+        body, explicit, canon, chain, body_hash = (digest.body, digest.explicit, digest.canon, digest.chain,
+                                                   digest.body_hash)
         messages: list[dict[str, Any]] = body["messages"]
-        canon = [self.counter.canonical_of_request(m) for m in messages]
-        chain = chain_hashes(messages, tenant, canon)
-        body_hash = chain[-1] + json.dumps({k: v for k, v in body.items() if k != "messages"}, sort_keys=True,
-                                           default=str)
         retry_header = request.headers.get("x-stainless-retry-count", "0")
         retried = retry_header.isdigit() and int(retry_header) > 0
         recent = self.recent.get(body_hash)
@@ -145,7 +182,9 @@ class ProxyBackend(ProxyShared):
 
     async def models(self, request: HTTPRequest, model_id: str | None = None) -> HTTPResponse:
         """``GET /v1/models`` (and ``/v1/models/{id}``), answered by the upstream."""
-        path = "/models" + (f"/{model_id}" if model_id else "")
+        # Only these two paths are sent upstream with its key; the id (checked by the route) is
+        # percent-encoded whole, so it names one path segment whatever it holds.
+        path = "/models" + (f"/{quote(model_id, safe='')}" if model_id else "")
         try:
             resp = await self.client().request("GET", path, self.upstream_headers(request))
             raw = await resp.read()

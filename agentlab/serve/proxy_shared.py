@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentlab.model.base import ContextWindowUnknown, ModelInfo
 from agentlab.model.openai_compat import OpenAICompatModel
@@ -21,33 +20,16 @@ from agentlab.serve.counting import MessageCounter
 from agentlab.serve.http import HTTPRequest
 from agentlab.serve.store import MAX_CONVERSATIONS, ServeStore
 from agentlab.serve.upstream import UpstreamClient
+from agentlab.serve.wire import RequestError, RequestLimits, parse_elsewhere
 from agentlab.session.duckdb import DuckDBSessionService
 
 #: Window assumed for the arm's triggers when neither ``--context-window`` nor the upstream states one.
 FALLBACK_WINDOW = 8192
-#: Default :attr:`RequestLimits.max_messages`.
-MAX_MESSAGES = 10_000
-#: Default :attr:`RequestLimits.max_message_bytes`.
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
 #: Upstream model objects (one per model name and upstream key) kept; the least recently used beyond it is closed.
 MAX_MODELS = 64
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    """What one chat request may hold (beyond these it is refused with 413, nothing stored)."""
-
-    #: Messages in one request.
-    max_messages: int = MAX_MESSAGES
-    #: Bytes of one message as JSON (what the ledger would store of it).
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-
-    def check(self) -> None:
-        """``ValueError`` naming a limit that is not positive."""
-        if self.max_messages < 1:
-            raise ValueError(f"--max-messages must be >= 1, got {self.max_messages}")
-        if self.max_message_bytes < 1:
-            raise ValueError(f"--max-message-bytes must be >= 1, got {self.max_message_bytes}")
 
 
 class ProxyShared:
@@ -83,6 +65,8 @@ class ProxyShared:
         #: conversation's next call reports no shared prefix with its previous one (``*_prefix_tokens`` = 0).
         self.table = ConversationTable(sessions, store, self.counter, self.background, max_conversations)
         self._client: UpstreamClient | None = None
+        #: The worker process that parses large bodies (started on the first one).
+        self._parser: ProcessPoolExecutor | None = None
         self._models: OrderedDict[tuple[str, str], OpenAICompatModel] = OrderedDict()
         #: The window of each model name, resolved once (a new key for the same model probes nothing).
         self._windows: dict[str, ModelInfo] = {}
@@ -101,6 +85,24 @@ class ProxyShared:
     def evictions(self) -> int:
         """Conversations evicted so far."""
         return self.table.evictions
+
+    async def parse_elsewhere(self, raw: bytes) -> dict[str, Any]:
+        """:func:`parse_chat_request` of a large body in a worker process: the JSON decoder holds the
+        interpreter lock for the whole parse (about 150 ms for 100,000 messages), which a thread
+        would not give back to the event loop. ``RequestError`` as in this process.
+        """
+        if self._parser is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawn, not fork: this process runs threads (DuckDB's, the writer's).
+            self._parser = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        loop = asyncio.get_running_loop()
+        body, error = await loop.run_in_executor(self._parser, parse_elsewhere, raw, self.limits.max_messages)
+        if body is None:
+            message, status, param, code = error
+            raise RequestError(message, status=status, param=param, code=code)
+        return body
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run ``work`` in the background (``settle`` waits for it)."""
@@ -190,3 +192,6 @@ class ProxyShared:
         if self._client is not None:
             await self._client.close()
             self._client = None
+        if self._parser is not None:
+            self._parser.shutdown(wait=False, cancel_futures=True)
+            self._parser = None
