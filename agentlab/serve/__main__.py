@@ -20,10 +20,11 @@ def _serve_parser() -> argparse.ArgumentParser:
         prog=PROG, description="A context-governing OpenAI-compatible server (POST /v1/chat/completions, "
                                "GET /v1/models, GET /health). Use 'report' to read its savings.")
     p.add_argument("--upstream", help="proxy back end: the OpenAI base URL to forward to (http://host:port/v1)")
-    p.add_argument("--arm", default="passthrough", help="proxy back end: the arm whose projection goes upstream (passthrough, "
-                                                       "compaction, summary, summary+recall, or any generic arm of "
-                                                       "python -m agentlab.bench: rolling_summary, peer policies, "
-                                                       "<arm>+recall)")
+    p.add_argument("--arm", default="long_context",
+                   help="proxy back end: the arm whose projection goes upstream (long_context, the default, "
+                        "forwards unrewritten; passthrough is its older name), summary, summary+recall, or any "
+                        "arm of python -m agentlab.bench: compaction, rolling_summary, peer policies, "
+                        "<arm>+recall, arms of the modules $AGENTLAB_EXTENSIONS names")
     p.add_argument("--agent", help="agent back end: module:factory returning an agentlab LLMAgent")
     p.add_argument("--db", default="serve.duckdb", help="DuckDB file of the ledger and call log (default serve.duckdb)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --api-key)")

@@ -62,7 +62,7 @@ class ServeConfig:
     #: Proxy back end: the OpenAI base URL of the upstream (``http://host:port/v1``).
     upstream: str | None = None
     #: The arm whose projection decides what goes upstream (see :mod:`agentlab.serve.arms`).
-    arm: str = "passthrough"
+    arm: str = "long_context"
     #: Agent back end: ``module:factory`` returning an ``LLMAgent`` (instead of ``upstream``).
     agent: str | None = None
     #: DuckDB file of the ledger and the call log.

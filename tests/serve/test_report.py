@@ -56,7 +56,7 @@ def test_savings_per_arm_and_conversation(proxy, tmp_path, capsys) -> None:
 
 def test_cli_errors_are_one_line(tmp_path, capsys) -> None:
     assert main(["--upstream", "http://127.0.0.1:9/v1", "--arm", "bogus"]) == 2
-    assert "unknown arm 'bogus'; known arms: passthrough, compaction" in capsys.readouterr().err
+    assert "unknown arm 'bogus'; known arms: long_context, summary" in capsys.readouterr().err
     assert main(["--upstream", "http://127.0.0.1:9/v1", "--host", "0.0.0.0"]) == 2
     assert "requires --api-key" in capsys.readouterr().err
     assert main(["report", "--db", str(tmp_path / "missing.duckdb")]) == 2
