@@ -68,6 +68,9 @@ def _report(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} report", description="Tokens saved per arm and conversation, "
                                                                    "with the prompt-cache reuse beside them.")
     p.add_argument("--db", default="serve.duckdb", help="the server's DuckDB file (default serve.duckdb)")
+    p.add_argument("--url", help="read a running server instead (its base URL, http://host:port/v1), "
+                                 "while it holds the database file")
+    p.add_argument("--api-key", help="with --url: the key the server asks for (the report is that key's tenant's)")
     p.add_argument("--by", default="arm,tenant,conversation_id",
                    help="comma-separated grouping columns (default arm,tenant,conversation_id)")
     args = p.parse_args(argv)
@@ -76,12 +79,14 @@ def _report(argv: Sequence[str]) -> int:
     from agentlab.serve.analysis import savings_df
 
     try:
-        table = savings_df(args.db, by=[c.strip() for c in args.by.split(",") if c.strip()])
+        by = [c.strip() for c in args.by.split(",") if c.strip()]
+        table = (savings_df(url=args.url, api_key=args.api_key, by=by) if args.url
+                 else savings_df(args.db, by=by))
     except (FileNotFoundError, ValueError, KeyError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     if table.empty:
-        print(f"no answered calls in {args.db}")
+        print(f"no answered calls in {args.url or args.db}")
         return 0
     with pd.option_context("display.max_columns", None, "display.width", 200):
         print(table.to_string(index=False))

@@ -50,12 +50,13 @@ class BadRequest(Exception):
 
 @dataclass
 class HTTPRequest:
-    """One request: method, path (without the query), lower-case headers and the body."""
+    """One request: method, path (without the query), lower-case headers, the body and the query string."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: bytes
+    query: str = ""
 
 
 @dataclass
@@ -217,7 +218,8 @@ class HTTPServer:
                         await writer.drain()
                     log.debug("bad request: %s", exc)
                     return
-                request = HTTPRequest(method, target.split("?", 1)[0], headers, body)
+                path, _, query = target.partition("?")
+                request = HTTPRequest(method, path, headers, body, query)
                 try:
                     response = await self.handler(request)
                 except Exception as exc:  # the handler's own bug: answer 500 and keep serving

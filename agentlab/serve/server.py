@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import re
 import signal
 import threading
@@ -38,6 +39,8 @@ _T = TypeVar("_T")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: What a model id may hold (``org/name`` ids included; they go upstream percent-encoded).
 VALID_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,255}")
+#: Read-only routes of the call log (what ``report --url`` and ``serve_calls_df(url=...)`` read).
+TABLE_PATHS = {"/v1/agentlab/calls": "serve_calls", "/v1/agentlab/exchanges": "serve_exchanges"}
 CHAT_PATHS = ("/v1/chat/completions", "/v1/chat/completions/")
 #: Default :attr:`ServeConfig.ledger_linger`, seconds.
 LEDGER_LINGER = 0.01
@@ -233,6 +236,8 @@ class ServeApp:
                 return json_response(405, error_body(f"{request.method} is not allowed here; use POST",
                                                      "invalid_request_error"), {"allow": "POST"})
             return await self.backend.chat(request)
+        if path in TABLE_PATHS and request.method == "GET":
+            return await self._table(request, TABLE_PATHS[path])
         if path.rstrip("/") == "/v1/models" and request.method == "GET":
             return await self.backend.models(request)
         if path.startswith("/v1/models/") and request.method == "GET":
@@ -242,6 +247,23 @@ class ServeApp:
                 return json_response(exc.status, exc.body(), {"x-should-retry": "false"})
             return await self.backend.models(request, model_id)
         return json_response(404, error_body(f"no route {request.method} {path}", "not_found"))
+
+
+    async def _table(self, request: HTTPRequest, table: str) -> HTTPResponse:
+        """A call-log table as JSON rows, read through the server's own connection (so it can be read
+        while the server holds the database file): every row, or with API keys the caller's tenant's.
+        The savings report is computed from these rows by the client (:mod:`agentlab.serve.analysis`).
+        """
+        await self.store.flush()
+        sql, params = f"SELECT * FROM {table}", []
+        if self.keys and self.config.upstream is not None:
+            from agentlab.serve.keys import tenant_of
+
+            sql += " WHERE tenant = ?"
+            params.append(tenant_of(request.headers.get("authorization", ""), self.config.upstream.rstrip("/")))
+        frame = await asyncio.to_thread(self.store.query, sql + " ORDER BY started_at", params)
+        rows = json.loads(frame.to_json(orient="records", date_format="iso"))
+        return json_response(200, {"object": "list", "table": table, "data": rows})
 
 
 async def serve_forever(config: ServeConfig, ready: Any = None) -> None:
