@@ -141,7 +141,8 @@ class ServeConfig:
             if not self.upstream.startswith(("http://", "https://")):
                 raise ValueError(f"--upstream must be an http(s) URL, got {self.upstream!r}")
             get_arm(self.arm)
-        if self.host not in LOOPBACK and not self.keys():
+        keys = self.keys()  # a key file that cannot be read, or holds none, is refused at start-up
+        if self.host not in LOOPBACK and not keys:
             raise ValueError(f"binding to {self.host} (not loopback) requires --api-key")
         RequestLimits(self.max_messages, self.max_message_bytes).check()
         if self.max_body_bytes < 1:

@@ -230,3 +230,22 @@ def test_two_callers_with_two_keys_are_two_tenants(proxy, upstream) -> None:
     report = savings_df(server)
     shared = report[report["conversation_id"] == "shared-name"]
     assert sorted(shared["calls"]) == [1, 2]  # one row per tenant, not their sum
+
+
+def test_keys_come_from_repeated_flags_and_a_key_file(tmp_path) -> None:
+    from agentlab.serve import ServeConfig
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# one key a line\nkey-carol\n\nkey-dave\nkey-alice\n", encoding="utf-8")
+    config = ServeConfig(upstream="http://127.0.0.1:9/v1", api_key="key-alice", api_keys=("key-bob",),
+                         api_key_file=str(keys))
+    assert config.keys() == ("key-alice", "key-bob", "key-carol", "key-dave")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="holds no key"):
+        ServeConfig(upstream="http://127.0.0.1:9/v1", api_key_file=str(empty)).check()
+    with pytest.raises(ValueError, match="--api-key-file"):
+        ServeConfig(upstream="http://127.0.0.1:9/v1", api_key_file=str(tmp_path / "missing.txt")).check()
+    with pytest.raises(ValueError, match="requires --api-key"):
+        ServeConfig(upstream="http://127.0.0.1:9/v1", host="0.0.0.0").check()
+    ServeConfig(upstream="http://127.0.0.1:9/v1", host="0.0.0.0", api_key_file=str(keys)).check()
