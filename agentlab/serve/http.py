@@ -30,7 +30,7 @@ HEAD_TIMEOUT = 10.0
 IDLE_TIMEOUT = 60.0
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 413: "Payload Too Large", 429: "Too Many Requests",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error",
+            500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 
@@ -85,7 +85,7 @@ async def _read_line(reader: asyncio.StreamReader) -> bytes:
     try:
         return await reader.readline()
     except ValueError:  # longer than the stream's line limit
-        raise BadRequest(431, "a request header line is too long", "request_too_large") from None
+        raise BadRequest(413, "a request header line is too long", "request_too_large") from None
 
 
 async def _read_head(reader: asyncio.StreamReader, first: bytes) -> tuple[str, str, str, dict[str, str]]:
@@ -99,7 +99,7 @@ async def _read_head(reader: asyncio.StreamReader, first: bytes) -> tuple[str, s
         raw = await _read_line(reader)
         size += len(raw)
         if size > MAX_HEADER_BYTES:
-            raise BadRequest(431, f"request headers over {MAX_HEADER_BYTES} bytes", "request_too_large")
+            raise BadRequest(413, f"request headers over {MAX_HEADER_BYTES} bytes", "request_too_large")
         if raw in (b"\r\n", b"\n"):
             break
         if not raw:

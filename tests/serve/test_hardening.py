@@ -249,3 +249,14 @@ def test_keys_come_from_repeated_flags_and_a_key_file(tmp_path) -> None:
     with pytest.raises(ValueError, match="requires --api-key"):
         ServeConfig(upstream="http://127.0.0.1:9/v1", host="0.0.0.0").check()
     ServeConfig(upstream="http://127.0.0.1:9/v1", host="0.0.0.0", api_key_file=str(keys)).check()
+
+
+def test_oversized_headers_and_a_bad_chunk_are_refused_with_an_openai_error(proxy) -> None:
+    server = proxy()
+    status, payload = _raw(server.port, "POST", "/v1/chat/completions", b"{}", {"x-padding": "p" * 70_000})
+    assert status == 413 and payload is not None and "header" in payload["error"]["message"]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        answer = sock.recv(65536)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and "chunk" in json.loads(body)["error"]["message"]
