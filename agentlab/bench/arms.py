@@ -473,3 +473,56 @@ __all__ = [
     "role_of",
     "with_recall",
 ]
+
+
+# ---------------------------------------------------------------------------- the proxy's arms
+
+#: The baseline's name: no mechanism, the whole history (a task's ``long_context`` mode; the proxy
+#: forwards the client's request unrewritten).
+BASELINE_ARM = "long_context"
+#: Older names still accepted, and the arm each means.
+ARM_SYNONYMS = {"passthrough": BASELINE_ARM}
+
+
+def _proxy_summary_policy() -> Any:
+    from agentlab.summary import SummaryPolicy
+
+    # Refresh once more than three message events arrived since the last summary: with one user
+    # turn and one answer per request that is every second request.
+    return SummaryPolicy(events_over=3)
+
+
+def _proxy_summary(settings: Any, model: Any) -> list[Any]:
+    """Rolling summary (made by the upstream model) injected with its boundary, refreshed every second request."""
+    return [_proxy_summary_policy()]
+
+
+def _proxy_summary_recall(settings: Any, model: Any) -> list[Any]:
+    """That summary plus session recall (``session_search``/``session_load``, run by the proxy itself)."""
+    from agentlab.recall import RecallPolicy
+
+    return [_proxy_summary_policy(), RecallPolicy()]
+
+
+#: Arms only ``python -m agentlab.serve`` runs: a benchmark's ``summary`` is its task's own mode,
+#: while the proxy's summarises a live conversation as it grows.
+SERVE_ARMS: dict[str, Arm] = {arm.name: arm for arm in (
+    Arm("summary", "lossy", _proxy_summary, description=(_proxy_summary.__doc__ or "").strip()),
+    Arm("summary+recall", "recovered", _proxy_summary_recall, partner="summary",
+        description=(_proxy_summary_recall.__doc__ or "").strip()),
+)}
+
+
+def serve_arm(name: str) -> Arm | None:
+    """The arm the proxy runs under ``name`` (a synonym resolved): the baseline, a proxy-only arm,
+    or any generic arm (the user's extensions loaded first); ``None`` when there is none.
+    """
+    name = ARM_SYNONYMS.get(name, name)
+    if name == BASELINE_ARM:
+        return full_history_arm(BASELINE_ARM)
+    return SERVE_ARMS.get(name) or generic_arm(name)
+
+
+def serve_arm_names() -> list[str]:
+    """Every name the proxy accepts: the baseline, the proxy-only arms, then the generic arms."""
+    return [BASELINE_ARM, *SERVE_ARMS, *(n for n in generic_names() if n not in SERVE_ARMS)]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from agentlab._lazy import lazy_exports
 
 _EXPORTS = {
-    "ARMS": "agentlab.serve.arms",
+    "arm_names": "agentlab.serve.arms",
     "get_arm": "agentlab.serve.arms",
     "ServeConfig": "agentlab.serve.server",
     "ServeApp": "agentlab.serve.server",
@@ -31,12 +31,12 @@ _EXPORTS = {
     "serve_exchanges_df": "agentlab.serve.analysis",
 }
 
-__all__ = ["ARMS", "ServeApp", "ServeConfig", "ServeHandle", "get_arm", "savings_df", "serve_calls_df",
+__all__ = ["ServeApp", "ServeConfig", "ServeHandle", "arm_names", "get_arm", "savings_df", "serve_calls_df",
            "serve_exchanges_df", "serve_forever", "start_server"]
 
 if TYPE_CHECKING:
     from agentlab.serve.analysis import savings_df, serve_calls_df, serve_exchanges_df
-    from agentlab.serve.arms import ARMS, get_arm
+    from agentlab.serve.arms import arm_names, get_arm
     from agentlab.serve.server import ServeApp, ServeConfig, ServeHandle, serve_forever, start_server
 
 __getattr__, __dir__ = lazy_exports("agentlab.serve", _EXPORTS, globals())

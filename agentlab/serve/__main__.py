@@ -11,22 +11,28 @@ PROG = "python -m agentlab.serve"
 
 
 def _serve_parser() -> argparse.ArgumentParser:
+    from agentlab.serve.http import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_BODY_BYTES
     from agentlab.serve.server import LEDGER_LINGER
     from agentlab.serve.store import MAX_CONVERSATIONS, WRITER_NICE
+    from agentlab.serve.wire import MAX_MESSAGE_BYTES, MAX_MESSAGES
 
     p = argparse.ArgumentParser(
         prog=PROG, description="A context-governing OpenAI-compatible server (POST /v1/chat/completions, "
                                "GET /v1/models, GET /health). Use 'report' to read its savings.")
     p.add_argument("--upstream", help="proxy back end: the OpenAI base URL to forward to (http://host:port/v1)")
-    p.add_argument("--arm", default="passthrough", help="proxy back end: the arm whose projection goes upstream (passthrough, "
-                                                       "compaction, summary, summary+recall, or any generic arm of "
-                                                       "python -m agentlab.bench: rolling_summary, peer policies, "
-                                                       "<arm>+recall)")
+    p.add_argument("--arm", default="long_context",
+                   help="proxy back end: the arm whose projection goes upstream (long_context, the default, "
+                        "forwards unrewritten; passthrough is its older name), summary, summary+recall, or any "
+                        "arm of python -m agentlab.bench: compaction, rolling_summary, peer policies, "
+                        "<arm>+recall, arms of the modules $AGENTLAB_EXTENSIONS names")
     p.add_argument("--agent", help="agent back end: module:factory returning an agentlab LLMAgent")
     p.add_argument("--db", default="serve.duckdb", help="DuckDB file of the ledger and call log (default serve.duckdb)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --api-key)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = a free one)")
-    p.add_argument("--api-key", help="require this bearer token of every client")
+    p.add_argument("--api-key", action="append", default=[],
+                   help="require a bearer token of every client: this one (repeat for several callers; "
+                        "each key is its own tenant, whose conversations the others never reach)")
+    p.add_argument("--api-key-file", help="more keys, one a line (# comments), each its own tenant")
     p.add_argument("--upstream-api-key", help="key sent upstream (default: forward the client's Authorization)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds an upstream call may take (default 60)")
     p.add_argument("--max-recall-rounds", type=int, default=3, help="server-run tool rounds per call (default 3)")
@@ -42,6 +48,18 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--writer-nice", type=int, default=WRITER_NICE, metavar="N",
                    help="niceness of the thread that commits call rows and the proxy's ledger, which no "
                         f"answer waits for (0-19, default {WRITER_NICE}; 0 = normal priority; Linux only)")
+    p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
+                   help=f"largest request body accepted, bytes (default {MAX_BODY_BYTES}; beyond it: 413)")
+    p.add_argument("--max-messages", type=int, default=MAX_MESSAGES,
+                   help=f"proxy back end: most messages a request may hold (default {MAX_MESSAGES}; beyond: 413)")
+    p.add_argument("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES,
+                   help="proxy back end: largest message the ledger stores, bytes "
+                        f"(default {MAX_MESSAGE_BYTES}; beyond: 413)")
+    p.add_argument("--head-timeout", type=float, default=HEAD_TIMEOUT, metavar="SECONDS",
+                   help=f"a request head must arrive within this of its first byte (default {HEAD_TIMEOUT:g})")
+    p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="SECONDS",
+                   help="a connection without a request (or a body still arriving) is closed after this "
+                        f"(default {IDLE_TIMEOUT:g})")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync each commit (throwaway stores only)")
     return p
 
@@ -50,20 +68,25 @@ def _report(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} report", description="Tokens saved per arm and conversation, "
                                                                    "with the prompt-cache reuse beside them.")
     p.add_argument("--db", default="serve.duckdb", help="the server's DuckDB file (default serve.duckdb)")
-    p.add_argument("--by", default="arm,conversation_id",
-                   help="comma-separated grouping columns (default arm,conversation_id)")
+    p.add_argument("--url", help="read a running server instead (its base URL, http://host:port/v1), "
+                                 "while it holds the database file")
+    p.add_argument("--api-key", help="with --url: the key the server asks for (the report is that key's tenant's)")
+    p.add_argument("--by", default="arm,tenant,conversation_id",
+                   help="comma-separated grouping columns (default arm,tenant,conversation_id)")
     args = p.parse_args(argv)
     import pandas as pd
 
     from agentlab.serve.analysis import savings_df
 
     try:
-        table = savings_df(args.db, by=[c.strip() for c in args.by.split(",") if c.strip()])
+        by = [c.strip() for c in args.by.split(",") if c.strip()]
+        table = (savings_df(url=args.url, api_key=args.api_key, by=by) if args.url
+                 else savings_df(args.db, by=by))
     except (FileNotFoundError, ValueError, KeyError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     if table.empty:
-        print(f"no answered calls in {args.db}")
+        print(f"no answered calls in {args.url or args.db}")
         return 0
     with pd.option_context("display.max_columns", None, "display.width", 200):
         print(table.to_string(index=False))
@@ -79,7 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentlab.serve.server import ServeApp, ServeConfig, serve_forever
 
     config = ServeConfig(upstream=args.upstream, arm=args.arm, agent=args.agent, db=args.db, host=args.host,
-                         port=args.port, api_key=args.api_key, upstream_api_key=args.upstream_api_key,
+                         port=args.port, api_keys=tuple(args.api_key), api_key_file=args.api_key_file,
+                         upstream_api_key=args.upstream_api_key, max_body_bytes=args.max_body_bytes,
+                         max_messages=args.max_messages, max_message_bytes=args.max_message_bytes,
+                         head_timeout=args.head_timeout, idle_timeout=args.idle_timeout,
                          timeout=args.timeout, max_recall_rounds=args.max_recall_rounds,
                          context_window=args.context_window, fsync=not args.no_fsync,
                          wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations,

@@ -14,6 +14,7 @@ Token columns of ``serve_calls`` (all counted with the same local estimator, so 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,18 +22,47 @@ from typing import Any
 import pandas as pd
 
 from agentlab.duckdb_files import connect
-from agentlab.serve.store import EXCHANGE_COLUMNS
+from agentlab.serve.store import CALL_COLUMNS, EXCHANGE_COLUMNS
 
 #: ``serve_calls.purpose`` of the calls an arm's mechanisms made upstream (not the client's calls).
 MECHANISM_PURPOSES = ("summary", "projection")
 
 
-def _table(source: Any, table: str) -> pd.DataFrame:
-    """``table`` of a serve database, oldest first: from a running server, its store, or a file.
+def _from_url(url: str, table: str, api_key: str | None) -> pd.DataFrame:
+    """``table`` read from a running server's call-log route (``RuntimeError`` naming what failed)."""
+    import urllib.error
+    import urllib.request
+
+    route = {"serve_calls": "calls", "serve_exchanges": "exchanges"}[table]
+    request = urllib.request.Request(f"{url.rstrip('/')}/agentlab/{route}")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:  # noqa: S310 - the user's own server URL
+            payload = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")[:200]
+        raise RuntimeError(f"{url}: HTTP {exc.code} reading {table}: {detail}") from None
+    except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
+        raise RuntimeError(f"{url}: cannot read {table}: {exc}") from None
+    columns = {"serve_calls": CALL_COLUMNS, "serve_exchanges": EXCHANGE_COLUMNS}[table]
+    frame = pd.DataFrame(payload.get("data") or [], columns=[name for name, _ in columns])
+    return frame
+
+
+def _table(source: Any, table: str, url: str | None = None, api_key: str | None = None) -> pd.DataFrame:
+    """``table`` of a serve database, oldest first: from a running server (a handle in this process,
+    or its base ``url``), its store, or a file.
 
     A database without ``serve_calls`` is not the server's (``ValueError``); one written before a
     newer table existed gives that table empty.
     """
+    if url is None and isinstance(source, str) and source.startswith(("http://", "https://")):
+        url = source
+    if url is not None:
+        return _from_url(url, table, api_key)
+    if source is None:
+        raise ValueError("give a serve database, a running server or url=")
     sql = f"SELECT * FROM {table} ORDER BY started_at"
     if hasattr(source, "settle") and hasattr(source, "app"):  # a ServeHandle: read through its own connection
         source.settle()
@@ -55,14 +85,16 @@ def _table(source: Any, table: str) -> pd.DataFrame:
         con.close()
 
 
-def serve_calls_df(source: Any) -> pd.DataFrame:
+def serve_calls_df(source: Any = None, *, url: str | None = None, api_key: str | None = None) -> pd.DataFrame:
     """Every call, oldest first, with derived columns.
 
-    ``source`` is a database path, a running :class:`~agentlab.serve.ServeHandle` or its store.
+    ``source`` is a database path, a running :class:`~agentlab.serve.ServeHandle` or its store;
+    or ``url`` (``http://127.0.0.1:8000/v1``, with ``api_key`` when the server asks for one) reads
+    a server running anywhere while it holds its database (with keys: the caller's tenant's calls).
     Added: ``saved_tokens``, ``saved_pct``, ``cache_loss_tokens``, ``uncached_client_tokens``,
     ``uncached_upstream_tokens``, ``proxy_ms`` (latency not spent waiting for the upstream).
     """
-    df = _table(source, "serve_calls").copy()
+    df = _table(source, "serve_calls", url, api_key).copy()
     ints = ["client_prompt_tokens", "upstream_prompt_tokens", "client_prefix_tokens", "upstream_prefix_tokens"]
     for column in ints:
         df[column] = df[column].fillna(0).astype("int64")
@@ -75,16 +107,19 @@ def serve_calls_df(source: Any) -> pd.DataFrame:
     return df
 
 
-def serve_exchanges_df(source: Any) -> pd.DataFrame:
+def serve_exchanges_df(source: Any = None, *, url: str | None = None, api_key: str | None = None) -> pd.DataFrame:
     """Every tool call the server ran itself (the arm's recall tools), oldest first: the call it
     belongs to (``call_id``, a ``serve_calls`` row), its round, tool, arguments, the result that went
     upstream and its tokens (``result_tokens``), latency and error. ``source`` as for :func:`serve_calls_df`.
     """
-    return _table(source, "serve_exchanges")
+    return _table(source, "serve_exchanges", url, api_key)
 
 
-def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> pd.DataFrame:
-    """Per group (default: arm and conversation): calls, tokens sent and saved, and the cache beside them.
+def savings_df(source: Any = None, by: Sequence[str] = ("arm", "tenant", "conversation_id"), *,
+               url: str | None = None, api_key: str | None = None) -> pd.DataFrame:
+    """Per group (default: arm, tenant and conversation, so two callers' conversations that share an
+    id stay apart): calls, tokens sent and saved, and the cache beside them. ``source``, ``url``
+    and ``api_key`` as for :func:`serve_calls_df`.
 
     Token sums cover the answered client calls (status 200). ``net_saved_uncached`` is the saving
     once the prefix cache is taken into account (uncached client tokens minus uncached upstream
@@ -94,8 +129,8 @@ def savings_df(source: Any, by: Sequence[str] = ("arm", "conversation_id")) -> p
     ``recall_exchanges`` and ``recall_tokens`` count the tool calls the server ran itself (recall)
     and the tokens of their results, which went upstream on top of ``upstream_tokens``.
     """
-    calls = serve_calls_df(source)
-    exchanges = serve_exchanges_df(source)
+    calls = serve_calls_df(source, url=url, api_key=api_key)
+    exchanges = serve_exchanges_df(source, url=url, api_key=api_key)
     keys = list(by)
     mechanism_calls = calls["purpose"].isin(MECHANISM_PURPOSES)
     summaries = calls[mechanism_calls]

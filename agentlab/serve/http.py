@@ -11,27 +11,52 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+#: ``asyncio.timeout`` (Python 3.11+), else ``None`` (``asyncio.wait_for`` then).
+_TIMEOUT: Any = getattr(asyncio, "timeout", None) if sys.version_info >= (3, 11) else None
 
 MAX_HEADER_BYTES = 64 * 1024
+#: Default request body cap (``--max-body-bytes``).
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Default seconds a request's head may take to arrive, from its first byte (``--head-timeout``).
+HEAD_TIMEOUT = 10.0
+#: Default seconds a connection may sit without a request (and a body may take; ``--idle-timeout``).
+IDLE_TIMEOUT = 60.0
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-            413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
+            408: "Request Timeout", 413: "Payload Too Large", 429: "Too Many Requests",
+            500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+class BadRequest(Exception):
+    """A request that cannot be read: the status to answer with and a one-line message."""
+
+    def __init__(self, status: int, message: str, code: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+    def payload(self) -> bytes:
+        """The OpenAI-shaped error body."""
+        return json.dumps({"error": {"message": str(self), "type": "invalid_request_error", "param": None,
+                                     "code": self.code}}).encode()
 
 
 @dataclass
 class HTTPRequest:
-    """One request: method, path (without the query), lower-case headers and the body."""
+    """One request: method, path (without the query), lower-case headers, the body and the query string."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: bytes
+    query: str = ""
 
 
 @dataclass
@@ -56,46 +81,73 @@ def json_response(status: int, payload: Any, headers: dict[str, str] | None = No
 Handler = Callable[[HTTPRequest], Awaitable[HTTPResponse]]
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, str, dict[str, str]] | None:
-    line = await reader.readline()
-    if not line:
-        return None
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
     try:
-        method, target, version = line.decode("latin-1").split()
+        return await reader.readline()
+    except ValueError:  # longer than the stream's line limit
+        raise BadRequest(413, "a request header line is too long", "request_too_large") from None
+
+
+async def _read_head(reader: asyncio.StreamReader, first: bytes) -> tuple[str, str, str, dict[str, str]]:
+    try:
+        method, target, version = first.decode("latin-1").split()
     except ValueError:
-        raise ValueError("malformed request line") from None
+        raise BadRequest(400, "malformed request line") from None
     headers: dict[str, str] = {}
-    size = len(line)
+    size = len(first)
     while True:
-        raw = await reader.readline()
+        raw = await _read_line(reader)
         size += len(raw)
         if size > MAX_HEADER_BYTES:
-            raise ValueError("request headers too large")
-        if raw in (b"\r\n", b"\n", b""):
+            raise BadRequest(413, f"request headers over {MAX_HEADER_BYTES} bytes", "request_too_large")
+        if raw in (b"\r\n", b"\n"):
             break
+        if not raw:
+            raise asyncio.IncompleteReadError(b"", None)
         name, _, value = raw.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
     return method.upper(), target, version, headers
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+def _too_large(limit: int) -> BadRequest:
+    return BadRequest(413, f"the request body is over this server's limit of {limit} bytes (--max-body-bytes)",
+                      "request_too_large")
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limit: int) -> bytes:
     if "chunked" in headers.get("transfer-encoding", "").lower():
         parts: list[bytes] = []
         total = 0
         while True:
-            size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+            try:
+                size = int((await _read_line(reader)).split(b";")[0].strip() or b"0", 16)
+            except ValueError:
+                raise BadRequest(400, "malformed chunk size in a chunked body") from None
             if size == 0:
                 await reader.readline()
                 return b"".join(parts)
             total += size
-            if total > MAX_BODY_BYTES:
-                raise ValueError("request body too large")
+            if total > limit:
+                raise _too_large(limit)
             parts.append(await reader.readexactly(size))
             await reader.readline()
-    length = int(headers.get("content-length") or 0)
-    if length > MAX_BODY_BYTES:
-        raise ValueError("request body too large")
+    try:
+        length = int(headers.get("content-length") or 0)
+    except ValueError:
+        raise BadRequest(400, f"Content-Length is not a number: {headers['content-length'][:40]!r}") from None
+    if length < 0:
+        raise BadRequest(400, "Content-Length is negative")
+    if length > limit:
+        raise _too_large(limit)
     return await reader.readexactly(length) if length else b""
+
+
+async def _within(seconds: float, work: Coroutine[Any, Any, _T]) -> _T:
+    """``await work``, or ``asyncio.TimeoutError`` after ``seconds``."""
+    if _TIMEOUT is not None:  # a timer on this task; wait_for would make a task per read
+        async with _TIMEOUT(seconds):
+            return await work
+    return await asyncio.wait_for(work, seconds)
 
 
 def _head(status: int, headers: dict[str, str]) -> bytes:
@@ -105,12 +157,23 @@ def _head(status: int, headers: dict[str, str]) -> bytes:
 
 
 class HTTPServer:
-    """Serves ``handler`` on ``host:port`` (port 0 = a free one)."""
+    """Serves ``handler`` on ``host:port`` (port 0 = a free one).
 
-    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0) -> None:
+    A connection is closed when no request starts within ``idle_timeout`` seconds (the first one
+    included), when a head does not arrive whole within ``head_timeout`` seconds of its first byte,
+    or when a body takes longer than ``idle_timeout``; all before any route or key check, so
+    half-sent requests cannot pile up.
+    """
+
+    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0, *,
+                 max_body_bytes: int = MAX_BODY_BYTES, head_timeout: float = HEAD_TIMEOUT,
+                 idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.handler = handler
         self.host = host
         self.port = port
+        self.max_body_bytes = max_body_bytes
+        self.head_timeout = head_timeout
+        self.idle_timeout = idle_timeout
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
 
@@ -136,17 +199,27 @@ class HTTPServer:
         try:
             while True:
                 try:
-                    head = await _read_head(reader)
-                    if head is None:
+                    first = await _within(self.idle_timeout, _read_line(reader))
+                    if not first:
                         return
-                    method, target, version, headers = head
-                    body = await _read_body(reader, headers)
-                except (ValueError, asyncio.IncompleteReadError) as exc:
-                    writer.write(_head(400, {"content-type": "application/json", "content-length": "0",
-                                             "connection": "close"}))
+                    method, target, version, headers = await _within(self.head_timeout, _read_head(reader, first))
+                    body = await _within(self.idle_timeout, _read_body(reader, headers, self.max_body_bytes))
+                except asyncio.TimeoutError:
+                    log.debug("connection closed: a request did not arrive in time")
+                    return
+                except asyncio.IncompleteReadError:
+                    return
+                except BadRequest as exc:
+                    payload = exc.payload()
+                    writer.write(_head(exc.status, {"content-type": "application/json",
+                                                    "content-length": str(len(payload)),
+                                                    "connection": "close"}) + payload)
+                    with contextlib.suppress(Exception):
+                        await writer.drain()
                     log.debug("bad request: %s", exc)
                     return
-                request = HTTPRequest(method, target.split("?", 1)[0], headers, body)
+                path, _, query = target.partition("?")
+                request = HTTPRequest(method, path, headers, body, query)
                 try:
                     response = await self.handler(request)
                 except Exception as exc:  # the handler's own bug: answer 500 and keep serving

@@ -11,24 +11,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
+import re
 import signal
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from agentlab.serve.arms import get_arm
-from agentlab.serve.http import HTTPRequest, HTTPResponse, HTTPServer, json_response
+from agentlab.serve.http import (
+    HEAD_TIMEOUT,
+    IDLE_TIMEOUT,
+    MAX_BODY_BYTES,
+    HTTPRequest,
+    HTTPResponse,
+    HTTPServer,
+    json_response,
+)
 from agentlab.serve.store import MAX_CONVERSATIONS, WRITER_NICE, ServeStore, background_writer
-from agentlab.serve.wire import error_body
+from agentlab.serve.wire import MAX_MESSAGE_BYTES, MAX_MESSAGES, RequestError, RequestLimits, error_body
 from agentlab.session.duckdb import DuckDBSessionService
 
 _T = TypeVar("_T")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: What a model id may hold (``org/name`` ids included; they go upstream percent-encoded).
+VALID_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,255}")
+#: Read-only routes of the call log (what ``report --url`` and ``serve_calls_df(url=...)`` read).
+TABLE_PATHS = {"/v1/agentlab/calls": "serve_calls", "/v1/agentlab/exchanges": "serve_exchanges"}
 CHAT_PATHS = ("/v1/chat/completions", "/v1/chat/completions/")
 #: Default :attr:`ServeConfig.ledger_linger`, seconds.
 LEDGER_LINGER = 0.01
+
+
+def model_id_of(raw: str) -> str:
+    """The model id of a ``/v1/models/{id}`` path (percent-decoded); ``RequestError`` for one that
+    could name another path (dot segments, empty segments, characters outside a model id's).
+    """
+    model_id = unquote(raw)
+    segments = model_id.split("/")
+    if not VALID_MODEL_ID.fullmatch(model_id) or any(seg in ("", ".", "..") for seg in segments):
+        raise RequestError(f"not a model id: {raw[:80]!r} (1-256 characters of A-Z a-z 0-9 . _ : @ + - /, "
+                           "no empty or dot-only path segments)", param="model")
+    return model_id
 
 
 @dataclass(frozen=True)
@@ -38,7 +65,7 @@ class ServeConfig:
     #: Proxy back end: the OpenAI base URL of the upstream (``http://host:port/v1``).
     upstream: str | None = None
     #: The arm whose projection decides what goes upstream (see :mod:`agentlab.serve.arms`).
-    arm: str = "passthrough"
+    arm: str = "long_context"
     #: Agent back end: ``module:factory`` returning an ``LLMAgent`` (instead of ``upstream``).
     agent: str | None = None
     #: DuckDB file of the ledger and the call log.
@@ -48,6 +75,10 @@ class ServeConfig:
     port: int = 0
     #: Required of clients when set (and required to bind anything but loopback).
     api_key: str | None = None
+    #: More keys clients may use (``--api-key`` repeated); each key is its own tenant.
+    api_keys: tuple[str, ...] = ()
+    #: A file of keys, one a line (blank lines and ``#`` comments skipped), each its own tenant.
+    api_key_file: str | None = None
     #: Key sent upstream; without one the client's ``Authorization`` is forwarded (unless
     #: ``api_key`` is set: then the client's header carries this server's key, not the upstream's).
     upstream_api_key: str | None = None
@@ -72,6 +103,35 @@ class ServeConfig:
     #: Niceness of the thread that commits what nothing waits for (call rows, the proxy's ledger):
     #: 0-19, 0 = normal priority (Linux only; see ``agentlab.serve.store.background_writer``).
     writer_nice: int = WRITER_NICE
+    #: Bytes a request body may hold (beyond it: 413).
+    max_body_bytes: int = MAX_BODY_BYTES
+    #: Proxy back end: messages a request may hold (beyond it: 413).
+    max_messages: int = MAX_MESSAGES
+    #: Proxy back end: bytes one message may hold as the ledger stores it (beyond it: 413).
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    #: Seconds a request head may take from its first byte (then the connection is closed).
+    head_timeout: float = HEAD_TIMEOUT
+    #: Seconds a connection may wait for a request, or a body take (then the connection is closed).
+    idle_timeout: float = IDLE_TIMEOUT
+
+    def keys(self) -> tuple[str, ...]:
+        """Every key clients may use (``api_key``, ``api_keys``, then the key file's); ``ValueError``
+        when the key file cannot be read or holds none.
+        """
+        found = [k for k in (self.api_key, *self.api_keys) if k]
+        if self.api_key_file is not None:
+            try:
+                text = Path(self.api_key_file).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"--api-key-file {self.api_key_file}: {exc}") from None
+            from_file = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+            if not from_file:
+                raise ValueError(f"--api-key-file {self.api_key_file} holds no key")
+            found += from_file
+        for key in found:
+            if any(c.isspace() for c in key) or not key.isprintable():
+                raise ValueError("an API key must be printable and without spaces")
+        return tuple(dict.fromkeys(found))
 
     def check(self) -> None:
         """``ValueError`` naming the first problem of this configuration."""
@@ -81,8 +141,14 @@ class ServeConfig:
             if not self.upstream.startswith(("http://", "https://")):
                 raise ValueError(f"--upstream must be an http(s) URL, got {self.upstream!r}")
             get_arm(self.arm)
-        if self.host not in LOOPBACK and not self.api_key:
+        keys = self.keys()  # a key file that cannot be read, or holds none, is refused at start-up
+        if self.host not in LOOPBACK and not keys:
             raise ValueError(f"binding to {self.host} (not loopback) requires --api-key")
+        RequestLimits(self.max_messages, self.max_message_bytes).check()
+        if self.max_body_bytes < 1:
+            raise ValueError(f"--max-body-bytes must be >= 1, got {self.max_body_bytes}")
+        if self.head_timeout <= 0 or self.idle_timeout <= 0:
+            raise ValueError("--head-timeout and --idle-timeout must be > 0")
         if self.max_recall_rounds < 0:
             raise ValueError("--max-recall-rounds must be >= 0")
         if self.max_conversations < 1:
@@ -101,6 +167,8 @@ class ServeApp:
     def __init__(self, config: ServeConfig) -> None:
         config.check()
         self.config = config
+        #: The keys clients may use (none: no key asked for).
+        self.keys = config.keys()
         #: The commits nothing waits for, on one low-priority thread (see ``background_writer``).
         self.writer = background_writer(config.writer_nice)
         self.store = ServeStore(config.db, fsync=config.fsync, write_executor=self.writer)
@@ -116,16 +184,18 @@ class ServeApp:
 
             self.backend = ProxyBackend(
                 upstream=config.upstream, arm=config.arm, sessions=self.sessions, store=self.store,
-                upstream_api_key=config.upstream_api_key, forward_credentials=config.api_key is None,
+                upstream_api_key=config.upstream_api_key, forward_credentials=not self.keys,
                 timeout=config.timeout, max_recall_rounds=config.max_recall_rounds,
                 context_window=config.context_window, wait_for_ledger=config.wait_for_ledger,
-                max_conversations=config.max_conversations)
+                max_conversations=config.max_conversations,
+                limits=RequestLimits(config.max_messages, config.max_message_bytes))
         else:
             from agentlab.serve.agent_backend import AgentBackend
 
             assert config.agent is not None
             self.backend = AgentBackend(config.agent, sessions=self.sessions, store=self.store)
-        self.http = HTTPServer(self.handle, config.host, config.port)
+        self.http = HTTPServer(self.handle, config.host, config.port, max_body_bytes=config.max_body_bytes,
+                               head_timeout=config.head_timeout, idle_timeout=config.idle_timeout)
 
     async def start(self) -> None:
         """Bind the port."""
@@ -146,10 +216,12 @@ class ServeApp:
         self.writer.shutdown(wait=False)
 
     def _authorised(self, request: HTTPRequest) -> bool:
-        key = self.config.api_key
-        if key is None:
+        if not self.keys:
             return True
-        return hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {key}")
+        sent = request.headers.get("authorization", "").encode("latin-1", "replace")
+        # Every key compared, so the time taken does not say which one came close.
+        matched = [hmac.compare_digest(sent, f"Bearer {key}".encode()) for key in self.keys]
+        return any(matched)
 
     async def handle(self, request: HTTPRequest) -> HTTPResponse:
         """Route one request."""
@@ -165,11 +237,34 @@ class ServeApp:
                 return json_response(405, error_body(f"{request.method} is not allowed here; use POST",
                                                      "invalid_request_error"), {"allow": "POST"})
             return await self.backend.chat(request)
+        if path in TABLE_PATHS and request.method == "GET":
+            return await self._table(request, TABLE_PATHS[path])
         if path.rstrip("/") == "/v1/models" and request.method == "GET":
             return await self.backend.models(request)
         if path.startswith("/v1/models/") and request.method == "GET":
-            return await self.backend.models(request, path[len("/v1/models/"):])
+            try:
+                model_id = model_id_of(path[len("/v1/models/"):])
+            except RequestError as exc:
+                return json_response(exc.status, exc.body(), {"x-should-retry": "false"})
+            return await self.backend.models(request, model_id)
         return json_response(404, error_body(f"no route {request.method} {path}", "not_found"))
+
+
+    async def _table(self, request: HTTPRequest, table: str) -> HTTPResponse:
+        """A call-log table as JSON rows, read through the server's own connection (so it can be read
+        while the server holds the database file): every row, or with API keys the caller's tenant's.
+        The savings report is computed from these rows by the client (:mod:`agentlab.serve.analysis`).
+        """
+        await self.store.flush()
+        sql, params = f"SELECT * FROM {table}", []
+        if self.keys and self.config.upstream is not None:
+            from agentlab.serve.keys import tenant_of
+
+            sql += " WHERE tenant = ?"
+            params.append(tenant_of(request.headers.get("authorization", ""), self.config.upstream.rstrip("/")))
+        frame = await asyncio.to_thread(self.store.query, sql + " ORDER BY started_at", params)
+        rows = json.loads(frame.to_json(orient="records", date_format="iso"))
+        return json_response(200, {"object": "list", "table": table, "data": rows})
 
 
 async def serve_forever(config: ServeConfig, ready: Any = None) -> None:
@@ -241,7 +336,7 @@ class ServeHandle:
                                                "WHERE conversation_id = ?", [conversation_id]).itertuples(index=False)]
         if len(found) != 1:
             raise KeyError(f"{len(found)} conversations are called {conversation_id!r}")
-        from agentlab.serve.proxy import APP_NAME
+        from agentlab.serve.conversations import APP_NAME
 
         tenant, session_id = found[0]
         session = self.run(self.app.sessions.get_session(APP_NAME, tenant, session_id))

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import ssl
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
+
+from agentlab.serve.wire import error_body
 
 #: ``asyncio.timeout`` (Python 3.11+), else ``None`` (``asyncio.wait_for`` then).
 _TIMEOUT: Any = getattr(asyncio, "timeout", None) if sys.version_info >= (3, 11) else None
@@ -216,3 +219,28 @@ class UpstreamClient:
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+class UpstreamFailure(Exception):
+    """An upstream call that did not produce a usable answer: the status and body to pass on."""
+
+    def __init__(self, status: int, body: dict[str, Any], outcome: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(body.get("error", {}).get("message", outcome))
+        self.status = status
+        self.body = body
+        self.outcome = outcome
+        self.headers = headers or {}
+
+
+def openai_error(status: int, raw: bytes) -> dict[str, Any]:
+    """An upstream error body in the OpenAI shape (vLLM's and plain-text bodies are wrapped)."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        return data
+    if isinstance(data, dict) and data.get("message"):
+        return error_body(str(data["message"]), str(data.get("type") or "upstream_error"), code=status)
+    text = raw.decode("utf-8", "replace").strip()[:300] or f"HTTP {status}"
+    return error_body(f"upstream answered HTTP {status}: {text}", "upstream_error", code=status)

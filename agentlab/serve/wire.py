@@ -11,13 +11,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agentlab.events import Message, Role, ToolCall
 
 #: Roles a client may send; ``developer`` is the newer name of ``system`` and is read as one.
 CLIENT_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+#: Default :attr:`RequestLimits.max_messages`.
+MAX_MESSAGES = 10_000
+#: Default :attr:`RequestLimits.max_message_bytes`.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one chat request may hold (beyond these it is refused with 413, nothing stored)."""
+
+    #: Messages in one request.
+    max_messages: int = MAX_MESSAGES
+    #: Bytes of one message as JSON (what the ledger would store of it).
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+
+    def check(self) -> None:
+        """``ValueError`` naming a limit that is not positive."""
+        if self.max_messages < 1:
+            raise ValueError(f"--max-messages must be >= 1, got {self.max_messages}")
+        if self.max_message_bytes < 1:
+            raise ValueError(f"--max-message-bytes must be >= 1, got {self.max_message_bytes}")
+
 
 _NUMBER = (int, float)
 #: Known request fields and the JSON types they may hold (``None`` is always allowed: it means
@@ -47,6 +71,9 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "top_logprobs": (int,),
     "store": (bool,),
 }
+
+#: A UTF-16 surrogate (U+D800-U+DFFF) escaped in JSON text (a body holding one is checked for a lone surrogate).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 _TYPE_NAMES = {str: "a string", list: "an array", dict: "an object", bool: "a boolean", int: "an integer",
                float: "a number"}
@@ -80,14 +107,27 @@ def _is_type(value: Any, types: tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
-def parse_chat_request(raw: bytes) -> dict[str, Any]:
-    """The request body as a dict, or :class:`RequestError` naming what is wrong with it."""
+def parse_chat_request(raw: bytes, *, max_messages: int | None = None) -> dict[str, Any]:
+    """The request body as a dict, or :class:`RequestError` naming what is wrong with it (413 when
+    it holds more than ``max_messages`` messages).
+    """
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError("the request body nests JSON too deeply") from None
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(raw):
+        # An escaped UTF-16 surrogate: only a pair makes a character, a lone one cannot be sent on.
+        try:
+            json.dumps(body, ensure_ascii=False).encode()
+        except UnicodeEncodeError as exc:
+            raise RequestError(f"the request body holds a lone UTF-16 surrogate ({exc.object[exc.start:exc.end]!r}),"
+                               " which is not a character") from None
+        except RecursionError:
+            raise RequestError("the request body nests JSON too deeply") from None
     for name, value in body.items():  # the fields sent, not every known one
         types = FIELD_TYPES.get(name)
         if types is not None and value is not None and not _is_type(value, types):
@@ -99,6 +139,10 @@ def parse_chat_request(raw: bytes) -> dict[str, Any]:
     messages = body.get("messages")
     if not messages:
         raise RequestError("field 'messages' is required and must not be empty", param="messages")
+    if max_messages is not None and len(messages) > max_messages:
+        raise RequestError(f"the request holds {len(messages)} messages, over this server's limit of "
+                           f"{max_messages} (--max-messages)", status=413, param="messages",
+                           code="request_too_large")
     for i, m in enumerate(messages):
         check_message(m, i)
     for i, t in enumerate(body.get("tools") or []):
@@ -107,6 +151,30 @@ def parse_chat_request(raw: bytes) -> dict[str, Any]:
             raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
                                param=f"tools[{i}]")
     return body
+
+
+def parse_elsewhere(raw: bytes, max_messages: int | None = None) -> tuple[dict[str, Any] | None, tuple[Any, ...]]:
+    """:func:`parse_chat_request` for a worker process: ``(body, ())``, or ``(None, (message, status,
+    param, code))`` of the :class:`RequestError` (which does not survive pickling whole).
+    """
+    try:
+        return parse_chat_request(raw, max_messages=max_messages), ()
+    except RequestError as exc:
+        return None, (exc.message, exc.status, exc.param, exc.code)
+
+
+def stored_size(m: dict[str, Any], canon: str, limit: int) -> int:
+    """Bytes the ledger stores of message ``m`` (``canon`` its canonical text), exact when it may
+    exceed ``limit``, else a cheap bound below it.
+    """
+    size = len(canon)  # characters: UTF-8 bytes are at least as many, at most four times
+    content = m.get("content")
+    if isinstance(content, list):  # parts the canonical text leaves out (images, audio) are stored too
+        size += sum(len(json.dumps(p, ensure_ascii=False)) for p in content
+                    if not (isinstance(p, dict) and p.get("type") == "text"))
+    if size * 4 <= limit:
+        return size
+    return len(json.dumps(m, ensure_ascii=False).encode())
 
 
 def check_message(m: Any, i: int) -> None:

@@ -33,12 +33,14 @@ def test_every_arm_builds_its_mechanisms() -> None:
     from agentlab.recall import RecallPolicy
     from agentlab.summary import SummaryPolicy
 
-    assert list(arms.ARMS) == ["passthrough", "compaction", "summary", "summary+recall"]
-    assert arms.get_arm("passthrough").mechanisms() == [] and not arms.get_arm("passthrough").rewrites
+    assert arms.arm_names()[:3] == ["long_context", "summary", "summary+recall"]
+    for baseline in ("long_context", "passthrough"):  # the bench's name, and the proxy's older one
+        assert arms.get_arm(baseline).mechanisms() == [] and not arms.get_arm(baseline).rewrites
+        assert arms.get_arm(baseline).name == "long_context"
     (policy,) = arms.get_arm("compaction").mechanisms()
     assert isinstance(policy, CompactionPolicy) and policy.enabled
     assert [type(m) for m in arms.get_arm("summary+recall").mechanisms()] == [SummaryPolicy, RecallPolicy]
-    with pytest.raises(ValueError, match="known arms: passthrough, compaction, summary, summary"):
+    with pytest.raises(ValueError, match="known arms: long_context, summary, summary\\+recall, .*compaction"):
         arms.get_arm("nope")
 
 
@@ -46,11 +48,11 @@ def test_the_harness_arms_are_proxy_arms_too() -> None:
     import agentlab.bench.arms as registry
 
     names = arms.arm_names()
-    assert names[:4] == list(arms.ARMS)
+    assert names[:3] == ["long_context", *registry.SERVE_ARMS]
     assert set(registry.generic_names()) <= set(names)  # peer policies, rolling_summary, <lossy>+recall
     for name in ("rolling_summary", "codex_compaction", "inspect_trim+recall"):
         arm = arms.get_arm(name)
-        assert arm.source == "bench" and arm.rewrites
+        assert arm.rewrites
         assert [m.describe() for m in arm.mechanisms()] == [
             m.describe() for m in registry.generic_arm(name).mechanisms(None, None)]
     with pytest.raises(ValueError, match="known arms: .*codex_compaction.*inspect_trim\\+recall"):
@@ -62,7 +64,7 @@ def test_starting_a_proxy_does_not_load_the_harness() -> None:
     import sys
 
     code = ("import sys; from agentlab.serve import ServeConfig; from agentlab.serve.server import ServeApp; "
-            "import agentlab.serve.proxy; ServeConfig(upstream='http://127.0.0.1:9/v1', arm='compaction').check(); "
+            "import agentlab.serve.proxy; ServeConfig(upstream='http://127.0.0.1:9/v1', arm='long_context').check(); "
             "print(sorted(m for m in sys.modules if m.startswith('agentlab.bench') or m == 'pandas'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -90,12 +92,12 @@ def test_an_unknown_arm_is_refused_with_the_known_ones(tmp_path, upstream, proxy
 
     assert main(["--upstream", upstream.base_url, "--arm", "nope", "--db", str(tmp_path / "x.duckdb")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown arm 'nope'; known arms: passthrough, compaction") and "rolling_summary" in err
+    assert err.startswith("error: unknown arm 'nope'; known arms: long_context, summary") and "rolling_summary" in err
     server = proxy("passthrough")
     body = {"model": "test-model", "messages": [SYSTEM, {"role": "user", "content": "Where is Lisbon?"}]}
     refused = httpx.post(server.base_url + "/chat/completions", json=body, headers={"x-agentlab-arm": "nope"})
     assert refused.status_code == 400
-    assert "known arms: passthrough" in refused.json()["error"]["message"]
+    assert "known arms: long_context" in refused.json()["error"]["message"]
     assert refused.json()["error"]["param"] == "x-agentlab-arm"
     # One call under another arm than the server's: the header chooses it, the row and the answer say so.
     chosen = httpx.post(server.base_url + "/chat/completions", json=body, headers={"x-agentlab-arm": "compaction"})
@@ -204,7 +206,10 @@ class _BreakPairs(ContextMechanism):
 
 
 def test_a_request_failing_the_check_goes_out_unrewritten(upstream, proxy, monkeypatch) -> None:
-    monkeypatch.setitem(arms.ARMS, "broken", arms.Arm("broken", lambda model: [_BreakPairs()]))
+    import agentlab.bench.arms as registry
+
+    monkeypatch.setitem(registry.SERVE_ARMS, "broken",
+                        registry.Arm("broken", "lossy", lambda settings, model: [_BreakPairs()]))
     server = proxy("broken")
     call = {"id": "call_1", "type": "function", "function": {"name": "search_docs", "arguments": '{"query": "x"}'}}
     messages = [SYSTEM, {"role": "user", "content": "Where is Lisbon?"},
@@ -243,3 +248,57 @@ def test_fields_agentlab_cannot_hold_reach_the_upstream_unchanged(upstream, prox
     _client(server).chat.completions.create(model="test-model", messages=messages)
     sent = upstream.received[-1]["messages"]
     assert sent[1] == parts and sent[2] == thinking and sent[3] == messages[3]
+
+
+def _readme_policy() -> str:
+    """The README's "Adding a policy" module, verbatim."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Adding a policy"):]
+    return section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+
+
+def test_the_readme_policy_arm_is_served_by_the_proxy(tmp_path, upstream) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "my_policy.py").write_text(_readme_policy(), encoding="utf-8")
+    env = {**os.environ, "AGENTLAB_EXTENSIONS": str(tmp_path / "my_policy.py")}
+    command = [sys.executable, "-m", "agentlab.serve", "--upstream", upstream.base_url, "--arm", "keep_last",
+               "--port", "0", "--db", str(tmp_path / "serve.duckdb"), "--no-fsync"]
+    served = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert served.stdout is not None
+        line = served.stdout.readline()
+        assert line.startswith("serving http://127.0.0.1:"), (line, served.stderr.read() if served.stderr else "")
+        base_url = line.split()[1]
+        client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+        messages: list[dict[str, Any]] = [SYSTEM]
+        for turn in range(3):
+            messages.append({"role": "user", "content": f"Question {turn}: {FACTS[turn]}"})
+            raw = client.chat.completions.with_raw_response.create(model="test-model", messages=messages)  # type: ignore[arg-type]
+            assert raw.headers["x-agentlab-arm"] == "keep_last"
+            messages.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+        # The arm kept the last two history events and the question: the last request went up shorter.
+        sent = upstream.received[-1]["messages"]
+        assert len(sent) < len(messages) - 1 and sent[-1] == messages[-2]
+    finally:
+        served.send_signal(signal.SIGTERM)
+        served.wait(30)
+
+
+def test_an_extension_that_cannot_be_imported_is_one_error_line(tmp_path, upstream) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AGENTLAB_EXTENSIONS": "no_such_policy_module"}
+    done = subprocess.run([sys.executable, "-m", "agentlab.serve", "--upstream", upstream.base_url, "--arm",
+                           "keep_last", "--port", "0", "--db", str(tmp_path / "x.duckdb")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "no_such_policy_module" in lines[0], done.stderr

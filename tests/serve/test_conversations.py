@@ -159,7 +159,7 @@ def test_memory_stays_flat_as_conversations_come_and_go(proxy) -> None:
         messages.append({"role": "assistant", "content": answer})
         histories.append((messages, headers["x-agentlab-conversation-id"]))
         server.settle()  # the answer committed: the conversation is idle, so evictable
-        live = {c for _, c in backend._live}
+        live = {c for _, c in backend.table.live}
         # Only the three most recent conversations are in memory, and the index holds nothing else.
         assert len(live) == min(i + 1, 3) and live == {c for _, c in histories[-3:]}
         assert {c for _, c in store.conversations} == live

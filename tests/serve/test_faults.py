@@ -65,8 +65,7 @@ def test_the_openai_client_sees_400_as_bad_request(proxy) -> None:
 
 
 def test_unknown_arm_and_open_binding_are_refused(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"unknown arm 'sumary'; known arms: passthrough, compaction, summary, "
-                                         r"summary\+recall"):
+    with pytest.raises(ValueError, match=r"unknown arm 'sumary'; known arms: long_context, summary, summary\+recall, "):
         ServeConfig(upstream="http://127.0.0.1:9/v1", arm="sumary").check()
     with pytest.raises(ValueError, match="requires --api-key"):
         ServeConfig(upstream="http://127.0.0.1:9/v1", host="0.0.0.0").check()

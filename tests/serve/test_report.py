@@ -56,8 +56,32 @@ def test_savings_per_arm_and_conversation(proxy, tmp_path, capsys) -> None:
 
 def test_cli_errors_are_one_line(tmp_path, capsys) -> None:
     assert main(["--upstream", "http://127.0.0.1:9/v1", "--arm", "bogus"]) == 2
-    assert "unknown arm 'bogus'; known arms: passthrough, compaction" in capsys.readouterr().err
+    assert "unknown arm 'bogus'; known arms: long_context, summary" in capsys.readouterr().err
     assert main(["--upstream", "http://127.0.0.1:9/v1", "--host", "0.0.0.0"]) == 2
     assert "requires --api-key" in capsys.readouterr().err
     assert main(["report", "--db", str(tmp_path / "missing.duckdb")]) == 2
     assert "no serve database" in capsys.readouterr().err
+
+
+def test_the_savings_can_be_read_while_the_proxy_holds_the_database(proxy, tmp_path, capsys) -> None:
+    db = str(tmp_path / "live.duckdb")
+    server = proxy("compaction", db=db, api_keys=("key-alice", "key-bob"))
+    _conversation(server, "key-alice")
+    _conversation(server, "key-bob", turns=2)
+    server.settle()  # the last rows are written just after their answers went out
+    # Through the running server (no second connection to the file): each key reads its own tenant.
+    alice = serve_calls_df(url=server.base_url, api_key="key-alice")
+    assert len(alice) == 6 and alice["tenant"].nunique() == 1
+    assert (alice["saved_tokens"] == alice["client_prompt_tokens"] - alice["upstream_prompt_tokens"]).all()
+    assert alice["saved_tokens"].sum() > 0
+    live = savings_df(url=server.base_url, api_key="key-bob")
+    assert len(live) == 1 and int(live["calls"].iloc[0]) == 4
+    assert main(["report", "--url", server.base_url, "--api-key", "key-alice"]) == 0
+    out = capsys.readouterr().out
+    assert "compaction" in out and "saved_tokens" in out
+    assert main(["report", "--url", server.base_url, "--api-key", "wrong"]) == 2
+    assert "HTTP 401" in capsys.readouterr().err
+    server.stop()
+    # What the route gave is what the file holds.
+    on_disk = savings_df(db)
+    assert sorted(on_disk["calls"]) == [4, 6]

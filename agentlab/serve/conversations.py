@@ -1,0 +1,240 @@
+"""The proxy's conversation table: the live conversations, their ledgers, and how a request meets one.
+
+A conversation is found (or made) per call, held in memory while calls use it, evicted when idle
+beyond a bound and reloaded from the database when it comes back. Its ledger is written in the
+background in order (each write after the one before), and :meth:`ConversationTable.bring_up_to_date`
+decides how a request relates to it (its *ledger mode*, see :mod:`agentlab.serve.proxy`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import OrderedDict
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentlab.events import OBJ_COMPLETION, OBJ_TOOL_RESPONSE, OBJ_USER, Event, Usage, new_id
+from agentlab.model import tokens
+from agentlab.serve.counting import MessageCounter
+from agentlab.serve.store import ServeStore
+from agentlab.serve.wire import to_message, to_wire
+from agentlab.session.base import Session
+from agentlab.session.duckdb import DuckDBSessionService
+
+APP_NAME = "agentlab-serve"
+
+
+@dataclass
+class Conversation:
+    """What the server keeps in memory about one conversation (the ledger itself is durable)."""
+
+    tenant: str
+    id: str
+    session: Session
+    #: Chain hash of each ledger message, in ledger order.
+    chain: list[str]
+    #: Request unit of the latest user turn.
+    unit: str
+    #: The ledger as this server knows it: the session's events plus the writes still in flight.
+    events: list[Event] = field(default_factory=list)
+    #: The latest ledger write (each write starts after the one before: the ledger keeps its order).
+    last_write: asyncio.Future[None] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: (chain hash, cumulative tokens) of the previous call's client and upstream messages.
+    last_client: list[tuple[str, int]] = field(default_factory=list)
+    last_upstream: list[tuple[str, int]] = field(default_factory=list)
+    #: Request-body hashes of calls already answered (a repeat of one is a retry).
+    answered: set[str] = field(default_factory=set)
+    summary_task: asyncio.Task[Any] | None = None
+    #: Calls holding this object (from finding the conversation to their end): never evicted meanwhile.
+    users: int = 0
+    #: The session is not stored yet: the next ledger write creates it (in the same commit).
+    unborn: bool = False
+
+    def evictable(self) -> bool:
+        """No call uses it, no ledger write or summary is pending: it can be reloaded from disk as it is."""
+        return (self.users == 0 and not self.lock.locked() and (self.last_write is None or self.last_write.done())
+                and (self.summary_task is None or self.summary_task.done()))
+
+
+@dataclass
+class LedgerUpdate:
+    """How one request met its conversation's ledger."""
+
+    #: ``append``, ``repeat``, ``replay`` or ``branch``.
+    mode: str
+    #: The events appended for the request's new messages.
+    appended: list[Event]
+    #: The background write of those events.
+    written: asyncio.Future[None]
+    #: The ledger event of the request's latest message (the projection's current input).
+    current: Event
+    #: The ledger up to ``current``, writes in flight included (what the projection reads).
+    view: Session
+
+
+def _consume(future: asyncio.Future[None]) -> None:
+    """Mark a background write's failure as seen (whoever needs it awaits the future itself)."""
+    if not future.cancelled():
+        future.exception()
+
+
+class ConversationTable:
+    """The live conversations of one proxy, at most ``max_conversations`` of them idle in memory."""
+
+    def __init__(self, sessions: DuckDBSessionService, store: ServeStore, counter: MessageCounter,
+                 background: set[asyncio.Future[Any]], max_conversations: int) -> None:
+        self.sessions = sessions
+        self.store = store
+        self.counter = counter
+        #: The proxy's background work (awaited by its ``settle``).
+        self.background = background
+        self.max_conversations = max_conversations
+        #: Conversations evicted so far.
+        self.evictions = 0
+        self.live: OrderedDict[tuple[str, str], Conversation] = OrderedDict()
+        self._lock = asyncio.Lock()
+
+    async def get(self, tenant: str, conversation_id: str, key_source: str) -> Conversation:
+        """The conversation (loaded from disk or made), held for one call (``users`` + 1)."""
+        key = (tenant, conversation_id)
+        async with self._lock:
+            conv = self.live.get(key)
+            if conv is not None:
+                self.live.move_to_end(key)
+                conv.users += 1
+                return conv
+            session_id = await self.store.session_of(tenant, conversation_id)
+            session = None
+            if session_id is not None:
+                session = await self.sessions.get_session(APP_NAME, tenant, session_id)
+            created = session is None
+            if session is None:
+                session = Session(app_name=APP_NAME, user_id=tenant, id=conversation_id)
+                self.store.save_conversation(tenant, conversation_id, session.id, key_source)
+            chain = [e.metadata["chain"] for e in session.events if "chain" in e.metadata]
+            unit = next((e.request_id for e in reversed(session.events) if e.role == "user"), "")
+            conv = self.live[key] = Conversation(tenant, conversation_id, session, chain, unit,
+                                                 events=list(session.events), users=1, unborn=created)
+            if not created:
+                self.store.remember(tenant, conversation_id, session.id, chain)
+            self.evict()
+            return conv
+
+    def release(self, conv: Conversation) -> None:
+        """A call is done with ``conv``."""
+        conv.users -= 1
+        if len(self.live) > self.max_conversations:
+            self.evict()
+
+    def evict(self) -> None:
+        """Drop the least recently used idle conversations beyond ``max_conversations`` from memory."""
+        while len(self.live) > self.max_conversations:
+            key = next((k for k, c in self.live.items() if c.evictable()), None)
+            if key is None:
+                return  # every one is busy: over the bound until some call ends
+            conv = self.live.pop(key)
+            self.store.forget(*key)
+            self.counter.forget(conv.events)
+            self.evictions += 1
+
+    def branch(self, conv: Conversation) -> None:
+        """Move the conversation to a fresh session (its history diverged from the ledger)."""
+        session_id = f"{conv.id}~{uuid.uuid4().hex[:8]}"
+        conv.session = Session(app_name=APP_NAME, user_id=conv.tenant, id=session_id)
+        conv.chain, conv.unit, conv.events = [], "", []
+        conv.unborn = True
+        self.store.save_conversation(conv.tenant, conv.id, session_id, "branch")
+
+    @staticmethod
+    def event(conv: Conversation, message: dict[str, Any], chain_hash: str, *, author: str,
+              usage: Usage | None = None, token_count: int | None = None) -> Event:
+        """The ledger event of one message, added to the conversation's in-memory ledger (see :meth:`write`)."""
+        msg = to_message(message)
+        if msg.role == "user":
+            conv.unit = new_id("unit-")
+        obj = OBJ_USER if msg.role == "user" else OBJ_TOOL_RESPONSE if msg.role == "tool" else OBJ_COMPLETION
+        metadata: dict[str, Any] = {"chain": chain_hash}
+        if message != to_wire(msg):
+            # Fields the agentlab message cannot hold (content parts, reasoning, names...): kept, so
+            # the message goes upstream again exactly as the client sent it.
+            metadata["raw"] = message
+        event = Event(author=author, choices=[msg], object=obj, invocation_id=conv.unit, request_id=conv.unit,
+                      usage=usage, metadata=metadata,
+                      token_count=tokens.count_message(msg) if token_count is None else token_count)
+        conv.chain.append(chain_hash)
+        conv.events.append(event)
+        return event
+
+    def write(self, conv: Conversation, events: Sequence[Event]) -> asyncio.Future[None]:
+        """Append ``events`` to the durable ledger in the background, after the conversation's previous write.
+
+        One write's events go in one group commit, with other conversations' writes of the same
+        moment (see ``ServeConfig.ledger_linger``); a new session's row goes in with its first write.
+        Callers that need the events durable await the returned future (an error answer does, and
+        every answer with ``wait_for_ledger``).
+        """
+        session, create, conv.unborn = conv.session, conv.unborn, False
+
+        async def write() -> None:
+            await self.sessions.append_events(session, events, create=create)
+
+        return self._after_previous(conv, write())
+
+    def _after_previous(self, conv: Conversation, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        """Run ``work`` after the conversation's previous write (which must have succeeded)."""
+        previous = conv.last_write
+
+        async def run() -> None:
+            if previous is not None:
+                try:
+                    await previous  # a failed earlier write fails this one too: the ledger never has a gap
+                except BaseException:
+                    work.close()
+                    raise
+            await work
+
+        task = asyncio.ensure_future(run())
+        conv.last_write = task
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        task.add_done_callback(_consume)
+        return task
+
+    async def bring_up_to_date(self, conv: Conversation, messages: Sequence[dict[str, Any]],
+                               chain: Sequence[str], canon: Sequence[str]) -> LedgerUpdate:
+        """Append the request's new messages to the ledger (in the background) and say how it met it."""
+        if conv.summary_task is not None:
+            with contextlib.suppress(Exception):
+                await conv.summary_task
+            conv.summary_task = None
+        shared = 0
+        for a, b in zip(conv.chain, chain, strict=False):
+            if a != b:
+                break
+            shared += 1
+        if shared == len(conv.chain):
+            mode = "append" if len(chain) > shared else "repeat"
+        elif shared == len(chain):
+            mode = "replay"
+        else:
+            mode = "branch"
+            self.branch(conv)
+            shared = 0
+        new = [self.event(conv, messages[i], chain[i], author="client",
+                          token_count=self.counter.message_tokens(canon[i], to_message(messages[i])))
+               for i in range(shared, len(chain))]
+        written = self.write(conv, new)
+        seen = cut = 0
+        for cut, event in enumerate(conv.events, 1):  # noqa: B007 - cut is used after the loop
+            seen += "chain" in event.metadata
+            if seen == len(chain):
+                break
+        s = conv.session
+        # Up to the current message when the request replays an earlier point.
+        view = Session(app_name=s.app_name, user_id=s.user_id, id=s.id, events=conv.events[:cut],
+                       state=s.state, summaries=s.summaries, created_at=s.created_at)
+        return LedgerUpdate(mode, new, written, conv.events[cut - 1], view)
