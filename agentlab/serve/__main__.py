@@ -52,13 +52,21 @@ def _report(argv: Sequence[str]) -> int:
     p.add_argument("--db", default="serve.duckdb", help="the server's DuckDB file (default serve.duckdb)")
     p.add_argument("--by", default="arm,conversation_id",
                    help="comma-separated grouping columns (default arm,conversation_id)")
+    p.add_argument("--cache-profile", default="openai", choices=["openai", "none"],
+                   help="the prompt-cache model the estimate columns use (default openai; stated in the output)")
+    p.add_argument("--price-model", default=None,
+                   help="price every call as this model of data/prices.toml (default: each call's own model)")
     args = p.parse_args(argv)
     import pandas as pd
 
+    from agentlab.model.prompt_caching import get_profile
     from agentlab.serve.analysis import savings_df
+    from agentlab.serve.cache_report import cache_savings_df
 
+    by = [c.strip() for c in args.by.split(",") if c.strip()]
     try:
-        table = savings_df(args.db, by=[c.strip() for c in args.by.split(",") if c.strip()])
+        table = savings_df(args.db, by=by)
+        cache, notes = cache_savings_df(args.db, by=by, profile=args.cache_profile, price_model=args.price_model)
     except (FileNotFoundError, ValueError, KeyError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
@@ -67,6 +75,11 @@ def _report(argv: Sequence[str]) -> int:
         return 0
     with pd.option_context("display.max_columns", None, "display.width", 200):
         print(table.to_string(index=False))
+        print(f"\nprompt cache, estimated with the {args.cache_profile} profile from each call's shared prefix "
+              f"({get_profile(args.cache_profile).description}), beside what the upstream reported:")
+        print(cache.to_string(index=False))
+    for note in notes:
+        print(note)
     return 0
 
 
