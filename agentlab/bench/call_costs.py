@@ -75,4 +75,33 @@ def with_run_costs(frame: Any, query: Callable[[str, list[Any]], list[tuple[Any,
     return out, notes
 
 
-__all__ = ["COST_COLUMNS", "run_costs", "with_run_costs"]
+def add_to_rows(query: Callable[[str, list[Any]], list[tuple[Any, ...]]], rows: list[dict[str, Any]], *,
+                price_model: str | None = None) -> list[str]:
+    """Add :data:`COST_COLUMNS` to league rows (dicts with a ``run_id``), in place; returns the notes."""
+    costs, notes = run_costs(query, sorted({str(r["run_id"]) for r in rows if r.get("run_id")}),
+                             price_model=price_model)
+    for row in rows:
+        row.update({column: costs.get(str(row.get("run_id")), {}).get(column) for column in COST_COLUMNS})
+    return notes
+
+
+def league_lines(rows: Sequence[dict[str, Any]], metric: str | None, model: str) -> list[str]:
+    """The league's printed prompt-cache block: one line per arm (the rows of ``metric``)."""
+    shown = [r for r in rows if r.get("metric") == metric and "cached_tokens" in r]
+    if not shown:
+        return []
+    wide = max(len(r["arm"]) for r in shown)
+    priced = all(r.get("net_cost_usd") is not None for r in shown)
+    lines = ["", "prompt cache (answer calls, provider-reported cached tokens, mean per case"
+             + ("; USD at data/prices.toml)" if priced else ")")]
+    for r in shown:
+        hit = "-" if r["cache_hit_pct"] is None else f"{r['cache_hit_pct']:.1f}%"
+        cost = f"  raw ${r['raw_cost_usd']:.5f}  net ${r['net_cost_usd']:.5f}" if priced else ""
+        lines.append(f"  {r['arm']:{wide}s}  cached {r['cached_tokens'] or 0:9.0f}  uncached "
+                     f"{r['uncached_tokens'] or 0:9.0f}  hit {hit:>6s}{cost}")
+    if not priced:
+        lines.append(f"  {no_price_note(model.split(':', 1)[-1].split('@', 1)[0])}")
+    return lines
+
+
+__all__ = ["COST_COLUMNS", "add_to_rows", "league_lines", "run_costs", "with_run_costs"]

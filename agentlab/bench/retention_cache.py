@@ -77,7 +77,7 @@ def with_cache(summaries: Sequence[Any], rows: Sequence[Any], price: Price | Non
 
 
 def rankings(summaries: Sequence[Any]) -> dict[str, tuple[int, int]]:
-    """arm -> (its rank by mean raw tokens, its rank by mean net cost), 1 = cheapest.
+    """Each arm's (rank by mean raw tokens, rank by mean net cost), 1 = cheapest.
 
     The net cost when every summary has one, else the uncached tokens; ties keep table order.
     """
