@@ -124,3 +124,17 @@ def test_cli_cache_columns_in_json_and_the_missing_price_said_once() -> None:
     assert code == 0, err
     assert out.count("no price for no-such-model in data/prices.toml: cost columns omitted") == 1
     assert "net $" not in out and "written" in out
+
+
+def test_the_batch_field_stays_out_of_run_ids_at_its_default() -> None:
+    from agentlab.bench.config import apply_overrides, load_settings
+    from agentlab.bench.tasks import get_task
+
+    base = load_settings("qmsum", get_task("qmsum").default_settings())
+    fraction = apply_overrides(base, ["anthropic_clear_tool_uses.trigger_fraction=0.9"]).identity()
+    # A run made before the field existed, with another field of the section set, keeps its id.
+    assert fraction["anthropic_clear_tool_uses"]["trigger_fraction"] == 0.9
+    assert "clear_in_batches" not in fraction["anthropic_clear_tool_uses"]
+    batched = apply_overrides(base, ["anthropic_clear_tool_uses.clear_at_least=4096",
+                                     "anthropic_clear_tool_uses.clear_in_batches=true"]).identity()
+    assert batched["anthropic_clear_tool_uses"]["clear_in_batches"] is True
