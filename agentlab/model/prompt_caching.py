@@ -216,7 +216,8 @@ class CacheReplay:
 
     profile: CacheProfile
     requests: list[RequestTokens] = field(default_factory=list)
-    #: Anthropic entries: (tokens up to the breakpoint, messages before it) per request that wrote or refreshed one.
+    #: Anthropic entries, one per request at or over the minimum: (tokens up to its breakpoint, its number of
+    #: messages, its index in :attr:`requests`).
     entries: list[tuple[int, int, int]] = field(default_factory=list)
     results: list[RequestCache] = field(default_factory=list)
 
