@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from agentlab.bench.call_costs import with_run_costs
 from agentlab.bench.cli_common import SMOKE_LABEL, CliError, _banner, _print_json, _records
 from agentlab.bench.store import ResultStore
 from agentlab.bench.tasks import UnknownBenchmark, get_task
@@ -56,7 +57,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         partners = set(shown["run_id"]) | set(shown["baseline_run_id"].dropna()) | set(shown["lossy_run_id"].dropna())
         payload["runs"] = runs[runs["run_id"].isin(partners)]
         payload["scores"] = _narrow(payload["scores"], run_ids, variants, ("run_id",))
-        for key in ("token_savings", "quality_loss", "recovery", "pareto"):
+        for key in ("token_savings", "quality_loss", "recovery", "pareto", "prompt_cache"):
             payload[key] = _narrow(payload[key], run_ids, variants)
     if args.json:
         payload["code_versions"] = code_versions(payload["runs"])
@@ -110,12 +111,14 @@ def _report_payload(benchmark: str, db: Path, frames: bool = False, between: Seq
         }
         if between:
             tables["between"] = analysis.variant_comparison_df(benchmark, between[0], between[1], store=store)
+        tables["prompt_cache"], cache_notes = with_run_costs(runs[["run_id", "mode", "variant", "model"]], store.query)
         if run_ids is not None or variants is not None:
             store.select_runs(run_ids, variants)
         own = _benchmark_tables(benchmark, store)
     smoke = bool(runs["smoke_test"].fillna(False).any())
     head = {"benchmark": benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None, "db": str(db),
-            "rules": REPORT_RULES, "variants": sorted(set(runs["variant"].fillna("legacy")))}
+            "rules": REPORT_RULES, "variants": sorted(set(runs["variant"].fillna("legacy"))),
+            "prompt_cache_notes": cache_notes}
     if frames:
         return {**head, **tables, "benchmark_tables": own}
     return {**head, **{k: _records(v) for k, v in tables.items()},
@@ -208,6 +211,12 @@ def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] 
     section("pareto", "pareto (token savings vs quality loss per metric; on_frontier)", payload.get("pareto"),
             ["metric", "mode", "variant", "token_savings", "savings_ci_low", "savings_ci_high", "quality_loss",
              "loss_ci_low", "loss_ci_high", "on_frontier"])
+    section("prompt_cache", "prompt_cache (answer calls, provider-reported cached tokens, means per case; "
+            "agentlab/bench/call_costs.py)", payload.get("prompt_cache"),
+            ["run_id", "mode", "variant", "model", "cached_tokens", "uncached_tokens", "cache_hit_pct", "raw_cost_usd",
+             "net_cost_usd"])
+    if shown is None:
+        out.write("".join(f"{note}\n" for note in payload.get("prompt_cache_notes", [])))
     if payload.get("between") is not None:
         section("between", "between variants (B - A, paired on shared cases)", payload["between"],
                 ["mode", "model", "metric", "variant_a", "variant_b", "mean_a", "mean_b", "delta", *stats_columns])

@@ -2,7 +2,8 @@
 
     python -m agentlab.bench retention qmsum|locomo|longmemeval [--arms a,b,…|all] [--limit N]
         [--context-budget N] [--set dataset.delivery=turns|tool_results] [--set dataset.chunk_turns=N]
-        [--set section.field=value …] [--db PATH] [--json]
+        [--set section.field=value …] [--cache-profile openai|anthropic|none] [--price-model MODEL]
+        [--db PATH] [--json]
 
 No model is called. Each case's history is seeded as the task seeds it (``turns``) or as a scripted
 reading trajectory of tool results (``tool_results``, :mod:`agentlab.bench.delivery`); every request
@@ -20,6 +21,13 @@ every ``--set`` goes to the benchmark's settings as in a run, e.g. ``--set datas
 for LoCoMo or ``--set compaction.tool_result_max_tokens=512`` for the ``compaction`` arms. The arms
 are the registry's (:func:`~agentlab.bench.retention.retention_arms`); the peers whose source
 trigger is an absolute 100,000 tokens run at 0.9 of the budget here (stated in the output).
+
+``--cache-profile`` runs every case's requests through a provider's prompt cache
+(:mod:`agentlab.model.prompt_caching`) and prints a second table per arm: raw, cached, uncached and
+written tokens, cache-busting requests, and the raw and net cost at ``--price-model``'s price in
+``data/prices.toml`` (default per profile, stated in the output; a model without a price gets the
+token columns only). The cache columns are printed and in ``--json``; the ``retention`` table does
+not store them.
 """
 
 from __future__ import annotations
@@ -47,9 +55,14 @@ from agentlab.bench.retention import (
     retention_arms,
     retention_settings,
 )
+from agentlab.bench.retention_cache import ranking_differences, rankings, with_cache
 from agentlab.bench.store import DEFAULT_DB
+from agentlab.model.prices import PriceFileError, no_price_note, price_for
+from agentlab.model.prompt_caching import PROFILES, get_profile
 
 BENCHMARKS = ("qmsum", "locomo", "longmemeval")
+#: The model whose price the cost columns use when ``--price-model`` is not given, per cache profile.
+DEFAULT_PRICE_MODEL: dict[str, str | None] = {"openai": "gpt-4.1", "anthropic": "claude-sonnet-4-5", "none": None}
 
 
 def retention_parser(prog: str) -> argparse.ArgumentParser:
@@ -63,6 +76,11 @@ def retention_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"results DuckDB file (default {DEFAULT_DB})")
     p.add_argument("--json", action="store_true", help="print the summaries and skipped arms as JSON")
+    p.add_argument("--cache-profile", default="none", choices=list(PROFILES),
+                   help="model a provider's prompt cache over each case's requests (default none)")
+    p.add_argument("--price-model", default=None,
+                   help="the model of data/prices.toml the cost columns use (default per profile: "
+                        + ", ".join(f"{k} -> {v}" for k, v in DEFAULT_PRICE_MODEL.items()) + ")")
     p.add_argument("--no-store", action="store_true", help="print only; write nothing to --db")
     return p
 
@@ -137,6 +155,36 @@ def format_table(summaries: Sequence[RetentionSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def format_cache_table(summaries: Sequence[RetentionSummary]) -> str:
+    """The cache table: one line per arm, means per case (cost columns only when the summaries have a price)."""
+    w = max([28, *(len(s.arm) for s in summaries)])
+    priced = all("net_cost_usd" in s.extra for s in summaries)
+    money = f" {'raw $':>9s} {'net $':>9s}" if priced else ""
+    lines = [f"{'arm':{w}s} {'raw':>8s} {'cached':>8s} {'uncached':>8s} {'written':>8s} {'busts':>6s} "
+             f"{'hit':>5s}{money}"]
+    for s in summaries:
+        e = s.extra
+        cost = f" {e['raw_cost_usd']:9.5f} {e['net_cost_usd']:9.5f}" if priced else ""
+        lines.append(f"{s.arm:{w}s} {e['raw_tokens']:8.0f} {e['cached_tokens']:8.0f} {e['uncached_tokens']:8.0f} "
+                     f"{e['cache_write_tokens']:8.0f} {e['cache_busts']:6.1f} {e['cache_hit_rate']:5.2f}{cost}")
+    return "\n".join(lines) + "\n"
+
+
+def _price(args: argparse.Namespace) -> tuple[Any, str | None, str]:
+    """(the price or ``None``, the model priced, one line saying which price the costs use)."""
+    model = args.price_model if args.price_model is not None else DEFAULT_PRICE_MODEL[args.cache_profile]
+    source = "--price-model" if args.price_model is not None else f"the {args.cache_profile} profile's default"
+    if not model:
+        return None, None, "no price model: cost columns omitted (--price-model MODEL to add them)"
+    try:
+        price = price_for(model)
+    except PriceFileError as exc:
+        raise CliError(f"{exc}; fix data/prices.toml") from None
+    if price is None:
+        return None, model, no_price_note(model)
+    return price, model, f"costs priced as {price.describe()} ({source}); input only, no output tokens"
+
+
 def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     """Measure, print and store the retention of every chosen arm over the benchmark's cases."""
     from agentlab.bench.cli_run import _load
@@ -162,9 +210,13 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     started = time.perf_counter()
     cases = select(load_selection(task, settings), args.limit or None)
     groups = _groups(args.benchmark, cases, delivery, settings)
+    profile = None if args.cache_profile == "none" and args.price_model is None else args.cache_profile
+    price, price_model, price_line = _price(args) if profile is not None else (None, None, "")
     timed = run_sync(measure_groups(groups, list(arms.values()), context_window=budget,
-                                    settings=retention_settings(settings)))
+                                    settings=retention_settings(settings), cache_profile=profile))
     summaries = aggregate(timed.rows, budget)
+    if profile is not None:
+        summaries = with_cache(summaries, timed.rows, price)
     chunk = delivery.chunk_turns if (args.benchmark == "qmsum" and delivery.delivery == "tool_results") else None
     stored = 0
     if not args.no_store:
@@ -176,7 +228,12 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
         _print_json({"benchmark": args.benchmark, "delivery": delivery.delivery, "chunk_turns": chunk,
                      "context_budget": budget, "context_budget_source": budget_source, "cases": len(cases),
                      "model": None, "summaries": [s.__dict__ for s in summaries], "skipped": skipped,
-                     "stored_rows": stored, "seconds": round(wall, 3)}, out)
+                     "stored_rows": stored, "seconds": round(wall, 3), "cache_profile": profile,
+                     "cache_profile_description": None if profile is None else get_profile(profile).description,
+                     "price_model": price_model, "price": None if price is None else price.__dict__,
+                     "price_note": price_line or None,
+                     "rankings": rankings(summaries) if profile is not None else None,
+                     "ranking_differs": ranking_differences(summaries) if profile is not None else None}, out)
         return 0
     read = f", {delivery.chunk_turns} turns per read" if chunk is not None else ""
     out.write(f"{args.benchmark} retention: {len(cases)} cases, {delivery.delivery} delivery{read}, context budget "
@@ -186,6 +243,13 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"({', '.join(fractioned)}: trigger at {PEER_TRIGGER_FRACTION} of the budget, not the source's "
                   "absolute 100,000 tokens)\n")
     out.write(format_table(summaries))
+    if profile is not None:
+        out.write(f"prompt cache: {get_profile(profile).description}; means per case\n{price_line}\n")
+        out.write(format_cache_table(summaries))
+        differ = ranking_differences(summaries)
+        basis = "net cost" if price is not None else "uncached tokens"
+        out.write(f"ranked by {basis} instead of raw tokens (1 = cheapest), these arms move: "
+                  f"{', '.join(differ) or 'none'}\n")
     missing = sum(r.n_missing for r in timed.rows) // max(1, len(arms))
     if missing:
         out.write(f"({missing} gold evidence ids are not in the history; left out of every fraction)\n")
@@ -198,4 +262,5 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-__all__ = ["BENCHMARKS", "cmd_retention", "format_table", "retention_parser"]
+__all__ = ["BENCHMARKS", "DEFAULT_PRICE_MODEL", "cmd_retention", "format_cache_table", "format_table",
+           "retention_parser"]

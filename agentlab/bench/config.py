@@ -88,6 +88,11 @@ LATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "compaction": None,                           # [compaction]: the seed's defaults (issue 21)
     "dataset": ("delivery", "chunk_turns"),       # turns | tool_results delivery (issue 21)
 }
+#: Fields added to a peer policy after its section first counted in run ids: left out of the identity
+#: while at their default, so that a run with another field of that section set keeps its id.
+LATE_POLICY_FIELDS: dict[str, tuple[str, ...]] = {
+    "anthropic_clear_tool_uses": ("clear_in_batches",),  # the cache-stable batch variant (issue 31)
+}
 
 
 @functools.cache
@@ -294,7 +299,8 @@ class Settings:
                 if late is None:
                     if values == defaults:
                         continue
-                else:
+                    late = LATE_POLICY_FIELDS.get(name, ())
+                if late:
                     values = {k: v for k, v in values.items()
                               if not (k in late and k in defaults and defaults[k] == v)}
             out[name] = values

@@ -32,6 +32,8 @@ The table is computed from the stored cases and calls of exactly these runs, on 
 * ``pareto``: on the frontier of (prompt savings ↑, quality loss = −delta ↓) among the baseline
   and every arm, per metric (:func:`agentlab.bench.stats.pareto_front`: equal points do not
   dominate each other, so ties are all on it; an arm without a savings or delta is off it);
+* ``cached_tokens`` … ``net_cost_usd``: the answer calls' provider-reported prompt cache and cost per case
+  (:mod:`agentlab.bench.call_costs`; printed, in ``--json``, not stored in ``league_rows``);
 * ``evidence_kept``: the mean LLM-free ``retained`` fraction of the ``retention`` table
   (``python -m agentlab.bench retention``) for this benchmark, turn delivery, the league's
   mechanism window and arm name, over the league's cases that have a row; ``None`` when none has.
@@ -57,6 +59,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import agentlab.bench.arms as arms_mod
+import agentlab.bench.call_costs as call_costs
 from agentlab.bench.cli_common import EMBEDDED_DEFAULT_LIMIT, CliError
 from agentlab.bench.config import canonical_json, config_hash
 from agentlab.bench.league_store import COLUMN_NAMES, LEAGUE_COLUMNS, create_tables, read_league
@@ -620,6 +623,7 @@ def compute_rows(store: ResultStore, benchmark: str, league_id: str, baseline_id
                         notes.append(why)
                 row["stats_note"] = "; ".join(notes) or None
             rows.append(row)
+    call_costs.add_to_rows(store.query, rows)
     return rows
 
 
@@ -770,6 +774,7 @@ def format_league(result: LeagueResult, metrics: Sequence[str] | None = None) ->
         lines.append("")
         lines.append(f"sent answer prompts of the baseline's size on every case (their mechanisms did not act at "
                      f"this budget): {', '.join(same)}")
+    lines.extend(call_costs.league_lines(result.rows, primary, result.model))
     failed = sum(r["n_failed"] for r in result.rows if r["metric"] == primary)
     if failed:
         lines.append(f"{failed} failed case(s) are counted above (scored 0 in delta; left out of savings and peak)")

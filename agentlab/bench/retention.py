@@ -34,8 +34,9 @@ Definitions (the columns of :class:`RetentionRow`):
   scripted read (the agent decides the next read) and the final answer request; in turn delivery
   the history is already there, so there is one request. Counted as ``project`` counts them
   (agentlab's tokeniser over the messages and the tool declarations).
-* **total_prompt_tokens** — the sum of those prompts: what the case sends in all. Prompt caching is
-  not modelled.
+* **total_prompt_tokens** — the sum of those prompts: what the case sends in all, every token
+  counted (with ``cache_profile``, ``cache`` holds what a provider's prompt cache would serve of
+  them: :mod:`agentlab.bench.retention_cache`).
 * **final_prompt_tokens** — the final answer request alone (the "last call" rule of the README's
   token accounting).
 * **evidence_rouge_recall** — for a summarising arm, the ROUGE-L recall of the gold evidence text
@@ -65,6 +66,7 @@ from functools import lru_cache
 from typing import Any
 
 import agentlab.bench.arms as arms_registry
+import agentlab.bench.retention_cache as retention_cache
 from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.locomo import Conversation
 from agentlab.bench.datasets.longmemeval import LongMemEvalQuestion
@@ -88,7 +90,8 @@ from agentlab.core import ContextMechanism, project
 from agentlab.core.project import ProjectionResult, replaced_in_request
 from agentlab.core.tools import Tool
 from agentlab.events import Event
-from agentlab.model.base import Model, ModelInfo
+from agentlab.model.base import Model, ModelInfo, ModelRequest
+from agentlab.model.prompt_caching import CacheTotals
 from agentlab.policies import mechanism as peer_mechanism
 from agentlab.recall import RecallMechanism, RecallPolicy
 from agentlab.session.base import Session
@@ -216,6 +219,8 @@ class RetentionRow:
     lost_units: tuple[str, ...] = ()
     #: Events of the history the final request left out or replaced.
     n_hidden_events: int = 0
+    #: The case's requests through a prompt cache (``None`` without a cache profile).
+    cache: CacheTotals | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Flat, JSON-ready: ``recoverable`` becomes ``recoverable_at_<k>`` columns."""
@@ -223,6 +228,7 @@ class RetentionRow:
         for k, value in out.pop("recoverable").items():
             out[f"recoverable_at_{k}"] = value
         out["lost_units"] = list(self.lost_units)
+        out["cache"] = None if self.cache is None else self.cache.as_dict()
         return out
 
 
@@ -339,6 +345,7 @@ class _Prefix:
 
     prompt_tokens: list[int]
     mechanisms: list[ContextMechanism]
+    requests: list[ModelRequest] = field(default_factory=list)
 
 
 async def _project(session: Session, mechanisms: Sequence[ContextMechanism], current: Event, *,
@@ -434,7 +441,8 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
                             session_id: str, delivery: str, model_info: ModelInfo | None = None,
                             model: Model | None = None, tools: Sequence[Tool] = (), instruction: str = "",
                             context_window: int | None = DEFAULT_CONTEXT_WINDOW,
-                            ks: Sequence[int] = DEFAULT_KS, settings: Any = None) -> list[RetentionRow]:
+                            ks: Sequence[int] = DEFAULT_KS, settings: Any = None,
+                            cache_profile: str | None = None) -> list[RetentionRow]:
     """Retention of every question over one ``history`` under ``arm`` (see the module docstring).
 
     ``history`` is the seeded ledger (turns, or a reading trajectory of :mod:`agentlab.bench.delivery`);
@@ -443,7 +451,8 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
     question, so they are projected once and shared; the mechanisms' carried-over state after
     them is copied for each question. ``arm`` is an :class:`agentlab.bench.arms.Arm`; its mechanisms
     are built from ``settings`` (the benchmark's typed settings, ``None``: the defaults) and
-    ``model``. A summarising arm (``arm.needs_model``) needs ``model`` (its summariser).
+    ``model``. A summarising arm (``arm.needs_model``) needs ``model`` (its summariser). ``cache_profile``
+    (a :data:`agentlab.model.prompt_caching.PROFILES` name) fills each row's ``cache``.
     """
     if arm.needs_model and model is None:
         raise ValueError(f"arm {arm.name!r} needs a model: {arm.needs_model}")
@@ -455,6 +464,8 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
                                 model_info=info, model=model, tools=tools, instruction=instruction,
                                 context_window=context_window)
         prefix.prompt_tokens.append(result.prompt_tokens)
+        prefix.requests.append(result.request)
+    reading = None if cache_profile is None else retention_cache.reading_replay(cache_profile, prefix.requests)
     session = _session(session_id, events)
     service = None
     rows: list[RetentionRow] = []
@@ -496,7 +507,8 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
             peak_prompt_tokens=max(prompts), total_prompt_tokens=sum(prompts),
             final_prompt_tokens=result.prompt_tokens, n_requests=len(prompts), evidence_rouge_recall=rouge,
             lost_units=tuple(u.unit_id for ok, u in zip(present, q.evidence.units, strict=True) if not ok),
-            n_hidden_events=len(left_out)))
+            n_hidden_events=len(left_out),
+            cache=None if reading is None else retention_cache.case_cache(reading, result.request)))
     return rows
 
 

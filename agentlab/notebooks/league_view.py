@@ -134,8 +134,12 @@ def _percent_axis(ax: Axes, axis: str) -> None:
     target.set_major_formatter(FuncFormatter(lambda v, _: f"{100 * v:.{decimals}f}%"))
 
 
-def plot_league(rows: pd.DataFrame, *, ax: Axes | None = None, title: str = "") -> Axes:
+def plot_league(rows: pd.DataFrame, *, ax: Axes | None = None, title: str = "", x: str = "prompt_savings") -> Axes:
     """Quality delta (y, higher is better) against prompt savings (x), one point per arm of one metric.
+
+    ``x="net_cost_usd"`` draws the net cost per case instead (the rows need the column:
+    ``agentlab.bench.call_costs.with_run_costs(rows, ResultStore(db).query)``; no interval on that axis,
+    and the frontier stays the savings one, so it is not joined).
 
     Error bars are the paired 95 % intervals on both axes (none where there is no interval, e.g. the
     baseline itself); filled markers are on the league's Pareto frontier, joined by a dashed line.
@@ -152,7 +156,15 @@ def plot_league(rows: pd.DataFrame, *, ax: Axes | None = None, title: str = "") 
     metrics = sorted(set(rows["metric"]))
     if len(metrics) != 1:
         raise ValueError(f"plot_league draws one metric; got {metrics}: filter the league first")
-    xs = rows["prompt_savings"].astype(float)
+    if x not in ("prompt_savings", "net_cost_usd") or x not in rows.columns:
+        raise ValueError(f"plot_league x={x!r}: use prompt_savings or net_cost_usd (a column of the rows; add the "
+                         "cost with agentlab.bench.call_costs.with_run_costs)")
+    if x != "prompt_savings" and rows[x].isna().any():
+        raise ValueError(f"plot_league x={x!r}: some arms have no cost (their model has no price in data/prices.toml)")
+    savings_axis = x == "prompt_savings"
+    if not savings_axis:  # no interval on a cost axis
+        rows = rows.assign(savings_ci_low=None, savings_ci_high=None)
+    xs = rows[x].astype(float)
     ys = rows["delta"].astype(float)
 
     def bar(centre: float, low: Any, high: Any) -> list[list[float]]:
@@ -167,7 +179,7 @@ def plot_league(rows: pd.DataFrame, *, ax: Axes | None = None, title: str = "") 
                     markerfacecolor=colour if row["pareto"] else "white", zorder=3, elinewidth=1, alpha=0.85)
     groups = coincident_groups(xs.tolist(), ys.tolist())
     front = rows.loc[[g[0] for g in groups if rows.loc[g, "pareto"].any()]].sort_values("prompt_savings")
-    if len(front) > 1:
+    if len(front) > 1 and savings_axis:
         ax.plot(front["prompt_savings"], front["delta"], color="black", linewidth=0.8, linestyle="--", zorder=2)
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.axvline(0, color="grey", linewidth=0.8)
@@ -178,11 +190,16 @@ def plot_league(rows: pd.DataFrame, *, ax: Axes | None = None, title: str = "") 
         low, high = min(reach), max(reach)
         pad = max(high - low, 0.02) * 0.12
         (ax.set_xlim if axis == "x" else ax.set_ylim)(low - pad, high + pad)
-    _percent_axis(ax, "x")
-    ax.set_xlabel("prompt-token savings vs the baseline (mean per case; bars: paired 95 % interval)")
+    if savings_axis:
+        _percent_axis(ax, "x")
+        ax.set_xlabel("prompt-token savings vs the baseline (mean per case; bars: paired 95 % interval)")
+    else:
+        ax.set_xlabel("net cost per case, USD (provider-reported cached tokens at data/prices.toml prices)")
     ax.set_ylabel(f"quality Δ {metrics[0]} (arm − baseline;\nhigher is better; bars: paired 95 % interval)")
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
     ax.set_title(title or f"{metrics[0]}: quality against savings (filled = Pareto frontier)")
+    if not savings_axis and not title:
+        ax.set_title(ax.get_title().replace("against savings", "against net cost"))
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], marker="o", linestyle="", color=c, label=r) for r, c in ROLE_COLOURS.items()

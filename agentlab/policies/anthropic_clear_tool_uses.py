@@ -26,6 +26,14 @@ Departures from the source, and why:
 * Whether an excluded tool's uses count towards ``keep`` is not documented; here every use
   counts, and an excluded one is then left alone.
 * ``trigger_fraction`` is a variant: the input-token trigger as a share of the context window.
+* ``clear_in_batches`` is a variant (ours) for prompt caching. Stateless clearing, as above, clears
+  every result but the last ``keep`` on every request over the trigger, so each new tool use moves
+  the cleared point and rewrites a message the previous request sent: a cache bust per step
+  (clearing "invalidates the cache from the cleared point", which is why the source has
+  ``clear_at_least``). With ``clear_in_batches`` and ``clear_at_least`` = B, the oldest results are
+  cleared up to the first one at which the tokens reclaimed reach the largest multiple of B
+  reachable now; the cleared point then stays where it is until another B tokens can be reclaimed,
+  and the requests in between share their prefix with the one before.
 """
 
 from __future__ import annotations
@@ -72,12 +80,18 @@ class AnthropicClearToolUsesPolicy(PolicyJSON):
     clear_tool_inputs_for: tuple[str, ...] = ()
     #: Text a cleared result gets (ours; the source does not publish its text).
     placeholder: str = PLACEHOLDER
+    #: Variant: with ``clear_at_least``, move the cleared point only in steps of that many reclaimed
+    #: tokens, so that a prompt cache survives between steps (source: none; module docstring).
+    clear_in_batches: bool = False
 
     def __post_init__(self) -> None:
         if self.keep < 0 or self.trigger_value < 0 or (self.clear_at_least or 0) < 0:
             raise ValueError("AnthropicClearToolUsesPolicy: keep, trigger_value and clear_at_least must be >= 0")
         if self.trigger_fraction is not None and not 0 < self.trigger_fraction <= 1:
             raise ValueError("AnthropicClearToolUsesPolicy.trigger_fraction must be in (0, 1]")
+        if self.clear_in_batches and not self.clear_at_least:
+            raise ValueError("AnthropicClearToolUsesPolicy.clear_in_batches needs clear_at_least > 0 "
+                             "(the size of a batch, in tokens)")
         for name in ("exclude_tools", "clear_tool_inputs_for"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
@@ -113,6 +127,8 @@ def clear_tool_uses(messages: Sequence[Message], policy: AnthropicClearToolUsesP
         if (count(messages) if input_tokens is None else input_tokens) <= limit:
             return Outcome.unchanged(messages)
     candidates = uses[:-policy.keep] if policy.keep else uses
+    if policy.clear_in_batches:
+        candidates = _batch(messages, candidates, policy)
     out = list(messages)
     for owner, result in candidates:
         m = out[result]
@@ -127,6 +143,29 @@ def clear_tool_uses(messages: Sequence[Message], policy: AnthropicClearToolUsesP
     if policy.clear_at_least is not None and count(messages) - count(out) < policy.clear_at_least:
         return Outcome(tuple(messages), tuple(range(len(messages))), fired=True)
     return Outcome(tuple(out), tuple(range(len(out))), fired=True)
+
+
+def _batch(messages: Sequence[Message], candidates: list[tuple[int, int]],
+           policy: AnthropicClearToolUsesPolicy) -> list[tuple[int, int]]:
+    """The oldest ``candidates`` up to the first at which the reclaimed tokens reach the largest multiple of a batch.
+
+    A result's reclaim is its content's tokens less the placeholder's (an excluded or already
+    cleared result reclaims nothing). ``clear_at_least`` is the batch.
+    """
+    batch = policy.clear_at_least or 1
+    placeholder = tokens.count_text(policy.placeholder)
+    reclaimed: list[int] = []
+    total = 0
+    for owner, result in candidates:
+        m = messages[result]
+        call = next(c for c in messages[owner].tool_calls if c.id == m.tool_call_id)
+        if call.name not in policy.exclude_tools and m.content != policy.placeholder:
+            total += max(0, tokens.count_text(m.content) - placeholder)
+        reclaimed.append(total)
+    goal = total - total % batch
+    if goal == 0:
+        return []
+    return candidates[:next(i for i, r in enumerate(reclaimed) if r >= goal) + 1]
 
 
 class AnthropicClearToolUses(PeerMechanism):

@@ -73,15 +73,23 @@ def _report(argv: Sequence[str]) -> int:
     p.add_argument("--api-key", help="with --url: the key the server asks for (the report is that key's tenant's)")
     p.add_argument("--by", default="arm,tenant,conversation_id",
                    help="comma-separated grouping columns (default arm,tenant,conversation_id)")
+    p.add_argument("--cache-profile", default="openai", choices=["openai", "none"],
+                   help="the prompt-cache model the estimate columns use (default openai; stated in the output)")
+    p.add_argument("--price-model", default=None,
+                   help="price every call as this model of data/prices.toml (default: each call's own model)")
     args = p.parse_args(argv)
     import pandas as pd
 
+    from agentlab.model.prompt_caching import get_profile
     from agentlab.serve.analysis import savings_df
+    from agentlab.serve.cache_report import cache_savings_df
 
+    by = [c.strip() for c in args.by.split(",") if c.strip()]
     try:
-        by = [c.strip() for c in args.by.split(",") if c.strip()]
         table = (savings_df(url=args.url, api_key=args.api_key, by=by) if args.url
                  else savings_df(args.db, by=by))
+        cache, notes = cache_savings_df(args.db if not args.url else None, by=by, profile=args.cache_profile,
+                                        price_model=args.price_model, url=args.url, api_key=args.api_key)
     except (FileNotFoundError, ValueError, KeyError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
@@ -90,6 +98,11 @@ def _report(argv: Sequence[str]) -> int:
         return 0
     with pd.option_context("display.max_columns", None, "display.width", 200):
         print(table.to_string(index=False))
+        print(f"\nprompt cache, estimated with the {args.cache_profile} profile from each call's shared prefix "
+              f"({get_profile(args.cache_profile).description}), beside what the upstream reported:")
+        print(cache.to_string(index=False))
+    for note in notes:
+        print(note)
     return 0
 
 

@@ -185,8 +185,10 @@ def test_report_prints_three_tables_and_smoke_label(tmp_path: Path) -> None:
     code, out, _ = run_cli("report", "demo", "--db", db)
     assert code == 0
     assert "SMOKE TEST" in out
-    for title in ("== token_savings", "== quality_loss", "== recovery", "== scores by mode"):
+    for title in ("== token_savings", "== quality_loss", "== recovery", "== scores by mode", "== prompt_cache"):
         assert title in out
+    # The scripted model has no price: token columns only, said once per model.
+    assert sum(line.startswith("no price for ") for line in out.splitlines()) == 1
     code, out, _ = run_cli("report", "demo", "--db", db, "--json")
     report = json.loads(out)
     assert report["smoke_test"] is True

@@ -210,6 +210,10 @@ def test_cli_league_on_the_test_server_json(tmp_path: Path, toy_qmsum: None) -> 
     assert all(r["ci_low"] is not None for a, r in rouge.items() if a != "long_context")
     # The rerun replays everything: the baseline is reused and no call reaches the server.
     assert f"baseline reused run {payload['baseline_run_id']}" in again and "0 model calls sent this time" in again
+    # The answer calls' reported prompt cache per arm; test-model has no price: tokens only, said once.
+    assert all(r["cached_tokens"] is not None and r["net_cost_usd"] is None for r in payload["rows"])
+    assert "prompt cache (answer calls, provider-reported cached tokens" in again
+    assert again.count("no price for test-model in data/prices.toml: cost columns omitted") == 1
     frame = analysis.league_df(league_id=payload["league_id"], db=db)
     assert list(frame.columns[:20]) == list(league.COLUMN_NAMES[:20])
     assert len(frame) == len(payload["rows"])

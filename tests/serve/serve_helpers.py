@@ -16,6 +16,27 @@ SEARCH_TOOL = {"type": "function", "function": {
 BIG_RESULT = " ".join(f"Record {i}: the Lisbon office opened in {1900 + i} and employs {i * 3} people."
                       for i in range(160))
 
+OFFICE_SYSTEM = {"role": "system", "content": "You answer questions about the company's offices."}
+
+
+def office_conversation(server: Any, key: str, turns: int = 3, arm: str | None = None) -> None:
+    """``turns`` rounds through the openai client: a question, the search the model asks for (``BIG_RESULT``),
+    the answer. ``arm`` names another arm for these calls (the ``X-Agentlab-Arm`` header).
+    """
+    import openai
+
+    headers = {"x-agentlab-arm": arm} if arm else None
+    client = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0, default_headers=headers)
+    messages: list[Any] = [OFFICE_SYSTEM]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"Question {turn} about the Lisbon office?"})
+        call = client.chat.completions.create(model="test-model", messages=messages, tools=[SEARCH_TOOL])
+        message = call.choices[0].message
+        messages += [message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": BIG_RESULT}]
+        answer = client.chat.completions.create(model="test-model", messages=messages, tools=[SEARCH_TOOL])
+        messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+
 
 class ScriptedUpstream:
     """An upstream that answers each chat completion with the next scripted raw SSE body.

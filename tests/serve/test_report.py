@@ -2,28 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import openai
-from serve_helpers import BIG_RESULT, SEARCH_TOOL
+from serve_helpers import office_conversation as _conversation
 
 from agentlab.serve import savings_df, serve_calls_df
 from agentlab.serve.__main__ import main
-
-SYSTEM = {"role": "system", "content": "You answer questions about the company's offices."}
-
-
-def _conversation(server: Any, key: str, turns: int = 3) -> None:
-    client = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0)
-    messages: list[Any] = [SYSTEM]
-    for turn in range(turns):
-        messages.append({"role": "user", "content": f"Question {turn} about the Lisbon office?"})
-        call = client.chat.completions.create(model="test-model", messages=messages, tools=[SEARCH_TOOL])
-        message = call.choices[0].message
-        messages += [message.model_dump(exclude_none=True),
-                     {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": BIG_RESULT}]
-        answer = client.chat.completions.create(model="test-model", messages=messages, tools=[SEARCH_TOOL])
-        messages.append({"role": "assistant", "content": answer.choices[0].message.content})
 
 
 def test_savings_per_arm_and_conversation(proxy, tmp_path, capsys) -> None:
