@@ -18,7 +18,7 @@ shared prefixes:
   since the client's previous request is not kept either);
 * ``usage_cached_tokens`` / ``cache_hit_pct`` — what the upstream itself reported
   (``prompt_tokens_details.cached_tokens``, summed over the call's recall rounds), beside
-  ``est_hit_pct``; ``passthrough_hit_pct`` is the reported hit rate of the ``passthrough`` arm's calls
+  ``est_hit_pct``; ``passthrough_hit_pct`` is the reported hit rate of the passthrough arm's calls (``long_context``, formerly ``passthrough``)
   in the same database (``None`` without such calls), the cache the client would have had;
 * ``net_cost_usd`` from the reported usage and ``est_net_cost_usd`` from the estimate (first round
   only; the completion tokens are the reported ones), at the price of each call's model in
@@ -42,7 +42,9 @@ from agentlab.serve.analysis import MECHANISM_PURPOSES, serve_calls_df
 
 #: The profiles the stored columns can be run through.
 SERVE_PROFILES = ("openai", "none")
-PASSTHROUGH = "passthrough"
+#: The arm that forwards requests unrewritten: the baseline (stored as ``passthrough`` before the arm
+#: registry was shared with the bench, so both names count).
+PASSTHROUGH_ARMS = ("long_context", "passthrough")
 
 
 def _profile(name: str) -> Any:
@@ -114,7 +116,7 @@ def cache_savings_df(source: Any = None, by: Sequence[str] = ("arm", "tenant", "
     out["cache_busts"] = out["cache_busts"].astype("int64")
     out["cache_hit_pct"] = _pct(out["usage_cached_tokens"], out["usage_prompt_tokens"])
     out["est_hit_pct"] = _pct(out["est_cached_tokens"], out["upstream_tokens"])
-    passthrough = ok[ok["arm"] == PASSTHROUGH]
+    passthrough = ok[ok["arm"].isin(PASSTHROUGH_ARMS)]
     reported = passthrough["usage_prompt_tokens"].sum()
     out["passthrough_hit_pct"] = round(100.0 * passthrough["usage_cached_tokens"].sum() / reported, 1) \
         if reported else None

@@ -23,7 +23,7 @@ def test_reported_cached_tokens_beside_the_estimate(proxy, tmp_path, capsys) -> 
     assert (calls["est_cached_tokens"] <= calls["upstream_prefix_tokens"]).all()
     table, notes = cache_savings_df(db, by=["arm"])
     by_arm = table.set_index("arm")
-    passthrough, compaction = by_arm.loc["passthrough"], by_arm.loc["compaction"]
+    passthrough, compaction = by_arm.loc["long_context"], by_arm.loc["compaction"]
     # The upstream (the test server's prefix cache) and the estimate both see the repeated prefix.
     assert passthrough["usage_cached_tokens"] > 0 and passthrough["est_cached_tokens"] > 0
     assert passthrough["cache_busts"] == 0  # the passthrough arm rewrites nothing
@@ -39,7 +39,7 @@ def test_reported_cached_tokens_beside_the_estimate(proxy, tmp_path, capsys) -> 
     assert notes == ["no price for test-model in data/prices.toml: cost columns omitted"]
     assert "net_cost_usd" not in table.columns
     priced, notes = cache_savings_df(db, by=["arm"], price_model="gpt-4.1")
-    row = priced.set_index("arm").loc["passthrough"]
+    row = priced.set_index("arm").loc["long_context"]
     assert 0 < row["net_cost_usd"] and 0 < row["est_net_cost_usd"]
     assert notes[0].startswith("costs priced as gpt-4.1")
     assert main(["report", "--db", db, "--by", "arm"]) == 0
