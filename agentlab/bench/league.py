@@ -73,7 +73,7 @@ from agentlab.bench.league_table import (
 )
 from agentlab.bench.spec import RunSpec, is_embedded, load_selection, resolve_run
 from agentlab.bench.store import DEFAULT_DB, ResultStore
-from agentlab.bench.tasks import Task, get_task
+from agentlab.bench.tasks import Task, Unsupported, get_task
 
 # ------------------------------------------------------------------------------------ arm choice
 
@@ -141,10 +141,6 @@ def choose_arms(task: Task, names: str, *, recall: bool = False, seeding: str | 
 
 # ------------------------------------------------------------------------------------ evidence kept
 
-#: Benchmarks whose gold evidence is marked turn by turn (what :mod:`agentlab.bench.retention` measures).
-RETENTION_BENCHMARKS = ("qmsum", "locomo", "longmemeval")
-
-
 def llm_free_arm(task: Task, name: str) -> Any:
     """Arm ``name`` as the retention measurement runs it when its mechanisms need no model (else ``None``).
 
@@ -163,11 +159,10 @@ async def measure_evidence(task: Task, cases: Sequence[Any], settings: Any, name
     """Measure and store (``retention`` table, turn delivery) the LLM-free retention of ``names`` on ``cases``.
 
     An arm whose rows for every case are already stored (same budget, same retention version) is
-    not measured again. Returns the arms measured and the seconds it took; no model is called.
+    not measured again. Returns the arms measured and the seconds it took; no model is called. The
+    task measures (:meth:`~agentlab.bench.tasks.Task.retention`); a task without retention measures nothing.
     """
     from agentlab.bench import retention
-    from agentlab.bench.cli_retention import _groups
-    from agentlab.bench.delivery import Delivery
     from agentlab.bench.retention_store import write_retention
 
     started = time.perf_counter()
@@ -185,11 +180,10 @@ async def measure_evidence(task: Task, cases: Sequence[Any], settings: Any, name
             chosen.append(arm)
     if store.path is None:
         return [], 0.0
-    if not chosen or task.name not in RETENTION_BENCHMARKS:
+    if not chosen or not task.has_retention():
         return [], 0.0
-    groups = _groups(task.name, cases, Delivery("turns"), settings)
-    timed = await retention.measure_groups(groups, chosen, context_window=budget, settings=settings)
-    write_retention(store.path, timed.rows, benchmark=task.name, chunk_turns=None, context_budget=budget,
+    rows = await task.retention(cases, chosen, settings, delivery="turns", context_window=budget)
+    write_retention(store.path, rows, benchmark=task.name, chunk_turns=None, context_budget=budget,
                     code_version=code_version)
     return [a.name for a in chosen], time.perf_counter() - started
 
@@ -198,7 +192,7 @@ async def measure_evidence(task: Task, cases: Sequence[Any], settings: Any, name
 
 
 def _check_baseline_fits(task: Task, cases: Sequence[Any], settings: Any, window: int, model_spec: str,
-                         demo_possible: bool) -> None:
+                         demo_possible: bool, notes: TextIO | None = None) -> None:
     """Refuse a league whose baseline prompts do not fit the model's window (it would compare with failures).
 
     Counted with the cl100k estimate (a smaller-vocabulary tokenizer does not encode English in
@@ -211,7 +205,13 @@ def _check_baseline_fits(task: Task, cases: Sequence[Any], settings: Any, window
     answer = int(settings.get("answer", "max_tokens", 0) or 0)
     too_long = []
     for case in cases:
-        prompts = baseline_prompts(task, case, settings)
+        try:
+            prompts = baseline_prompts(task, case, settings)
+        except Unsupported:  # no dry run: the baseline's prompts are known only once it runs
+            if notes is not None:
+                notes.write(f"  ({task.name} has no dry run, so its baseline prompts are not checked against the "
+                            f"{window}-token window before the run)\n")
+            return
         if prompts:
             need = max(tokens.count_messages(p) for p in prompts) + answer
             if need > window:
@@ -311,7 +311,8 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         raise CliError(f"{task.name}: no case selected (check --limit and the settings)")
     if info.context_window:
         _check_baseline_fits(task, cases, settings, int(info.context_window), first.model_spec,
-                             demo_possible=is_embedded(first.model_spec) and limit is not None and not fitting)
+                             demo_possible=is_embedded(first.model_spec) and limit is not None and not fitting,
+                             notes=notes)
 
     # The runs in order: the baseline once, then each arm (a recovered arm after its partner).
     league_arms: list[LeagueArm] = []
@@ -345,7 +346,7 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         calls["replayed" if record.cache_hit else "sent"] += 1
 
     try:
-        if evidence and task.name in RETENTION_BENCHMARKS:
+        if evidence and task.has_retention():
             measured, took = await measure_evidence(task, cases, settings, [roles.baseline, *names],
                                                     header.mechanism_window, active, header.code_version)
             if measured:

@@ -59,31 +59,19 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import agentlab.bench.arms as arms_registry
 from agentlab.bench.arms import Arm
-from agentlab.bench.datasets.locomo import Conversation
-from agentlab.bench.datasets.longmemeval import LongMemEvalQuestion
-from agentlab.bench.datasets.qmsum import Meeting, QMSumCase
 from agentlab.bench.delivery import (
-    Delivery,
-    locomo_tool_delivery,
-    locomo_tool_evidence,
-    locomo_turn_evidence,
-    longmemeval_tool_delivery,
-    longmemeval_tool_evidence,
-    longmemeval_turn_evidence,
-    qmsum_tool_delivery,
-    qmsum_tool_evidence,
-    qmsum_turn_evidence,
     question_event,
 )
 from agentlab.bench.metrics import normalize_tokens
 from agentlab.bench.retention_rows import (
+    HistoryGroup,
     Question,
     RetentionRow,
     RetentionSummary,
@@ -405,93 +393,6 @@ async def measure_arms(history: Sequence[Event], questions: Sequence[Question], 
 # ------------------------------------------------------------------------- whole benchmarks
 
 
-@dataclass(frozen=True)
-class HistoryGroup:
-    """One history and the questions asked over it (a QMSum meeting, a LoCoMo conversation, a LongMemEval item)."""
-
-    session_id: str
-    delivery: str
-    events: tuple[Event, ...]
-    tools: tuple[Tool, ...]
-    questions: tuple[Question, ...]
-
-
-def qmsum_groups(cases: Sequence[QMSumCase], delivery: Delivery = Delivery("tool_results"), *,
-                 seed: Callable[[Meeting, str], Sequence[Event]] | None = None) -> list[HistoryGroup]:
-    """QMSum cases grouped by meeting, in first-seen order, in ``delivery``.
-
-    Turn delivery needs ``seed``, the task's seeding function (``seed_events(meeting, session_id)``
-    of the QMSum task), so that the turns measured are the ones the task sends.
-    """
-    by_meeting: dict[str, list[QMSumCase]] = {}
-    for case in cases:
-        by_meeting.setdefault(case.meeting_id, []).append(case)
-    groups = []
-    for meeting_id, items in by_meeting.items():
-        session_id = f"retention-{meeting_id}"
-        if delivery.delivery == "tool_results":
-            td = qmsum_tool_delivery(items[0].meeting, session_id, delivery.chunk_turns)
-            events, tools = td.events, td.tools
-            questions = [Question(c.case_id, c.query, qmsum_tool_evidence(c, events)) for c in items]
-        else:
-            if seed is None:
-                raise ValueError("turn delivery needs the task's seed function (seed=...)")
-            events, tools = tuple(seed(items[0].meeting, session_id)), ()
-            questions = [Question(c.case_id, c.query, qmsum_turn_evidence(c, events)) for c in items]
-        groups.append(HistoryGroup(session_id, delivery.delivery, tuple(events), tuple(tools), tuple(questions)))
-    return groups
-
-
-def locomo_groups(conversations: Sequence[Conversation], delivery: Delivery = Delivery("tool_results"), *,
-                  categories: Sequence[int] = (1, 2, 3, 4, 5), include_captions: bool = False,
-                  seed: Callable[[Conversation], Sequence[Event]] | None = None) -> list[HistoryGroup]:
-    """Every LoCoMo question of ``categories``, grouped by conversation, in ``delivery``.
-
-    Turn delivery needs ``seed``: the conversation's seeded events in order (the LoCoMo task's
-    ``seed_plan`` sessions concatenated), since its turns sit in one session per LoCoMo session there.
-    """
-    wanted = set(categories)
-    groups = []
-    for conversation in conversations:
-        qas = [q for q in conversation.qa if q.category in wanted]
-        session_id = f"retention-{conversation.sample_id}"
-        if delivery.delivery == "tool_results":
-            td = locomo_tool_delivery(conversation, session_id, include_captions)
-            events, tools = td.events, td.tools
-            questions = [Question(q.qa_id, q.question, locomo_tool_evidence(q, conversation, events,
-                                                                              include_captions)) for q in qas]
-        else:
-            if seed is None:
-                raise ValueError("turn delivery needs the task's seeded events (seed=...)")
-            events, tools = tuple(seed(conversation)), ()
-            questions = [Question(q.qa_id, q.question, locomo_turn_evidence(q, events)) for q in qas]
-        groups.append(HistoryGroup(session_id, delivery.delivery, tuple(events), tuple(tools), tuple(questions)))
-    return groups
-
-
-def longmemeval_groups(items: Sequence[LongMemEvalQuestion], delivery: Delivery = Delivery("tool_results"), *,
-                       seed: Callable[[LongMemEvalQuestion], Sequence[Event]] | None = None) -> list[HistoryGroup]:
-    """One group per LongMemEval question (each brings its own haystack), in ``delivery``.
-
-    Turn delivery needs ``seed``: the task's ``haystack_events``.
-    """
-    groups = []
-    for item in items:
-        session_id = f"retention-{item.question_id}"
-        if delivery.delivery == "tool_results":
-            td = longmemeval_tool_delivery(item, session_id)
-            events, tools = td.events, td.tools
-            evidence = longmemeval_tool_evidence(item, events)
-        else:
-            if seed is None:
-                raise ValueError("turn delivery needs the task's haystack events (seed=...)")
-            events, tools = tuple(seed(item)), ()
-            evidence = longmemeval_turn_evidence(item, events)
-        groups.append(HistoryGroup(session_id, delivery.delivery, tuple(events), tuple(tools),
-                                   (Question(item.question_id, item.question, evidence),)))
-    return groups
-
-
 async def measure_groups(groups: Sequence[HistoryGroup], arms: Sequence[Arm], **kwargs: Any) -> Timed:
     """:func:`measure_retention` over every group and arm (``kwargs``: its keyword settings), timed."""
     started = time.perf_counter()
@@ -515,14 +416,11 @@ __all__ = [
     "SkippedArm",
     "Timed",
     "aggregate",
-    "locomo_groups",
-    "longmemeval_groups",
     "measure_arms",
     "measure_groups",
     "measure_retention",
     "model_arms",
     "normalise",
-    "qmsum_groups",
     "request_points",
     "request_texts",
     "retention_arms",

@@ -13,6 +13,8 @@ from typing import Any
 
 from agentlab.bench.delivery import EvidenceMap
 from agentlab.core.project import ProjectionResult
+from agentlab.core.tools import Tool
+from agentlab.events import Event
 
 # ------------------------------------------------------------------------------------ rows
 
@@ -139,7 +141,19 @@ def _piece_in(text: str, texts: Sequence[str]) -> bool:
     return any(needle in t for t in texts)
 
 
+@dataclass(frozen=True)
+class HistoryGroup:
+    """One history and the questions asked over it (a QMSum meeting, a LoCoMo conversation, a LongMemEval item)."""
+
+    session_id: str
+    delivery: str
+    events: tuple[Event, ...]
+    tools: tuple[Tool, ...]
+    questions: tuple[Question, ...]
+
+
 __all__ = [
+    "HistoryGroup",
     "Question",
     "RetentionRow",
     "RetentionSummary",

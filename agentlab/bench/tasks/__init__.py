@@ -82,6 +82,7 @@ from agentlab.bench.tasks._harness import (
     RunContext,
     RunOutcome,
     UnknownBenchmark,
+    Unsupported,
     check_window,
     collect_run,
     compaction_row,
@@ -93,6 +94,8 @@ from agentlab.extensions import LEGACY_ENV, load_extensions
 
 if TYPE_CHECKING:
     from agentlab.bench.arms import Arm
+    from agentlab.bench.delivery import DeliveryMode
+    from agentlab.bench.retention_rows import HistoryGroup, RetentionRow
 
 
 #: App, user and agent names of a generic arm's runs.
@@ -124,6 +127,9 @@ class Task(ABC):
     #: Why ``[dataset] delivery`` does not apply to this benchmark (``None``: its ``[dataset]`` has the
     #: field when it delivers its history as tool results too; see :meth:`tool_delivery`).
     tool_delivery_inapplicable: ClassVar[str | None] = None
+    #: The settings file (``None``: ``benchmarks/<name>.toml``); a benchmark kept outside the package
+    #: names the TOML beside its module, e.g. ``str(Path(__file__).with_suffix(".toml"))``.
+    settings_file: ClassVar[str | None] = None
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
     #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
@@ -163,11 +169,49 @@ class Task(ABC):
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
         """Every prompt the mode would send before any model output exists (no model is called)."""
-        raise NotImplementedError(f"{self.name} does not support --dry-run")
+        raise Unsupported(f"{self.name} has no dry run: its task does not implement Task.dry_run_prompts "
+                          "(run it on a model, or use a generic arm: --arm compaction)")
 
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
         """LLM-free evidence recall@k of the retrieval for ``cases`` (``--retrieval-only``)."""
-        raise NotImplementedError(f"{self.name} does not support --retrieval-only")
+        raise Unsupported(f"{self.name} has no --retrieval-only measure (its task does not implement "
+                          "Task.retrieval_only)")
+
+    # ------------------------------------------------------------------ retention (optional)
+
+    def retention_groups(self, cases: Sequence[Case], settings: Settings, delivery: DeliveryMode) -> list[HistoryGroup]:
+        """The histories the LLM-free retention measures over ``cases``, each with the questions asked over it.
+
+        One :class:`~agentlab.bench.retention.HistoryGroup` per shared history (a meeting, a
+        conversation), holding only the selected cases' questions, each with its gold evidence map
+        (:class:`~agentlab.bench.delivery.EvidenceMap`). ``delivery``: ``turns`` (the events the task
+        seeds, as :meth:`history`) or ``tool_results`` (:meth:`tool_delivery`'s reading trajectory).
+        A task that marks no gold evidence keeps this default, which raises :class:`Unsupported`.
+        """
+        raise Unsupported(f"{self.name} marks no gold evidence in its history, so retention does not apply to it "
+                          "(a task implements Task.retention_groups, or Task.retention for a measure of its own)")
+
+    async def retention(self, cases: Sequence[Case], arms: Sequence[Arm], settings: Settings, *, delivery: DeliveryMode,
+                        context_window: int) -> list[RetentionRow]:
+        """The LLM-free retention of every arm over ``cases``: the entry point ``retention`` and ``league`` call.
+
+        One :class:`~agentlab.bench.retention.RetentionRow` per measured unit and arm; ``retention``
+        averages, prints and stores them. The default measures :meth:`retention_groups` with
+        :func:`agentlab.bench.retention.measure_groups` (per question: is its evidence in the request).
+        A benchmark whose measure is its own (e.g. per step of an agent trajectory) overrides this and
+        returns rows of the same shape, one per step (``case_id`` naming the step).
+        ``context_window``: the window the mechanisms see; ``settings``: the ones to build them from.
+        """
+        from agentlab.bench.retention import measure_groups
+
+        groups = self.retention_groups(cases, settings, delivery)
+        timed = await measure_groups(groups, list(arms), context_window=context_window, settings=settings)
+        return timed.rows
+
+    def has_retention(self) -> bool:
+        """Whether the task implements retention (:meth:`retention_groups` or :meth:`retention`)."""
+        cls = type(self)
+        return cls.retention_groups is not Task.retention_groups or cls.retention is not Task.retention
 
     # ------------------------------------------------------------------------------- arms
 
@@ -237,7 +281,8 @@ class Task(ABC):
 
     def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> Any:
         """The case's history as a scripted tool-reading trajectory and its tools (a :class:`~agentlab.bench.delivery.ToolDelivery`)."""
-        raise NotImplementedError(self.tool_delivery_inapplicable or f"{self.name} has no tool-result delivery")
+        raise Unsupported(self.tool_delivery_inapplicable or f"{self.name} has no tool-result delivery (its task does "
+                          "not implement Task.tool_delivery); use dataset.delivery=turns")
 
     def delivered_history(self, case: Case, settings: Settings, session_id: str) -> tuple[list[Event], list[Any]]:
         """(the events a generic arm's session is seeded with, the tools its agent offers) under the delivery.
@@ -252,7 +297,8 @@ class Task(ABC):
 
     def history(self, case: Case, settings: Settings) -> list[Event]:
         """The events a generic arm's session is seeded with, oldest first (the case's conversation)."""
-        raise NotImplementedError(f"{self.name} does not seed a history for generic arms")
+        raise Unsupported(f"{self.name} does not seed a history for generic arms (its task does not implement "
+                          "Task.history); run one of its own modes")
 
     def arm_instruction(self, case: Case, settings: Settings) -> str:
         """The answer instruction of a generic arm's agent (default: none)."""
@@ -404,6 +450,7 @@ __all__ = [
     "TASKS",
     "Task",
     "UnknownBenchmark",
+    "Unsupported",
     "check_window",
     "collect_run",
     "compaction_row",

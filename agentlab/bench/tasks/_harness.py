@@ -136,6 +136,16 @@ def context_length_need(estimate: int | None) -> Iterator[None]:
         raise
 
 
+class Unsupported(NotImplementedError):
+    """A task lacks an optional capability (a dry run, retention, a tool delivery...).
+
+    The message names the task, what it lacks and what to do instead; the CLI prints it as one
+    ``error:`` line. A subclass of ``NotImplementedError``, so code that tolerated that still does.
+    """
+
+    pass
+
+
 class UnknownBenchmark(LookupError):
     """No registered task has the name asked for; the message lists the known ones."""
 
@@ -307,6 +317,7 @@ __all__ = [
     "RunContext",
     "RunOutcome",
     "UnknownBenchmark",
+    "Unsupported",
     "check_window",
     "collect_run",
     "compaction_row",
