@@ -19,6 +19,21 @@ visible constants (or, when long, in ``<name>_prompts.py`` beside it, as the jud
         async def score(self, case, result, ctx) -> list[Score]: ...
         def dry_run_prompts(self, case, mode, settings) -> list[list[Message]]: ...
 
+``load_cases`` and ``run_case`` are required (``score`` too, to be scored). Every other method is an
+optional capability with a default, asked for only by the command that needs it; one a task lacks
+raises :class:`Unsupported`, which the CLI prints as one ``error:`` line:
+
+* ``history(case, settings)`` — the events a generic arm's session is seeded with (every arm);
+* ``dry_run_prompts(case, mode, settings)`` — ``--dry-run`` of a task mode, and the league's check
+  that the baseline fits the window (skipped, and said so, without it);
+* ``tool_delivery(case, settings, session_id)`` — ``[dataset] delivery = "tool_results"``;
+* ``retention_groups(cases, settings, delivery)`` — the histories and gold evidence the LLM-free
+  ``retention`` command and the league's "evidence kept" measure; or, for a measure of its own (per
+  step of a trajectory rather than per question), ``async retention(cases, arms, settings, *,
+  delivery, context_window) -> list[RetentionRow]``, the entry point both call;
+* ``retrieval_only``, ``report_tables``, ``case_group``, ``settings_file`` (a benchmark kept outside
+  the package names its TOML).
+
 The harness (:mod:`agentlab.bench.executor`) owns everything around a case:
 
 * it calls :meth:`Task.load_cases` once, applies ``--limit`` as a prefix of the selection, and
