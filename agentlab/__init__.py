@@ -5,6 +5,7 @@ The public API, re-exported here (loaded on first use so ``import agentlab`` sta
     from agentlab import Runner, LLMAgent, FunctionTool, RunOptions
     from agentlab import SummaryPolicy, CompactionPolicy, RecallPolicy, MemoryPolicy
     from agentlab import InMemorySessionService, DuckDBSessionService, get_model
+    from agentlab import ContextMechanism, project      # the seam: a mechanism, and a projection without an agent
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ _EXPORTS = {
     "FunctionTool": "agentlab.runtime",
     "RunOptions": "agentlab.runtime",
     "Invocation": "agentlab.runtime",
+    "ContextMechanism": "agentlab.core",
+    "project": "agentlab.core",
     "SummaryPolicy": "agentlab.summary",
     "CompactionPolicy": "agentlab.compaction",
     "RecallPolicy": "agentlab.recall",

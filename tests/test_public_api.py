@@ -13,3 +13,10 @@ def test_policies_round_trip_through_json():
         policy = cls()
         data = policy.to_dict()
         assert cls.from_dict(data) == policy, cls.__name__
+
+
+def test_the_seam_is_in_the_top_level_api():
+    from agentlab.core import ContextMechanism, project
+
+    assert agentlab.ContextMechanism is ContextMechanism and agentlab.project is project
+    assert {"ContextMechanism", "project"} <= set(agentlab.__all__)

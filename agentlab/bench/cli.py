@@ -62,7 +62,7 @@ from agentlab.bench.config import SettingsError, settings_path
 from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.distributed import ExecutorError
 from agentlab.bench.spec import comparison_modes
-from agentlab.bench.tasks import UnknownBenchmark, discover
+from agentlab.bench.tasks import UnknownBenchmark, Unsupported, discover
 from agentlab.duckdb_files import DatabaseFileError
 from agentlab.extensions import ExtensionError
 
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)
     except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, DatabaseFileError,
-            ExecutorError, ExtensionError) as exc:
+            ExecutorError, ExtensionError, Unsupported) as exc:
         message = exc.args[0] if isinstance(exc, UnknownBenchmark | FileNotFoundError) and exc.args else str(exc)
         sys.stderr.write(f"error: {message}\n")
         return 2

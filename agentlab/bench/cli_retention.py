@@ -1,11 +1,13 @@
 """``python -m agentlab.bench retention <benchmark>``: LLM-free evidence retention per arm.
 
-    python -m agentlab.bench retention qmsum|locomo|longmemeval [--arms a,b,…|all] [--limit N]
+    python -m agentlab.bench retention <benchmark> [--arms a,b,…|all] [--limit N]
         [--context-budget N] [--set dataset.delivery=turns|tool_results] [--set dataset.chunk_turns=N]
         [--set section.field=value …] [--cache-profile openai|anthropic|none] [--price-model MODEL]
         [--db PATH] [--json]
 
-No model is called. Each case's history is seeded as the task seeds it (``turns``) or as a scripted
+The benchmark is any task that implements retention (:meth:`agentlab.bench.tasks.Task.retention_groups`,
+or :meth:`~agentlab.bench.tasks.Task.retention` for a measure of its own; qmsum, locomo and longmemeval
+do); the command asks the task and names no benchmark itself. No model is called. Each case's history is seeded as the task seeds it (``turns``) or as a scripted
 reading trajectory of tool results (``tool_results``, :mod:`agentlab.bench.delivery`); every request
 a live agent would send is projected under each arm with ``agentlab.core.project``; and the
 retention figures of :mod:`agentlab.bench.retention` are printed per arm, stored per case in the
@@ -44,14 +46,9 @@ from agentlab.bench.retention import (
     DEFAULT_CONTEXT_WINDOW,
     FRACTION_TRIGGERED_PEERS,
     PEER_TRIGGER_FRACTION,
-    HistoryGroup,
     RetentionSummary,
     aggregate,
-    locomo_groups,
-    longmemeval_groups,
-    measure_groups,
     model_arms,
-    qmsum_groups,
     retention_arms,
     retention_settings,
 )
@@ -60,15 +57,20 @@ from agentlab.bench.store import DEFAULT_DB
 from agentlab.model.prices import PriceFileError, no_price_note, price_for
 from agentlab.model.prompt_caching import PROFILES, get_profile
 
-BENCHMARKS = ("qmsum", "locomo", "longmemeval")
 #: The model whose price the cost columns use when ``--price-model`` is not given, per cache profile.
 DEFAULT_PRICE_MODEL: dict[str, str | None] = {"openai": "gpt-4.1", "anthropic": "claude-sonnet-4-5", "none": None}
+
+def retention_benchmarks() -> list[str]:
+    """The registered benchmarks whose task implements retention (:meth:`~agentlab.bench.tasks.Task.has_retention`)."""
+    from agentlab.bench.tasks import discover
+
+    return sorted(name for name, cls in discover().items() if cls().has_retention())
 
 
 def retention_parser(prog: str) -> argparse.ArgumentParser:
     """The ``retention`` subcommand's flags."""
     p = argparse.ArgumentParser(prog=f"{prog} retention", description="LLM-free evidence retention per arm")
-    p.add_argument("benchmark", help=f"one of {', '.join(BENCHMARKS)}")
+    p.add_argument("benchmark", help="a benchmark whose task implements retention (e.g. qmsum, locomo, longmemeval)")
     p.add_argument("--arms", default="all", help="comma-separated arm names, or 'all' (every arm that needs no model)")
     p.add_argument("--limit", type=int, default=0, help="the first N cases of the published selection (0 = all)")
     p.add_argument("--context-budget", type=int, default=None,
@@ -86,8 +88,8 @@ def retention_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _delivery(settings: Any) -> Delivery:
-    """``[dataset] delivery`` (and QMSum's ``chunk_turns``) of the benchmark's settings."""
-    dataset = settings.section("dataset")
+    """``[dataset] delivery`` (and ``chunk_turns``, for a ``[dataset]`` that reads in chunks) of the settings."""
+    dataset = settings.section("dataset") if "dataset" in settings else None
     return dataset if isinstance(dataset, Delivery) else Delivery(settings.get("dataset", "delivery", "turns"))
 
 
@@ -112,30 +114,6 @@ def _pick_arms(names: str, task: Any) -> tuple[dict[str, Any], dict[str, str]]:
         raise CliError(f"--arms {names}: every arm named needs a model ({'; '.join(skipped.values())}); "
                        "this command calls none")
     return picked, skipped
-
-
-def _groups(benchmark: str, cases: Sequence[Any], delivery: Delivery, settings: Any) -> list[HistoryGroup]:
-    """The histories of the selected cases, in ``delivery``, with only the selected questions."""
-    wanted = {c.id for c in cases}
-    if benchmark == "qmsum":
-        from agentlab.bench.tasks.qmsum import seed_events
-
-        return qmsum_groups([c.data for c in cases], delivery, seed=seed_events)
-    if benchmark == "locomo":
-        from agentlab.bench.tasks.locomo import seed_plan
-        from agentlab.bench.tasks.locomo_settings import LoCoMoDataset
-
-        captions = settings.of("dataset", LoCoMoDataset).include_image_captions
-        conversations: dict[str, Any] = {}
-        for case in cases:
-            conversations.setdefault(case.data.conversation.sample_id, case.data.conversation)
-        groups = locomo_groups(list(conversations.values()), delivery, include_captions=captions,
-                               seed=lambda conv: [e for _, events in seed_plan(conv, captions) for e in events])
-        return [HistoryGroup(g.session_id, g.delivery, g.events, g.tools,
-                             tuple(q for q in g.questions if q.case_id in wanted)) for g in groups]
-    from agentlab.bench.tasks.longmemeval import haystack_events
-
-    return longmemeval_groups([c.data for c in cases], delivery, seed=haystack_events)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -193,34 +171,38 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     from agentlab.bench.loops import run_sync
     from agentlab.bench.retention_store import write_retention
     from agentlab.bench.spec import load_selection
-    from agentlab.bench.tasks import get_task
+    from agentlab.bench.tasks import Unsupported, get_task
 
-    if args.benchmark not in BENCHMARKS:
-        raise CliError(f"retention {args.benchmark!r}: retention is defined for {', '.join(BENCHMARKS)} "
-                       "(their gold evidence is marked turn by turn)")
     if args.limit < 0:
         raise CliError(f"--limit must be >= 0 (0 = all cases), got {args.limit}")
     budget = DEFAULT_CONTEXT_WINDOW if args.context_budget is None else args.context_budget
     if budget < 1:
         raise CliError(f"--context-budget must be >= 1, got {budget}")
     task = get_task(args.benchmark)
+    if not task.has_retention():
+        raise CliError(f"retention {args.benchmark!r}: its task marks no gold evidence (it implements neither "
+                       "Task.retention_groups nor Task.retention); benchmarks with retention: "
+                       f"{', '.join(retention_benchmarks())}")
     arms, skipped = _pick_arms(args.arms, task)
     settings = _load(task, args.overrides)
     delivery = _delivery(settings)
     started = time.perf_counter()
     cases = select(load_selection(task, settings), args.limit or None)
-    groups = _groups(args.benchmark, cases, delivery, settings)
     profile = None if args.cache_profile == "none" and args.price_model is None else args.cache_profile
     price, price_model, price_line = _price(args) if profile is not None else (None, None, "")
-    timed = run_sync(measure_groups(groups, list(arms.values()), context_window=budget,
-                                    settings=retention_settings(settings), cache_profile=profile))
-    summaries = aggregate(timed.rows, budget)
+    try:
+        rows = run_sync(task.retention(cases, list(arms.values()), retention_settings(settings),
+                                       delivery=delivery.delivery, context_window=budget, cache_profile=profile))
+    except Unsupported as exc:  # a task that implements retention for one delivery only
+        raise CliError(str(exc)) from exc
+    summaries = aggregate(rows, budget)
     if profile is not None:
-        summaries = with_cache(summaries, timed.rows, price)
-    chunk = delivery.chunk_turns if (args.benchmark == "qmsum" and delivery.delivery == "tool_results") else None
+        summaries = with_cache(summaries, rows, price)
+    reads_in_chunks = isinstance(settings.get("dataset", "chunk_turns"), int)
+    chunk = delivery.chunk_turns if (reads_in_chunks and delivery.delivery == "tool_results") else None
     stored = 0
     if not args.no_store:
-        stored = write_retention(args.db, timed.rows, benchmark=args.benchmark, chunk_turns=chunk,
+        stored = write_retention(args.db, rows, benchmark=args.benchmark, chunk_turns=chunk,
                                  context_budget=budget, code_version=code_version())
     budget_source = "--context-budget" if args.context_budget is not None else "the retention default"
     wall = time.perf_counter() - started
@@ -250,7 +232,7 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
         basis = "net cost" if price is not None else "uncached tokens"
         out.write(f"ranked by {basis} instead of raw tokens (1 = cheapest), these arms move: "
                   f"{', '.join(differ) or 'none'}\n")
-    missing = sum(r.n_missing for r in timed.rows) // max(1, len(arms))
+    missing = sum(r.n_missing for r in rows) // max(1, len(arms))
     if missing:
         out.write(f"({missing} gold evidence ids are not in the history; left out of every fraction)\n")
     if skipped:
@@ -262,5 +244,5 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-__all__ = ["BENCHMARKS", "DEFAULT_PRICE_MODEL", "cmd_retention", "format_cache_table", "format_table",
+__all__ = ["DEFAULT_PRICE_MODEL", "cmd_retention", "format_cache_table", "format_table", "retention_benchmarks",
            "retention_parser"]

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentlab.bench.facts import ModeRoles as ModeRoles  # re-exported: tasks and tests import it from here
-from agentlab.bench.facts import registered_roles, registered_task
+from agentlab.bench.facts import registered_roles, registered_so_far, registered_task
 from agentlab.model.base import GenerationConfig
 from agentlab.policy import (
     FieldError,
@@ -361,7 +361,15 @@ def _did_you_mean(name: str, declared: Sequence[str]) -> str:
 
 
 def settings_path(benchmark: str, directory: str | Path | None = None) -> Path:
-    """Where the benchmark's settings file lives (``benchmarks/<benchmark>.toml``)."""
+    """Where the benchmark's settings file lives: ``benchmarks/<benchmark>.toml``, or its task's ``settings_file``.
+
+    A task kept outside the package names its own file (:attr:`agentlab.bench.tasks.Task.settings_file`);
+    ``directory`` (a test's folder) overrides both.
+    """
+    if directory is None:
+        own = getattr(registered_so_far(benchmark), "settings_file", None)
+        if own is not None:
+            return Path(own)
     return Path(directory or BENCHMARKS_DIR) / f"{benchmark}.toml"
 
 

@@ -77,6 +77,11 @@ def registered_token_rules() -> dict[str, str]:
             if getattr(cls, "published_token_rule", None)}
 
 
+def registered_so_far(name: str) -> Any:
+    """The task class registered as ``name`` without importing any task module (``None`` if not yet)."""
+    return (_registered() if _registered is not None else {}).get(name)
+
+
 def registered_task(name: str) -> Any:
     """The task class registered as ``name`` (``LookupError`` naming the known ones if none)."""
     classes = _task_classes()

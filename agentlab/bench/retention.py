@@ -60,38 +60,34 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 import agentlab.bench.arms as arms_registry
 import agentlab.bench.retention_cache as retention_cache
 from agentlab.bench.arms import Arm
-from agentlab.bench.datasets.locomo import Conversation
-from agentlab.bench.datasets.longmemeval import LongMemEvalQuestion
-from agentlab.bench.datasets.qmsum import Meeting, QMSumCase
 from agentlab.bench.delivery import (
-    Delivery,
-    EvidenceMap,
-    locomo_tool_delivery,
-    locomo_tool_evidence,
-    locomo_turn_evidence,
-    longmemeval_tool_delivery,
-    longmemeval_tool_evidence,
-    longmemeval_turn_evidence,
-    qmsum_tool_delivery,
-    qmsum_tool_evidence,
-    qmsum_turn_evidence,
     question_event,
 )
 from agentlab.bench.metrics import normalize_tokens
+from agentlab.bench.retention_rows import (
+    HistoryGroup,
+    Question,
+    RetentionRow,
+    RetentionSummary,
+    _piece_in,
+    aggregate,
+    normalise,
+    request_texts,
+    units_present,
+)
 from agentlab.core import ContextMechanism, project
 from agentlab.core.project import ProjectionResult, replaced_in_request
 from agentlab.core.tools import Tool
 from agentlab.events import Event
 from agentlab.model.base import Model, ModelInfo, ModelRequest
-from agentlab.model.prompt_caching import CacheTotals
 from agentlab.policies import mechanism as peer_mechanism
 from agentlab.recall import RecallMechanism, RecallPolicy
 from agentlab.session.base import Session
@@ -177,134 +173,6 @@ def retention_settings(settings: Any) -> Any:
         if sections.get(name, policy_class()) == policy_class():
             sections[name] = policy_class(trigger_fraction=PEER_TRIGGER_FRACTION)
     return Settings(sections, settings.published, settings.source, settings.smoke, settings.benchmark)
-
-
-# ------------------------------------------------------------------------------------ rows
-
-
-@dataclass(frozen=True)
-class Question:
-    """One case over a shared history: its id, the question text and its evidence map."""
-
-    case_id: str
-    text: str
-    evidence: EvidenceMap
-
-
-@dataclass(frozen=True)
-class RetentionRow:
-    """Retention of one case under one arm (definitions in the module docstring)."""
-
-    case_id: str
-    arm: str
-    #: ``turns`` or ``tool_results``.
-    delivery: str
-    #: Gold evidence units found in the history (the denominator of every fraction).
-    n_units: int
-    #: Gold ids the history does not hold (not in any fraction).
-    n_missing: int
-    #: Share of the units present in the final request; ``None`` when the case has no unit.
-    retained: float | None
-    #: k -> share of the units present or found by the search within k hits; ``None`` without a
-    #: recall tool (or without units).
-    recoverable: dict[int, float | None]
-    peak_prompt_tokens: int
-    total_prompt_tokens: int
-    final_prompt_tokens: int
-    #: Requests the case sends (reads + the answer request).
-    n_requests: int
-    #: ROUGE-L recall of the evidence text against the summary texts; ``None`` without a summary.
-    evidence_rouge_recall: float | None
-    #: Ids of the units not present in the final request.
-    lost_units: tuple[str, ...] = ()
-    #: Events of the history the final request left out or replaced.
-    n_hidden_events: int = 0
-    #: The case's requests through a prompt cache (``None`` without a cache profile).
-    cache: CacheTotals | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Flat, JSON-ready: ``recoverable`` becomes ``recoverable_at_<k>`` columns."""
-        out = asdict(self)
-        for k, value in out.pop("recoverable").items():
-            out[f"recoverable_at_{k}"] = value
-        out["lost_units"] = list(self.lost_units)
-        out["cache"] = None if self.cache is None else self.cache.as_dict()
-        return out
-
-
-@dataclass(frozen=True)
-class RetentionSummary:
-    """The mean of a set of rows (one arm, one delivery): macro averages over cases."""
-
-    arm: str
-    delivery: str
-    n_cases: int
-    #: Cases with at least one unit (the fractions are averaged over these).
-    n_scored: int
-    retained: float | None
-    recoverable: dict[int, float | None]
-    mean_peak_prompt_tokens: float
-    max_peak_prompt_tokens: int
-    mean_total_prompt_tokens: float
-    mean_final_prompt_tokens: float
-    evidence_rouge_recall: float | None
-    #: Cases whose peak prompt is over ``context_window`` (``None`` when no window was given).
-    n_over_window: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    kept = [v for v in values if v is not None]
-    return sum(kept) / len(kept) if kept else None
-
-
-def aggregate(rows: Sequence[RetentionRow], context_window: int | None = None) -> list[RetentionSummary]:
-    """One :class:`RetentionSummary` per (arm, delivery), in first-seen order.
-
-    Fractions are macro means over the cases with at least one unit; ``recoverable@k`` over the
-    cases where it is defined (``None`` when it never is); token columns over every case.
-    """
-    groups: dict[tuple[str, str], list[RetentionRow]] = {}
-    for row in rows:
-        groups.setdefault((row.arm, row.delivery), []).append(row)
-    out: list[RetentionSummary] = []
-    for (arm, delivery), group in groups.items():
-        ks = sorted({k for r in group for k in r.recoverable})
-        out.append(RetentionSummary(
-            arm=arm, delivery=delivery, n_cases=len(group), n_scored=sum(1 for r in group if r.n_units),
-            retained=_mean([r.retained for r in group]),
-            recoverable={k: _mean([r.recoverable.get(k) for r in group]) for k in ks},
-            mean_peak_prompt_tokens=sum(r.peak_prompt_tokens for r in group) / len(group),
-            max_peak_prompt_tokens=max(r.peak_prompt_tokens for r in group),
-            mean_total_prompt_tokens=sum(r.total_prompt_tokens for r in group) / len(group),
-            mean_final_prompt_tokens=sum(r.final_prompt_tokens for r in group) / len(group),
-            evidence_rouge_recall=_mean([r.evidence_rouge_recall for r in group]),
-            n_over_window=None if context_window is None else sum(1 for r in group
-                                                                  if r.peak_prompt_tokens > context_window)))
-    return out
-
-
-# --------------------------------------------------------------------------- presence
-
-
-def normalise(text: str) -> str:
-    """The form the presence test compares: whitespace runs collapsed to one space, ends stripped."""
-    return " ".join(text.split())
-
-
-def request_texts(result: ProjectionResult) -> list[str]:
-    """The normalised content of every message of the projected request."""
-    return [normalise(m.content) for m in result.request.messages if m.content]
-
-
-def units_present(evidence: EvidenceMap, texts: Sequence[str]) -> list[bool]:
-    """Per unit of ``evidence``: whether every piece's text is a substring of one of ``texts``."""
-    return [all(_piece_in(p.text, texts) for p in unit.pieces) for unit in evidence.units]
-
-
-def _piece_in(text: str, texts: Sequence[str]) -> bool:
-    needle = normalise(text)
-    return any(needle in t for t in texts)
 
 
 # ---------------------------------------------------------------------------- requests
@@ -533,93 +401,6 @@ async def measure_arms(history: Sequence[Event], questions: Sequence[Question], 
 # ------------------------------------------------------------------------- whole benchmarks
 
 
-@dataclass(frozen=True)
-class HistoryGroup:
-    """One history and the questions asked over it (a QMSum meeting, a LoCoMo conversation, a LongMemEval item)."""
-
-    session_id: str
-    delivery: str
-    events: tuple[Event, ...]
-    tools: tuple[Tool, ...]
-    questions: tuple[Question, ...]
-
-
-def qmsum_groups(cases: Sequence[QMSumCase], delivery: Delivery = Delivery("tool_results"), *,
-                 seed: Callable[[Meeting, str], Sequence[Event]] | None = None) -> list[HistoryGroup]:
-    """QMSum cases grouped by meeting, in first-seen order, in ``delivery``.
-
-    Turn delivery needs ``seed``, the task's seeding function (``seed_events(meeting, session_id)``
-    of the QMSum task), so that the turns measured are the ones the task sends.
-    """
-    by_meeting: dict[str, list[QMSumCase]] = {}
-    for case in cases:
-        by_meeting.setdefault(case.meeting_id, []).append(case)
-    groups = []
-    for meeting_id, items in by_meeting.items():
-        session_id = f"retention-{meeting_id}"
-        if delivery.delivery == "tool_results":
-            td = qmsum_tool_delivery(items[0].meeting, session_id, delivery.chunk_turns)
-            events, tools = td.events, td.tools
-            questions = [Question(c.case_id, c.query, qmsum_tool_evidence(c, events)) for c in items]
-        else:
-            if seed is None:
-                raise ValueError("turn delivery needs the task's seed function (seed=...)")
-            events, tools = tuple(seed(items[0].meeting, session_id)), ()
-            questions = [Question(c.case_id, c.query, qmsum_turn_evidence(c, events)) for c in items]
-        groups.append(HistoryGroup(session_id, delivery.delivery, tuple(events), tuple(tools), tuple(questions)))
-    return groups
-
-
-def locomo_groups(conversations: Sequence[Conversation], delivery: Delivery = Delivery("tool_results"), *,
-                  categories: Sequence[int] = (1, 2, 3, 4, 5), include_captions: bool = False,
-                  seed: Callable[[Conversation], Sequence[Event]] | None = None) -> list[HistoryGroup]:
-    """Every LoCoMo question of ``categories``, grouped by conversation, in ``delivery``.
-
-    Turn delivery needs ``seed``: the conversation's seeded events in order (the LoCoMo task's
-    ``seed_plan`` sessions concatenated), since its turns sit in one session per LoCoMo session there.
-    """
-    wanted = set(categories)
-    groups = []
-    for conversation in conversations:
-        qas = [q for q in conversation.qa if q.category in wanted]
-        session_id = f"retention-{conversation.sample_id}"
-        if delivery.delivery == "tool_results":
-            td = locomo_tool_delivery(conversation, session_id, include_captions)
-            events, tools = td.events, td.tools
-            questions = [Question(q.qa_id, q.question, locomo_tool_evidence(q, conversation, events,
-                                                                              include_captions)) for q in qas]
-        else:
-            if seed is None:
-                raise ValueError("turn delivery needs the task's seeded events (seed=...)")
-            events, tools = tuple(seed(conversation)), ()
-            questions = [Question(q.qa_id, q.question, locomo_turn_evidence(q, events)) for q in qas]
-        groups.append(HistoryGroup(session_id, delivery.delivery, tuple(events), tuple(tools), tuple(questions)))
-    return groups
-
-
-def longmemeval_groups(items: Sequence[LongMemEvalQuestion], delivery: Delivery = Delivery("tool_results"), *,
-                       seed: Callable[[LongMemEvalQuestion], Sequence[Event]] | None = None) -> list[HistoryGroup]:
-    """One group per LongMemEval question (each brings its own haystack), in ``delivery``.
-
-    Turn delivery needs ``seed``: the task's ``haystack_events``.
-    """
-    groups = []
-    for item in items:
-        session_id = f"retention-{item.question_id}"
-        if delivery.delivery == "tool_results":
-            td = longmemeval_tool_delivery(item, session_id)
-            events, tools = td.events, td.tools
-            evidence = longmemeval_tool_evidence(item, events)
-        else:
-            if seed is None:
-                raise ValueError("turn delivery needs the task's haystack events (seed=...)")
-            events, tools = tuple(seed(item)), ()
-            evidence = longmemeval_turn_evidence(item, events)
-        groups.append(HistoryGroup(session_id, delivery.delivery, tuple(events), tuple(tools),
-                                   (Question(item.question_id, item.question, evidence),)))
-    return groups
-
-
 async def measure_groups(groups: Sequence[HistoryGroup], arms: Sequence[Arm], **kwargs: Any) -> Timed:
     """:func:`measure_retention` over every group and arm (``kwargs``: its keyword settings), timed."""
     started = time.perf_counter()
@@ -643,14 +424,11 @@ __all__ = [
     "SkippedArm",
     "Timed",
     "aggregate",
-    "locomo_groups",
-    "longmemeval_groups",
     "measure_arms",
     "measure_groups",
     "measure_retention",
     "model_arms",
     "normalise",
-    "qmsum_groups",
     "request_points",
     "request_texts",
     "retention_arms",

@@ -15,8 +15,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from agentlab._lazy import lazy_exports
 from agentlab.memory.extractor import (
     LAST_ERROR_KEY,
     LAST_EXTRACTED_AT_KEY,
@@ -56,9 +57,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "DuckDBMemoryService":
-        from agentlab.memory.duckdb import DuckDBMemoryService
-
-        return DuckDBMemoryService
-    raise AttributeError(f"module 'agentlab.memory' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports("agentlab.memory", {"DuckDBMemoryService": "agentlab.memory.duckdb"}, globals())

@@ -6,8 +6,9 @@ one DuckDB file (imported lazily so ``import agentlab.session`` does not load du
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from agentlab._lazy import lazy_exports
 from agentlab.session.base import (
     FULL_SESSION_KEY,
     EventTokenCounter,
@@ -35,9 +36,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "DuckDBSessionService":
-        from agentlab.session.duckdb import DuckDBSessionService
-
-        return DuckDBSessionService
-    raise AttributeError(f"module 'agentlab.session' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports("agentlab.session", {"DuckDBSessionService": "agentlab.session.duckdb"}, globals())

@@ -29,12 +29,12 @@ from agentlab.bench.retention import (
     HistoryGroup,
     RetentionSummary,
     aggregate,
-    locomo_groups,
     measure_groups,
     model_arms,
-    qmsum_groups,
     retention_arms,
 )
+from agentlab.bench.tasks.locomo_delivery import locomo_groups
+from agentlab.bench.tasks.qmsum_delivery import qmsum_groups
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

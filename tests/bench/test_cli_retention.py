@@ -67,7 +67,7 @@ def test_turn_delivery_locomo_long_context_keeps_everything_and_the_table_is_pri
     (("qmsum", "--arms", "rolling_summary"), "every arm named needs a model"),
     (("qmsum", "--set", "dataset.delivery=email"), "qmsum [dataset]"),
     (("qmsum", "--set", "dataset.chunk_turns=many"), "qmsum [dataset]"),
-    (("mtbench101",), "retention is defined for qmsum, locomo, longmemeval"),
+    (("mtbench101",), "benchmarks with retention: locomo, longmemeval, qmsum"),
     (("qmsum", "--limit", "-1"), "--limit must be >= 0"),
     (("qmsum", "--context-budget", "0"), "--context-budget must be >= 1"),
 ])

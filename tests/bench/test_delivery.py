@@ -9,7 +9,8 @@ import pytest
 
 from agentlab.bench.datasets.longmemeval import parse_file, write_longmemeval_fixture
 from agentlab.bench.datasets.qmsum import Meeting, TranscriptTurn
-from agentlab.bench.delivery import Delivery, qmsum_tool_delivery, qmsum_tool_evidence
+from agentlab.bench.delivery import Delivery
+from agentlab.bench.tasks.qmsum_delivery import qmsum_tool_delivery, qmsum_tool_evidence
 
 
 def real_data(name: str) -> bool:
@@ -66,7 +67,7 @@ def test_qmsum_tool_evidence_covers_every_span_turn() -> None:
 @pytest.mark.skipif(not real_data("locomo"), reason="AGENTLAB_DATA_DIR with locomo/ not available")
 def test_locomo_tool_evidence_covers_every_resolvable_dia_id() -> None:
     from agentlab.bench.datasets.locomo import load_locomo
-    from agentlab.bench.delivery import locomo_tool_delivery, locomo_tool_evidence
+    from agentlab.bench.tasks.locomo_delivery import locomo_tool_delivery, locomo_tool_evidence
 
     for conversation in load_locomo().conversations[:3]:
         td = locomo_tool_delivery(conversation, "s")
@@ -84,12 +85,12 @@ def test_locomo_tool_evidence_covers_every_resolvable_dia_id() -> None:
 
 
 def test_longmemeval_evidence_covers_every_has_answer_turn_in_both_deliveries(tmp_path: Path) -> None:
-    from agentlab.bench.delivery import (
+    from agentlab.bench.tasks.longmemeval import haystack_events
+    from agentlab.bench.tasks.longmemeval_delivery import (
         longmemeval_tool_delivery,
         longmemeval_tool_evidence,
         longmemeval_turn_evidence,
     )
-    from agentlab.bench.tasks.longmemeval import haystack_events
 
     data = parse_file(write_longmemeval_fixture(tmp_path / "lme.json", 5))
     for item in data.questions:

@@ -15,8 +15,9 @@ import pytest
 import agentlab.bench.arms as arms
 from agentlab.bench.config import Settings
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, TextSpan, TranscriptTurn
-from agentlab.bench.delivery import qmsum_tool_delivery, qmsum_tool_evidence, question_event
+from agentlab.bench.delivery import question_event
 from agentlab.bench.retention import Question, measure_retention
+from agentlab.bench.tasks.qmsum_delivery import qmsum_tool_delivery, qmsum_tool_evidence
 from agentlab.compaction import CompactionPolicy
 from agentlab.core import project
 from agentlab.core.project import replaced_in_request

@@ -14,9 +14,6 @@ from agentlab.bench.delivery import (
     EvidenceMap,
     EvidencePiece,
     EvidenceUnit,
-    qmsum_tool_delivery,
-    qmsum_tool_evidence,
-    qmsum_turn_evidence,
     question_event,
 )
 from agentlab.bench.retention import (
@@ -28,6 +25,7 @@ from agentlab.bench.retention import (
     retention_arms,
     summarising_arm,
 )
+from agentlab.bench.tasks.qmsum_delivery import qmsum_tool_delivery, qmsum_tool_evidence, qmsum_turn_evidence
 from agentlab.compaction import CompactionPolicy
 from agentlab.core import project
 from agentlab.events import OBJ_USER, Event, Message
@@ -112,8 +110,8 @@ async def test_turn_delivery_long_context_on_real_qmsum_cases() -> None:
 @pytest.mark.skipif(not real_data("locomo"), reason="AGENTLAB_DATA_DIR with locomo/ not available")
 async def test_turn_delivery_long_context_on_real_locomo_cases() -> None:
     from agentlab.bench.datasets.locomo import load_locomo
-    from agentlab.bench.delivery import locomo_turn_evidence
     from agentlab.bench.tasks.locomo import seed_plan
+    from agentlab.bench.tasks.locomo_delivery import locomo_turn_evidence
 
     conversation = load_locomo().conversations[0]
     events = [e for _, session in seed_plan(conversation) for e in session]
@@ -243,8 +241,9 @@ async def test_a_summarising_arm_needs_a_model_and_reports_rouge_of_the_evidence
 async def test_longmemeval_groups_in_both_deliveries(tmp_path: Path) -> None:
     from agentlab.bench.datasets.longmemeval import parse_file, write_longmemeval_fixture
     from agentlab.bench.delivery import Delivery
-    from agentlab.bench.retention import longmemeval_groups, measure_groups
+    from agentlab.bench.retention import measure_groups
     from agentlab.bench.tasks.longmemeval import haystack_events
+    from agentlab.bench.tasks.longmemeval_delivery import longmemeval_groups
 
     items = [q for q in parse_file(write_longmemeval_fixture(tmp_path / "lme.json", 4)).questions
              if not q.is_abstention]

@@ -19,6 +19,21 @@ visible constants (or, when long, in ``<name>_prompts.py`` beside it, as the jud
         async def score(self, case, result, ctx) -> list[Score]: ...
         def dry_run_prompts(self, case, mode, settings) -> list[list[Message]]: ...
 
+``load_cases`` and ``run_case`` are required (``score`` too, to be scored). Every other method is an
+optional capability with a default, asked for only by the command that needs it; one a task lacks
+raises :class:`Unsupported`, which the CLI prints as one ``error:`` line:
+
+* ``history(case, settings)`` — the events a generic arm's session is seeded with (every arm);
+* ``dry_run_prompts(case, mode, settings)`` — ``--dry-run`` of a task mode, and the league's check
+  that the baseline fits the window (skipped, and said so, without it);
+* ``tool_delivery(case, settings, session_id)`` — ``[dataset] delivery = "tool_results"``;
+* ``retention_groups(cases, settings, delivery)`` — the histories and gold evidence the LLM-free
+  ``retention`` command and the league's "evidence kept" measure; or, for a measure of its own (per
+  step of a trajectory rather than per question), ``async retention(cases, arms, settings, *,
+  delivery, context_window) -> list[RetentionRow]``, the entry point both call;
+* ``retrieval_only``, ``report_tables``, ``case_group``, ``settings_file`` (a benchmark kept outside
+  the package names its TOML).
+
 The harness (:mod:`agentlab.bench.executor`) owns everything around a case:
 
 * it calls :meth:`Task.load_cases` once, applies ``--limit`` as a prefix of the selection, and
@@ -59,219 +74,51 @@ summariser's input), and the harness counts their tokens with
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import importlib
 import importlib.util
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import agentlab.bench.facts as facts
 from agentlab.bench.config import Settings
 from agentlab.bench.facts import ModeRoles
-from agentlab.bench.judge import Judge, JudgeTemplate
+from agentlab.bench.judge import JudgeTemplate
 from agentlab.bench.metrics import Score
-from agentlab.bench.store import CompactionRow, ResultStore
-from agentlab.events import OBJ_COMPACTION, Event, Message
+from agentlab.bench.store import ResultStore
+from agentlab.bench.tasks._harness import (
+    DRY_RUN_WINDOW,
+    PRECHECK_SLACK,
+    Case,
+    CaseError,
+    CaseResult,
+    CaseSelection,
+    RunContext,
+    RunOutcome,
+    UnknownBenchmark,
+    Unsupported,
+    check_window,
+    collect_run,
+    compaction_row,
+    context_length_need,
+    project_prompt,
+)
+from agentlab.events import Event, Message
 from agentlab.extensions import LEGACY_ENV, load_extensions
-from agentlab.model.base import Model
 
 if TYPE_CHECKING:
     from agentlab.bench.arms import Arm
-    from agentlab.runtime import RunOptions
+    from agentlab.bench.delivery import DeliveryMode
+    from agentlab.bench.retention_rows import HistoryGroup, RetentionRow
 
-T = TypeVar("T")
 
 #: App, user and agent names of a generic arm's runs.
 GENERIC_APP, GENERIC_USER, GENERIC_AGENT = "agentlab-bench", "user", "assistant"
-#: Window the generic dry run projects with (the published models' 128k): no mechanism needs a model then.
-DRY_RUN_WINDOW = 128_000
 
 #: Extra modules to import when discovering tasks: the older name of ``$AGENTLAB_EXTENSIONS``
 #: (:mod:`agentlab.extensions`), which is read too.
 TASK_MODULES_ENV = LEGACY_ENV
-
-
-# -------------------------------------------------------------------------------- data types
-
-
-@dataclass(frozen=True)
-class Case:
-    """One benchmark item."""
-
-    #: Stable id, unique within the benchmark (e.g. ``Bed003_specific_01``); the resume key.
-    id: str
-    #: The question / user input the agent answers.
-    question: str
-    #: The gold answer the scores compare with.
-    reference: str
-    #: The typed dataset object (e.g. a ``QMSumCase``); not stored.
-    data: Any = None
-    #: Small JSON-able facts stored with the case row (e.g. meeting id, category, support distance).
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CaseSelection:
-    """What :meth:`Task.load_cases` returns."""
-
-    cases: Sequence[Case]
-    #: Fingerprint of the data files read (part of the run id).
-    dataset_sha256: str
-    #: How many items were loaded before the selection rule (e.g. QMSum: 244 loaded, 189 selected).
-    loaded: int | None = None
-    #: One line on how cases were selected (printed by the CLI).
-    note: str = ""
-
-
-@dataclass
-class CaseResult:
-    """What :meth:`Task.run_case` returns."""
-
-    prediction: str
-    #: Defaults to ``case.reference``.
-    reference: str | None = None
-    #: Stored with the case row (JSON-able): tool-call counts, summary length, timings...
-    metadata: dict[str, Any] = field(default_factory=dict)
-    #: Request-side compaction stats of the case (see :func:`collect_run`).
-    compactions: list[CompactionRow] = field(default_factory=list)
-
-
-class CaseError(Exception):
-    """A case could not produce an answer; ``code`` is stored (e.g. ``context_length``).
-
-    ``metadata`` is stored with the failed case row, e.g. ``prompt_tokens_needed`` for a prompt that
-    did not fit the window (the token-savings table measures the other modes against that need).
-    """
-
-    def __init__(self, message: str, code: str = "case_error", metadata: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.metadata = dict(metadata or {})
-
-
-#: Long-context prompts are failed before sending only when the estimate exceeds the model's window
-#: by this factor: the estimate uses cl100k, the model its own tokenizer, so near the edge the real
-#: call decides (and a refusal comes back as a ``context_length`` failure too).
-PRECHECK_SLACK = 1.10
-
-
-def check_window(messages: Any, ctx: RunContext, what: str = "long-context prompt") -> int:
-    """The prompt tokens of ``messages`` (cl100k); a ``context_length`` :class:`CaseError` if they cannot fit.
-
-    The failure is recorded without sending the prompt, with ``prompt_tokens_needed`` in the case
-    metadata, so a small model's long-context baseline still anchors the token-savings table.
-    """
-    from agentlab.model import tokens
-    from agentlab.model.window import resolve_context_window
-
-    estimate = tokens.count_messages(messages)
-    # The model's real window, not the run's --context-budget: a baseline prompt is sent whole.
-    window = resolve_context_window(ctx.model)
-    if window and estimate > window * PRECHECK_SLACK:
-        raise CaseError(f"the {what} needs about {estimate} tokens (cl100k estimate) but {ctx.model.info.name} "
-                        f"has a {window}-token window; not sent", code="context_length",
-                        metadata={"prompt_tokens_needed": estimate})
-    return estimate
-
-
-@contextlib.contextmanager
-def context_length_need(estimate: int | None) -> Iterator[None]:
-    """Inside, a context-length failure carries ``prompt_tokens_needed`` = ``estimate``.
-
-    For a prompt that passed :func:`check_window` but was still refused (the model's tokenizer
-    counts more than cl100k): whether the refusal arrives as the model's
-    :class:`~agentlab.model.base.ContextLengthError` or as the ``context_length``
-    :class:`CaseError` of a run that ended in it, the case keeps the need that anchors
-    ``token_savings``. ``None``: nothing to record.
-    """
-    from agentlab.model.base import ContextLengthError
-
-    try:
-        yield
-    except ContextLengthError as exc:
-        if estimate is None:
-            raise
-        raise CaseError(f"the model refused the prompt ({exc})", code="context_length",
-                        metadata={"prompt_tokens_needed": estimate}) from exc
-    except CaseError as exc:
-        if estimate is not None and exc.code == "context_length":
-            exc.metadata.setdefault("prompt_tokens_needed", estimate)
-        raise
-
-
-class UnknownBenchmark(LookupError):
-    """No registered task has the name asked for; the message lists the known ones."""
-
-    pass
-
-
-# ---------------------------------------------------------------------------------- context
-
-
-class RunContext:
-    """What a task gets for each case: models, settings, services and a per-run memo."""
-
-    def __init__(self, *, benchmark: str, mode: str, model: Model, settings: Settings, model_spec: str = "",
-                 judge: Judge | None = None, run_id: str = "",
-                 session_service_factory: Callable[[], Any] | None = None, store: ResultStore | None = None,
-                 context_budget: int | None = None, seeding: str = "forced") -> None:
-        self.benchmark = benchmark
-        self.mode = mode
-        self.model = model
-        self.model_spec = model_spec or model.info.name
-        self.judge = judge
-        self.settings = settings
-        self.run_id = run_id
-        #: The results store of the run (set by the executor): a task may read earlier runs from it,
-        #: e.g. MT-Bench-101's summary mode looks up the baseline answers it compares with.
-        self.store = store
-        #: ``--context-budget``: the window the mechanisms see (``None``: the model's own). A task hands
-        #: it to every run through :meth:`run_options`; the model's real window is unchanged.
-        self.context_budget = context_budget
-        #: ``--seeding``: how a generic arm's history reaches its session (``forced`` or ``lived``).
-        self.seeding = seeding
-        #: The run's arm, resolved once by the executor (``None``: resolved per case from ``mode``).
-        self.arm: Arm | None = None
-        self._session_service_factory = session_service_factory
-        self._memo: dict[Any, Any] = {}
-        self._locks: dict[Any, asyncio.Lock] = {}
-
-    def new_session_service(self) -> Any:
-        """A fresh session service for one case (in-memory unless the harness was given a factory)."""
-        if self._session_service_factory is not None:
-            return self._session_service_factory()
-        from agentlab.session.inmemory import InMemorySessionService
-
-        return InMemorySessionService()
-
-    def run_options(self, **options: Any) -> RunOptions:
-        """``RunOptions`` for a ``runner.run`` of this case: ``options``, with the run's context budget.
-
-        The budget becomes ``RunOptions.context_window``, the window the summary triggers, the
-        70 % pressure path and the compaction thresholds use instead of the model's.
-        """
-        from agentlab.runtime import RunOptions
-
-        if self.context_budget is not None:
-            options.setdefault("context_window", self.context_budget)
-        return RunOptions(**options)
-
-    async def once(self, key: Any, factory: Callable[[], Awaitable[T]]) -> T:
-        """``await factory()`` once per run and key; concurrent callers wait for the first.
-
-        A factory that raises is not remembered, so the next case tries again.
-        """
-        if key in self._memo:
-            return self._memo[key]
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            if key not in self._memo:
-                self._memo[key] = await factory()
-        return self._memo[key]
 
 
 # ------------------------------------------------------------------------------------- task
@@ -295,6 +142,9 @@ class Task(ABC):
     #: Why ``[dataset] delivery`` does not apply to this benchmark (``None``: its ``[dataset]`` has the
     #: field when it delivers its history as tool results too; see :meth:`tool_delivery`).
     tool_delivery_inapplicable: ClassVar[str | None] = None
+    #: The settings file (``None``: ``benchmarks/<name>.toml``); a benchmark kept outside the package
+    #: names the TOML beside its module, e.g. ``str(Path(__file__).with_suffix(".toml"))``.
+    settings_file: ClassVar[str | None] = None
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
     #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
@@ -334,11 +184,52 @@ class Task(ABC):
 
     def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
         """Every prompt the mode would send before any model output exists (no model is called)."""
-        raise NotImplementedError(f"{self.name} does not support --dry-run")
+        raise Unsupported(f"{self.name} has no dry run: its task does not implement Task.dry_run_prompts "
+                          "(run it on a model, or use a generic arm: --arm compaction)")
 
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings) -> dict[str, Any]:
         """LLM-free evidence recall@k of the retrieval for ``cases`` (``--retrieval-only``)."""
-        raise NotImplementedError(f"{self.name} does not support --retrieval-only")
+        raise Unsupported(f"{self.name} has no --retrieval-only measure (its task does not implement "
+                          "Task.retrieval_only)")
+
+    # ------------------------------------------------------------------ retention (optional)
+
+    def retention_groups(self, cases: Sequence[Case], settings: Settings, delivery: DeliveryMode) -> list[HistoryGroup]:
+        """The histories the LLM-free retention measures over ``cases``, each with the questions asked over it.
+
+        One :class:`~agentlab.bench.retention.HistoryGroup` per shared history (a meeting, a
+        conversation), holding only the selected cases' questions, each with its gold evidence map
+        (:class:`~agentlab.bench.delivery.EvidenceMap`). ``delivery``: ``turns`` (the events the task
+        seeds, as :meth:`history`) or ``tool_results`` (:meth:`tool_delivery`'s reading trajectory).
+        A task that marks no gold evidence keeps this default, which raises :class:`Unsupported`.
+        """
+        raise Unsupported(f"{self.name} marks no gold evidence in its history, so retention does not apply to it "
+                          "(a task implements Task.retention_groups, or Task.retention for a measure of its own)")
+
+    async def retention(self, cases: Sequence[Case], arms: Sequence[Arm], settings: Settings, *, delivery: DeliveryMode,
+                        context_window: int, cache_profile: str | None = None) -> list[RetentionRow]:
+        """The LLM-free retention of every arm over ``cases``: the entry point ``retention`` and ``league`` call.
+
+        One :class:`~agentlab.bench.retention.RetentionRow` per measured unit and arm; ``retention``
+        averages, prints and stores them. The default measures :meth:`retention_groups` with
+        :func:`agentlab.bench.retention.measure_groups` (per question: is its evidence in the request).
+        A benchmark whose measure is its own (e.g. per step of an agent trajectory) overrides this and
+        returns rows of the same shape, one per step (``case_id`` naming the step).
+        ``context_window``: the window the mechanisms see; ``settings``: the ones to build them from;
+        ``cache_profile`` (a :data:`agentlab.model.prompt_caching.PROFILES` name, ``None``: none) fills
+        each row's ``cache`` with its requests through that provider's prompt cache.
+        """
+        from agentlab.bench.retention import measure_groups
+
+        groups = self.retention_groups(cases, settings, delivery)
+        timed = await measure_groups(groups, list(arms), context_window=context_window, settings=settings,
+                                     cache_profile=cache_profile)
+        return timed.rows
+
+    def has_retention(self) -> bool:
+        """Whether the task implements retention (:meth:`retention_groups` or :meth:`retention`)."""
+        cls = type(self)
+        return cls.retention_groups is not Task.retention_groups or cls.retention is not Task.retention
 
     # ------------------------------------------------------------------------------- arms
 
@@ -408,7 +299,8 @@ class Task(ABC):
 
     def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> Any:
         """The case's history as a scripted tool-reading trajectory and its tools (a :class:`~agentlab.bench.delivery.ToolDelivery`)."""
-        raise NotImplementedError(self.tool_delivery_inapplicable or f"{self.name} has no tool-result delivery")
+        raise Unsupported(self.tool_delivery_inapplicable or f"{self.name} has no tool-result delivery (its task does "
+                          "not implement Task.tool_delivery); use dataset.delivery=turns")
 
     def delivered_history(self, case: Case, settings: Settings, session_id: str) -> tuple[list[Event], list[Any]]:
         """(the events a generic arm's session is seeded with, the tools its agent offers) under the delivery.
@@ -423,7 +315,8 @@ class Task(ABC):
 
     def history(self, case: Case, settings: Settings) -> list[Event]:
         """The events a generic arm's session is seeded with, oldest first (the case's conversation)."""
-        raise NotImplementedError(f"{self.name} does not seed a history for generic arms")
+        raise Unsupported(f"{self.name} does not seed a history for generic arms (its task does not implement "
+                          "Task.history); run one of its own modes")
 
     def arm_instruction(self, case: Case, settings: Settings) -> str:
         """The answer instruction of a generic arm's agent (default: none)."""
@@ -563,109 +456,26 @@ def get_task(name: str) -> Task:
     return tasks[name]()
 
 
-# ------------------------------------------------------------------------------ run helper
-
-
-def project_prompt(history: Sequence[Event], mechanisms: Sequence[Any], question: str,
-                   instruction: str = "", tools: Sequence[Any] = (), window: int | None = None) -> list[Message]:
-    """The answer prompt ``mechanisms`` build for ``history`` + ``question`` (no model; :func:`agentlab.core.project`).
-
-    ``window``: the context window the mechanisms see (``None``: :data:`DRY_RUN_WINDOW`).
-    """
-    from agentlab.core import project
-    from agentlab.model.base import ModelInfo
-
-    async def build() -> list[Message]:
-        result = await project(list(history), mechanisms, question, ModelInfo("dry-run", window or DRY_RUN_WINDOW),
-                               instruction=instruction, tools=list(tools))
-        return list(result.request.messages)
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(build())
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # called from inside a loop (a notebook)
-        return pool.submit(asyncio.run, build()).result()
-
-
-
-@dataclass
-class RunOutcome:
-    """What one ``runner.run(...)`` produced."""
-
-    answer: str
-    final_event: Event
-    events: list[Event]
-    compactions: list[CompactionRow]
-    tool_calls: dict[str, int]
-
-
-#: ``kind`` of a request stats record -> the ``compactions.mechanism`` it is stored as (a peer: its name).
-_COMPACTION_KINDS = {"tool_results": "compaction", "sync_summary": "compaction_sync_summary"}
-
-
-def compaction_row(stat: Mapping[str, Any]) -> CompactionRow | None:
-    """The ``compactions`` row of one request stats record, or ``None`` for a record that is no compaction.
-
-    The seed's passes, its synchronous summary and every peer policy that changed the request leave
-    ``results_compacted`` / ``tokens_before`` / ``tokens_after``; other records (the recall preload
-    of ``<arm>+recall``, a peer's note that it could not act) are not compactions.
-    """
-    if "results_compacted" not in stat:
-        return None
-    kind = str(stat.get("kind", ""))
-    mechanism = str(stat.get("policy", "")) if kind == "peer_policy" else _COMPACTION_KINDS.get(kind, kind)
-    return CompactionRow(int(stat.get("results_compacted", 0)), int(stat.get("tokens_before", 0)),
-                         int(stat.get("tokens_after", 0)), mechanism)
-
-
-async def collect_run(stream: AsyncIterator[Event]) -> RunOutcome:
-    """Consume a runner's event stream: the final answer, compaction stats and tool-call counts.
-
-    Raises :class:`CaseError` (code = the event's ``error_code``) when the run produced an error
-    and no final answer after it, or no answer at all.
-    """
-    events: list[Event] = []
-    compactions: list[CompactionRow] = []
-    tools: dict[str, int] = {}
-    final: Event | None = None
-    error: Event | None = None
-    async for event in stream:
-        events.append(event)
-        if event.object == OBJ_COMPACTION:
-            row = compaction_row(event.metadata.get("compaction") or {})
-            if row is not None:
-                compactions.append(row)
-        if event.error:
-            error, final = event, None
-            continue
-        if event.is_tool_call() and event.message is not None:
-            for call in event.message.tool_calls:
-                tools[call.name] = tools.get(call.name, 0) + 1
-        if event.is_final_response():
-            final = event
-    if final is None:
-        if error is not None:
-            raise CaseError(str(error.error), code=error.error_code or "run_error")
-        raise CaseError("the run ended without a final answer", code="no_answer")
-    return RunOutcome(final.text.strip(), final, events, compactions, tools)
-
-
 __all__ = [
     "Case",
     "CaseError",
     "CaseResult",
     "CaseSelection",
+    "DRY_RUN_WINDOW",
+    "PRECHECK_SLACK",
     "RunContext",
     "RunOutcome",
     "TASKS",
     "Task",
     "UnknownBenchmark",
+    "Unsupported",
+    "check_window",
     "collect_run",
+    "compaction_row",
+    "context_length_need",
     "discover",
     "get_task",
+    "mode_roles",
     "project_prompt",
     "register",
 ]

@@ -63,10 +63,11 @@ from agentlab.bench.datasets.locomo import (
     category_names,
     load_locomo,
 )
-from agentlab.bench.delivery import ToolDelivery, locomo_tool_delivery
+from agentlab.bench.delivery import Delivery, DeliveryMode, ToolDelivery
 from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
 from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, bleu1, locomo_adversarial_correct, locomo_f1, set_f1, version_of
+from agentlab.bench.retention_rows import HistoryGroup
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -79,6 +80,7 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.locomo_delivery import locomo_groups, locomo_tool_delivery
 from agentlab.bench.tasks.locomo_history import (
     AGENT_NAME,
     APP_NAME,
@@ -219,6 +221,18 @@ class LoCoMoTask(Task):
     def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> ToolDelivery:
         """Every session of the conversation opened in order with ``open_session(n)``."""
         return locomo_tool_delivery(case.data.conversation, session_id, _captions(settings))
+
+    def retention_groups(self, cases: Sequence[Case], settings: Settings, delivery: DeliveryMode) -> list[HistoryGroup]:
+        """One group per conversation, each evidence ``dia_id`` a unit, with only the selected questions."""
+        captions = _captions(settings)
+        wanted = {c.id for c in cases}
+        conversations: dict[str, Any] = {}
+        for case in cases:
+            conversations.setdefault(case.data.conversation.sample_id, case.data.conversation)
+        groups = locomo_groups(list(conversations.values()), Delivery(delivery), include_captions=captions,
+                               seed=lambda conv: [e for _, events in seed_plan(conv, captions) for e in events])
+        return [HistoryGroup(g.session_id, g.delivery, g.events, g.tools,
+                             tuple(q for q in g.questions if q.case_id in wanted)) for g in groups]
 
     def arm_instruction(self, case: Case, settings: Settings) -> str:
         """:data:`prompts.ARM_INSTRUCTION`."""

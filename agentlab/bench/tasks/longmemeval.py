@@ -56,10 +56,11 @@ from agentlab.bench.datasets.longmemeval import (
     LongMemEvalQuestion,
     load_file_or_variant,
 )
-from agentlab.bench.delivery import DeliverySetting, ToolDelivery, longmemeval_tool_delivery
+from agentlab.bench.delivery import Delivery, DeliveryMode, DeliverySetting, ToolDelivery
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
 from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, summary_scores
+from agentlab.bench.retention_rows import HistoryGroup
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -72,6 +73,7 @@ from agentlab.bench.tasks import (
     context_length_need,
     register,
 )
+from agentlab.bench.tasks.longmemeval_delivery import longmemeval_groups, longmemeval_tool_delivery
 from agentlab.bench.tasks.longmemeval_history import (
     AGENT_NAME,
     APP_NAME,
@@ -258,6 +260,10 @@ class LongMemEvalTask(Task):
     def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> ToolDelivery:
         """Every haystack session opened in order with ``open_session(n)``."""
         return longmemeval_tool_delivery(case.data, session_id)
+
+    def retention_groups(self, cases: Sequence[Case], settings: Settings, delivery: DeliveryMode) -> list[HistoryGroup]:
+        """One group per question (each brings its own haystack), each ``has_answer`` turn a unit."""
+        return longmemeval_groups([c.data for c in cases], Delivery(delivery), seed=haystack_events)
 
     def arm_instruction(self, case: Case, settings: Settings) -> str:
         """The answer instruction dated like the question."""

@@ -34,11 +34,12 @@ from agentlab.bench.ask import ask_question
 from agentlab.bench.case_frames import metadata_means
 from agentlab.bench.config import AgentSettings, JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, load_qmsum, select_cases
-from agentlab.bench.delivery import ToolDelivery, qmsum_tool_delivery
+from agentlab.bench.delivery import Delivery, DeliveryMode, ToolDelivery
 from agentlab.bench.evidence import evidence_at_k, mean_rows
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
 from agentlab.bench.loops import run_sync
 from agentlab.bench.metrics import Score, summary_scores
+from agentlab.bench.retention_rows import HistoryGroup
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -49,9 +50,14 @@ from agentlab.bench.tasks import (
     check_window,
     register,
 )
+from agentlab.bench.tasks.qmsum_delivery import (
+    qmsum_groups,
+    qmsum_tool_delivery,
+    seed_events,
+)
 from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
 from agentlab.bench.tasks.qmsum_settings import QMSumDataset, QMSumRecall, QMSumSummary
-from agentlab.events import OBJ_USER, Event, Message
+from agentlab.events import Event, Message
 from agentlab.model.base import GenerationConfig
 from agentlab.recall import RecallPolicy
 from agentlab.recall.hidden_turns import SystemBlock, hidden_turns, render_turns, search_hit_count
@@ -109,10 +115,6 @@ PRELOAD_FRAMING = (
 APP_NAME = "agentlab-qmsum"
 USER_ID = "qmsum"
 AGENT_NAME = "qmsum-answerer"
-#: Seeded turns get fixed times (this epoch + 1 ms per turn): search results show each hit's time, so the
-#: recall-mode tool results, and the answer calls that read them, stay byte-identical (the call cache replays them).
-SEED_EPOCH = 1_700_000_000.0
-SEED_SPACING_SECONDS = 0.001
 #: ``session_search`` depths of the model-free evidence recall.
 EVIDENCE_KS = (5, 10)
 EVIDENCE_RECALL_VERSION = "qmsum-evidence-recall-v1/span"
@@ -130,15 +132,6 @@ LAYERS = {"long_context": 0, "summary": SUMMARY, "recall": RECALL}
 
 def session_id_for(mode: str, case_id: str) -> str:
     return f"{mode}-{case_id}"
-
-
-def seed_events(meeting: Meeting, session_id: str) -> list[Event]:
-    """One user-role event per transcript turn, 1 ms apart, with ids ``<session>-0000`` (what recall returns is stable)."""
-    return [
-        Event(author="user", choices=[Message.user(text)], object=OBJ_USER,
-              id=f"{session_id}-{i:04d}", timestamp=SEED_EPOCH + i * SEED_SPACING_SECONDS)
-        for i, text in enumerate(meeting.turn_texts())
-    ]
 
 
 async def seed_session(service: SessionService, meeting: Meeting, session_id: str) -> Session:
@@ -242,6 +235,11 @@ class QMSumTask(Task):
     def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> ToolDelivery:
         """The transcript read with ``read_transcript``, ``[dataset] chunk_turns`` turns per call."""
         return qmsum_tool_delivery(case.data.meeting, session_id, settings.of("dataset", QMSumDataset).chunk_turns)
+
+    def retention_groups(self, cases: Sequence[Case], settings: Settings, delivery: DeliveryMode) -> list[HistoryGroup]:
+        """One group per meeting, each relevant span a unit (:func:`.qmsum_delivery.qmsum_groups`)."""
+        read = Delivery(delivery, settings.of("dataset", QMSumDataset).chunk_turns)
+        return qmsum_groups([c.data for c in cases], read)
 
     def arm_instruction(self, case: Case, settings: Settings) -> str:
         """The answer instruction every mode starts from."""
