@@ -6,8 +6,9 @@ import json
 
 from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.qmsum import Meeting, TextSpan, TranscriptTurn
-from agentlab.bench.delivery import qmsum_tool_delivery, qmsum_tool_evidence, question_event
+from agentlab.bench.delivery import question_event
 from agentlab.bench.retention import Question, measure_retention, request_points, retention_arms
+from agentlab.bench.tasks.qmsum_delivery import qmsum_tool_delivery, qmsum_tool_evidence
 from agentlab.core import project
 from agentlab.events import Message, ToolCall
 from agentlab.model.base import ModelInfo
