@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from agentlab.bench.tasks import Case
     from agentlab.recall.embed import Embedder
 
-__all__ = ["COMPARED", "PROTOCOL_TEXT_SUFFIX", "RETRIEVER_CHOICES", "compare", "describe_indexed_text",
+__all__ = ["COMPARED", "DRAGON_INDEXED_TEXT", "PROTOCOL_TEXT_SUFFIX", "RETRIEVER_CHOICES", "compare", "describe_indexed_text",
            "is_expanded", "measure", "protocol_text_config", "resolve"]
 
 PROTOCOL_TEXT_SUFFIX = "-protocol-text"
