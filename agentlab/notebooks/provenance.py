@@ -68,7 +68,13 @@ def note_model(spec: str | None) -> None:
 
 
 def current_kind() -> str:
-    """The :func:`model_kind` of the spec noted last."""
+    """The :func:`model_kind` of the spec noted last; with none noted, ``"test server"`` when a
+    test server has served in this process (a notebook that drew without showing its banner).
+    """
+    if _noted[0] is None:
+        from agentlab.testing.openai_server import SERVED_MODEL_SPECS
+
+        return "test server" if SERVED_MODEL_SPECS else "none"
     return model_kind(_noted[0])
 
 
