@@ -25,8 +25,10 @@ MODE_COLOURS: dict[str, str] = {
 #: Axis labels of the metrics the notebooks plot (a metric not listed is labelled with its own name).
 METRIC_LABELS: dict[str, str] = {
     "rouge1": "ROUGE-1 F1", "rouge2": "ROUGE-2 F1", "rougeL": "ROUGE-L F1", "bleu1": "BLEU-1",
-    "f1": "token F1", "exact_match": "exact match", "llm_score": "LLM-judge score (share judged correct)",
+    "f1": "token F1", "exact_match": "exact match", "llm_score": "LLM-judge score",
     "locomo_f1": "F1 (LoCoMo's official scorer)", "consistency": "consistency (0.4 + 0.6 × judge)",
+    "prompt_savings": "prompt savings (all answer calls)", "prompt_savings_last": "prompt savings (last answer call)",
+    "total_savings": "total-token savings",
 }
 
 
@@ -111,7 +113,7 @@ def plot_savings_distribution(per_case: pd.DataFrame, *, column: str | None = No
                            "published (aggregate)") else None)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(modes)), modes)
-    ax.set_ylabel(column.replace("_", " "))
+    ax.set_ylabel(metric_label(column))
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.set_title(title or f"{column.replace('_', ' ')} per case vs the baseline")
     if not len(cases) or cases[column].dropna().empty:
@@ -151,7 +153,7 @@ def plot_quality_vs_savings(ours: pd.DataFrame, metric: str, *, published_frame:
     low, high = ax.get_xlim()
     ax.set_xlim(min(low, -0.05), max(high, 1.15))  # room for the labels right of the points
     ax.set_xlabel("prompt savings vs the baseline mode (mean per case)")
-    ax.set_ylabel(ylabel or f"{metric_label(metric)}, mean over cases")
+    ax.set_ylabel(ylabel or f"{metric_label(metric)} (mean)")
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.set_title(title or f"{metric} against savings: filled = ours, hollow = published")
     figure = ax.get_figure(root=True)
