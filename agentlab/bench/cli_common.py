@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, TextIO
 
+from agentlab.bench.locomo_retrievers import RETRIEVER_CHOICES
 from agentlab.bench.store import DEFAULT_DB
 
 #: What ``--variant NAME`` may contain (it is shown in tables and typed back into ``--variant``).
@@ -61,7 +62,9 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--retrieval-only", action="store_true", help="LLM-free evidence recall@k of the retrieval")
     p.add_argument("--unit", help="with --retrieval-only: the benchmark's published retrieval protocol on these units "
                                   "(locomo: dialog, observation, summary); stored in --db")
-    p.add_argument("--retriever", choices=("lexical", "dense", "hybrid"), help="with --unit: the retriever (default hybrid)")
+    p.add_argument("--retriever", choices=RETRIEVER_CHOICES,
+                   help="with --unit: one retriever (its per-category table and latency); default: the "
+                        "protocol-text and expanded retrievers side by side in one table")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--published-settings", action="store_true",

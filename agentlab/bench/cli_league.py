@@ -1,7 +1,8 @@
 """``python -m agentlab.bench league <benchmark>``: every arm against one baseline, one table.
 
     python -m agentlab.bench league qmsum --arms all|a,b,… [--recall] [--context-budget N]
-        [--seeding forced|lived] [--limit N] [--fitting] [--model SPEC] [--metric NAME] [--db PATH]
+        [--seeding forced|lived] [--limit N] [--fitting] [--model SPEC] [--judge-model SPEC] [--metric NAME]
+        [--db PATH]
         [--json] [--no-progress] [--set section.field=value …]
 
 The computation, the stored tables and the columns are in :mod:`agentlab.bench.league`.
@@ -35,6 +36,8 @@ def league_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--fitting", action="store_true",
                    help="take the first --limit cases whose baseline prompt fits the model's window (the demo rule)")
     p.add_argument("--model", help="answer model spec; default from the environment")
+    p.add_argument("--judge-model", help="judge model spec (as run's --judge-model); default [judge] model, "
+                                         "else the answer model")
     p.add_argument("--context-window", type=int, default=None, metavar="N",
                    help="the answer model's window in tokens (default: what its server states)")
     p.add_argument("--context-budget", type=int, default=None, metavar="N",
@@ -64,7 +67,8 @@ def cmd_league(args: argparse.Namespace, out: TextIO) -> int:
     notes = sys.stderr if args.json else out
     try:
         result = league.run_league(
-            args.benchmark, arms=args.arms, recall=args.recall, model=args.model, limit=args.limit,
+            args.benchmark, arms=args.arms, recall=args.recall, model=args.model, judge_model=args.judge_model,
+            limit=args.limit,
             context_budget=args.context_budget, context_window=args.context_window, seeding=args.seeding,
             overrides=args.overrides, db=args.db, concurrency=args.concurrency, progress=not args.no_progress,
             metric=args.metric, fitting=args.fitting, published_settings=args.published_settings,

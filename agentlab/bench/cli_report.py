@@ -208,6 +208,10 @@ def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] 
             ["variant", "lossy_variant", "metric", "n_cases", "n_failed_baseline", "baseline_mean", "lossy_mean",
              "recovered_mean", "recovery", *stats_columns, "n_baseline_ok", "recovery_baseline_ok", "wins", "losses",
              "ties"])
+    recovery = payload["recovery"]
+    if (shown is None or "recovery" in shown) and len(recovery) and "stats_note" in recovery:
+        for _, row in recovery[recovery["stats_note"].fillna("").str.startswith("recovery n/a")].iterrows():
+            out.write(f"{row['recovered_mode']} {row['variant']} {row['metric']}: {row['stats_note']}\n")
     section("pareto", "pareto (token savings vs quality loss per metric; on_frontier)", payload.get("pareto"),
             ["metric", "mode", "variant", "token_savings", "savings_ci_low", "savings_ci_high", "quality_loss",
              "loss_ci_low", "loss_ci_high", "on_frontier"])
@@ -225,7 +229,6 @@ def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] 
                     for n in df["stats_note"].dropna()})
     if notes and shown is None:
         out.write("\nempty intervals / p-values: " + " | ".join(notes) + "\n")
-    recovery = payload["recovery"]
     if (shown is None or "recovery" in shown) and len(recovery) and \
             recovery.get("n_failed_baseline") is not None and recovery["n_failed_baseline"].sum() > 0:
         out.write("recovery: over all n_cases, failed baseline cases counting 0 (this can exceed 1); "

@@ -166,19 +166,24 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
         if unit is None:
             result = task.retrieval_only(cases, mode, settings)
         else:
-            from agentlab.bench.retrieval_protocol_store import format_protocol, write_protocol_result
+            from agentlab.bench.retrieval_protocol_store import (
+                format_comparison,
+                format_protocol,
+                write_protocol_result,
+            )
 
             # Tasks with ``retrieval_units`` take the unit (checked by _check_unit); the base signature does not.
             try:
                 result = cast(Any, task).retrieval_only(cases, mode, settings, unit=unit, retriever=retriever)
             except ValueError as exc:  # e.g. a data file without the unit's field, or no embedder
                 raise CliError(f"{task.name} --unit {unit}: {exc}") from exc
-            write_protocol_result(db, result, task.name)
+            for measured in result.get("results", [result]):  # several retrievers, or one
+                write_protocol_result(db, measured, task.name)
         result = {"benchmark": task.name, "mode": mode, "cases": len(cases), **result}
         if json_output:
             _print_json(result, out)
         elif unit is not None:
-            out.write(format_protocol(result))
+            out.write(format_comparison(result) if "results" in result else format_protocol(result))
         else:
             for key, value in result.items():
                 out.write(f"{key}: {value}\n")

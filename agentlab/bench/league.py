@@ -27,7 +27,7 @@ The table is computed from the stored cases and calls of exactly these runs, on 
   Wilcoxon p-value (:func:`agentlab.bench.stats.paired_difference`);
 * ``recovery`` (recovered arms): ``(recovered − lossy) / (baseline − lossy)`` with its interval
   (:func:`agentlab.bench.stats.recovery_ratio`); ``None`` unless the lossy arm scores below the
-  baseline by more than 1 % of the baseline's mean (:data:`RECOVERY_RELATIVE_GAP`: nothing to
+  baseline by more than 1 % of the baseline's mean (:mod:`agentlab.bench.recovery_rule`: nothing to
   recover — a lossy arm above the baseline lost nothing — printed ``n/a`` with the reason);
 * ``pareto``: on the frontier of (prompt savings ↑, quality loss = −delta ↓) among the baseline
   and every arm, per metric (:func:`agentlab.bench.stats.pareto_front`: equal points do not
@@ -233,7 +233,7 @@ def _check_baseline_fits(task: Task, cases: Sequence[Any], settings: Any, window
 
 async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False, model: str | None = None,
                       model_object: Any = None, limit: int | None = None, context_budget: int | None = None,
-                      context_window: int | None = None, seeding: str | None = None,
+                      context_window: int | None = None, seeding: str | None = None, judge_model: str | None = None,
                       overrides: Sequence[str] = (), db: str | Path | None = DEFAULT_DB,
                       store: ResultStore | None = None, concurrency: int | None = None, progress: bool = True,
                       metric: str | None = None, fitting: bool = False, selection: Any = None,
@@ -241,8 +241,9 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
                       notes: TextIO | None = None) -> LeagueResult:
     """Run (or resume) the baseline and every arm of a league, compute, store and return its table.
 
-    ``model``: the answer model spec (default: the environment's); ``model_object``: an already
-    built model to use instead (a test's scripted model; ``model`` is then only its label).
+    ``model``: the answer model spec (default: the environment's); ``judge_model``: the judge's, as
+    ``run --judge-model`` (default ``[judge] model``, else the answer model); ``model_object``: an
+    already built model to use instead (a test's scripted model; ``model`` is then only its label).
     ``selection``: the cases (default: the task's published selection, loaded once). ``fitting``:
     take the first ``limit`` (default :data:`EMBEDDED_DEFAULT_LIMIT`) cases whose baseline prompt
     fits the model's window. ``evidence``: measure the LLM-free evidence kept of the arms that need
@@ -269,7 +270,7 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         return resolve_run(benchmark, mode=mode, model=model, limit=limit, context_window=context_window,
                            context_budget=context_budget, overrides=overrides, concurrency=concurrency,
                            progress=progress, seeding=seeding if task.arm(mode).generic else None,
-                           published_settings=published_settings)
+                           published_settings=published_settings, judge_model=judge_model)
 
     specs = {name: resolve(name) for name in names}
     first = specs[names[0]]
@@ -286,11 +287,11 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
     if first.judge_spec is not None:
         from agentlab.bench.judge import Judge
 
-        judge_model = built
+        judging = built
         if first.judge_spec != first.model_spec and model_object is None:
-            judge_model = _build_model(first.judge_spec, "--judge-model")
-            _prepare_model(judge_model, first.judge_spec, "--judge-model", window=False)
-        judge = Judge(judge_model, first.judge_spec)
+            judging = _build_model(first.judge_spec, "--judge-model")
+            _prepare_model(judging, first.judge_spec, "--judge-model", window=False)
+        judge = Judge(judging, first.judge_spec)
     rule_name: str | None = None
     if selection is None and fitting:
         from agentlab.bench.selection import FITS_WINDOW_RULE, model_prompt_counter, select_fitting

@@ -17,17 +17,15 @@ import agentlab.bench.call_costs as call_costs
 from agentlab.bench.cli_common import CliError
 from agentlab.bench.config import canonical_json
 from agentlab.bench.league_store import COLUMN_NAMES, create_tables
+from agentlab.bench.recovery_rule import RECOVERY_GAP as RECOVERY_GAP
+from agentlab.bench.recovery_rule import RECOVERY_RELATIVE_GAP as RECOVERY_RELATIVE_GAP
+from agentlab.bench.recovery_rule import no_loss_reason
 from agentlab.bench.spec import RunSpec
 from agentlab.bench.stats import mean_with_ci, paired_difference, pareto_front, recovery_ratio
 from agentlab.bench.store import ResultStore
 
 #: Version of the league's definitions (stored with every league).
 LEAGUE_VERSION = "2"  # 2: recovery only over a loss (lossy below the baseline), not over |gap|
-#: ``mean(baseline) − mean(lossy)`` at most this, or at most :data:`RECOVERY_RELATIVE_GAP` of the
-#: baseline's mean: no loss to recover, recovery is n/a (a ratio over a near-zero gap is noise: 300 %;
-#: over a negative gap — the lossy arm above the baseline — it has no meaning).
-RECOVERY_GAP = 1e-9
-RECOVERY_RELATIVE_GAP = 0.01
 #: The metric the printed table's Pareto flag and the default ``--metric`` use: the first of these
 #: that the league's runs score (else the first metric in name order); the output names the choice.
 PRIMARY_METRICS = ("rougeL", "rouge_l_f1", "locomo_f1", "f1", "rouge1_f1", "rouge1", "accuracy", "llm_score")
@@ -160,18 +158,13 @@ def recovery_of(baseline: Sequence[float], lossy: Sequence[float], recovered: Se
     """The recovery over paired triples, or ``None`` and why: only a loss can be recovered.
 
     ``None`` (with the reason) when there are no triples, when the lossy arm scores above the
-    baseline, or when it is below it by at most :data:`RECOVERY_RELATIVE_GAP` of the baseline's mean.
+    baseline, or when it is below it by at most
+    :data:`~agentlab.bench.recovery_rule.RECOVERY_RELATIVE_GAP` of the baseline's mean.
     """
     if not baseline:
         return None, None
-    base_mean = sum(baseline) / len(baseline)
-    gap = base_mean - sum(lossy) / len(lossy)
-    if gap > max(RECOVERY_GAP, RECOVERY_RELATIVE_GAP * abs(base_mean)):
-        return recovery_ratio(baseline, lossy, recovered), None
-    if gap < 0:
-        return None, f"recovery n/a: {partner} scores {-gap:.2g} above the baseline (no loss to recover)"
-    return None, (f"recovery n/a: baseline and {partner} means differ by {gap:.2g}, within "
-                  f"{RECOVERY_RELATIVE_GAP:.0%} of the baseline's (no loss to recover)")
+    why = no_loss_reason(sum(baseline) / len(baseline), sum(lossy) / len(lossy), partner)
+    return (recovery_ratio(baseline, lossy, recovered), None) if why is None else (None, why)
 
 
 def compute_rows(store: ResultStore, benchmark: str, league_id: str, baseline_id: str, baseline: str,

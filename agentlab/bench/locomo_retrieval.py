@@ -74,6 +74,7 @@ __all__ = [
     "PreloadWindow",
     "preload_window_recall",
     "protocol_recall",
+    "protocol_embedder",
     "protocol_units",
     "question_recall",
     "retrieved_ids",
@@ -243,7 +244,7 @@ class RetrieverConfig:
 
 
 #: Per unit, the configuration chosen on the development conversations with
-#: ``python -m agentlab.bench.locomo_retrieval_tuning`` (best smallest margin over the paper's row):
+#: ``python -m agentlab.bench.locomo_retrieval_tuning`` (see there for how the grid is ranked):
 #: dialog turns are searched by BM25 over each turn with its two neighbours either side and its date,
 #: fused with e5 on the plain turn; an observation's BM25 text adds the turns it cites; a summary is
 #: ranked by BM25 (with date), its best sentence's vector and its whole vector.
@@ -368,7 +369,7 @@ class UnitRanker:
 # --------------------------------------------------------------------------------- protocol
 
 
-def _protocol_embedder(spec: str | None) -> Any:
+def protocol_embedder(spec: str | None) -> Any:
     """The cached dense embedder (content-keyed vectors in the embedding cache file)."""
     from agentlab.recall.embed import get_embedder
     from agentlab.recall.embed_cache import CachedEmbedder, EmbeddingCache, default_embed_cache_path
@@ -410,7 +411,7 @@ def protocol_recall(cases: Sequence[Case], unit: str, retriever: str, settings: 
     config = config or TUNED[unit]
     ks = PROTOCOL_KS[unit]
     if retriever != "lexical" and embedder is None:
-        embedder = _protocol_embedder(settings.get("recall", "embedder", None) or None)
+        embedder = protocol_embedder(settings.get("recall", "embedder", None) or None)
     by_conversation: dict[str, list[Case]] = {}
     conversations: dict[str, Conversation] = {}
     for case in cases:

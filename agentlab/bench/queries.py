@@ -20,6 +20,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from agentlab.bench.recovery_rule import gap_is_a_loss_sql
+
 __all__ = [
     "CASE_METRIC_CTE",
     "CURRENT_RUNS_CTE",
@@ -351,6 +353,8 @@ SELECT run_id, metric, case_id, baseline_status, baseline_value, lossy_value, re
 FROM scored ORDER BY run_id, metric, case_id
 """
 
+_OK_BASELINE = "avg(baseline_value) FILTER (WHERE baseline_status = 'ok')"
+_OK_LOSSY = "avg(lossy_value) FILTER (WHERE baseline_status = 'ok')"
 #: Builds ``recovery``: (recovered - lossy) / (baseline - lossy) per recovered run and metric, with
 #: per-case wins, losses and ties of recovered against lossy.
 RECOVERY_TABLE = f"""
@@ -361,17 +365,19 @@ SELECT benchmark, model, metric, baseline_mode, lossy_mode, recovered_mode, vari
     count(*) AS n_cases, bool_or(smoke_test) AS smoke_test,
     count(*) FILTER (WHERE baseline_status = 'failed') AS n_failed_baseline,
     avg(baseline_value) AS baseline_mean, avg(lossy_value) AS lossy_mean, avg(recovered_value) AS recovered_mean,
-    -- Undefined (NULL) when no baseline case produced an answer: there is no loss to recover.
-    CASE WHEN count(*) FILTER (WHERE baseline_status = 'failed') < count(*) THEN
+    -- Undefined (NULL) when no baseline case produced an answer, and when the lossy run lost nothing
+    -- (above the baseline, or within 1 % of it: agentlab/bench/recovery_rule.py; stats_note says which).
+    CASE WHEN count(*) FILTER (WHERE baseline_status = 'failed') < count(*)
+              AND {gap_is_a_loss_sql("avg(baseline_value)", "avg(lossy_value)")} THEN
         (avg(recovered_value) - avg(lossy_value)) / NULLIF(avg(baseline_value) - avg(lossy_value), 0)
     END AS recovery,
     -- The same over the cases whose baseline answered: a failed baseline case counts 0 above,
     -- which shrinks the loss to recover and can push ``recovery`` past 100 %; this one cannot be
     -- moved by baseline failures.
     count(*) FILTER (WHERE baseline_status = 'ok') AS n_baseline_ok,
+    CASE WHEN {gap_is_a_loss_sql(_OK_BASELINE, _OK_LOSSY)} THEN
     (avg(recovered_value) FILTER (WHERE baseline_status = 'ok') - avg(lossy_value) FILTER (WHERE baseline_status = 'ok'))
-        / NULLIF(avg(baseline_value) FILTER (WHERE baseline_status = 'ok')
-                 - avg(lossy_value) FILTER (WHERE baseline_status = 'ok'), 0) AS recovery_baseline_ok,
+        / NULLIF({_OK_BASELINE} - {_OK_LOSSY}, 0) END AS recovery_baseline_ok,
     count(*) FILTER (WHERE recovered_value - lossy_value > {TIE_EPSILON}) AS wins,
     count(*) FILTER (WHERE lossy_value - recovered_value > {TIE_EPSILON}) AS losses,
     count(*) FILTER (WHERE abs(recovered_value - lossy_value) <= {TIE_EPSILON}) AS ties

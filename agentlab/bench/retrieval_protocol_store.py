@@ -2,7 +2,8 @@
 
 A protocol result (``locomo --retrieval-only --unit ...``; see :mod:`agentlab.bench.locomo_retrieval`)
 is stored as one row per (benchmark, protocol, unit, retriever, split, category, k): recall in
-percent, the number of questions, and the run's embedder, configuration and latencies. Rerunning
+percent, the number of questions, and the run's embedder, the text its retriever indexed
+(``indexed_text``), its configuration and latencies. Rerunning
 the same (benchmark, protocol, unit, retriever) replaces its rows, so the table holds the latest
 measurement of each.
 """
@@ -22,7 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["format_protocol", "protocol_rows", "published_recall", "published_search_latency",
+__all__ = ["format_comparison", "format_protocol", "protocol_rows", "published_recall", "published_search_latency",
            "read_protocol_table", "write_protocol_result"]
 
 PUBLISHED_FILE = REPO_ROOT / "data" / "published_results.toml"
@@ -40,6 +41,7 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     recall DOUBLE,                   -- percent, over every question of the group
     questions INTEGER,
     embedder VARCHAR,
+    indexed_text VARCHAR,            -- what the retriever indexed per unit (protocol text or expanded)
     config JSON,
     query_p50_ms DOUBLE,
     query_p95_ms DOUBLE,
@@ -47,6 +49,8 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     created TIMESTAMP
 )
 """
+#: A results file written before ``indexed_text`` existed gains the column (NULL: not recorded).
+_MIGRATIONS = (f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS indexed_text VARCHAR",)
 
 
 def _paper_tables() -> dict[str, Any]:
@@ -77,6 +81,7 @@ def protocol_rows(result: dict[str, Any], benchmark: str) -> list[dict[str, Any]
     latency = result.get("latency", {}).get("query", {})
     common = {"benchmark": benchmark, "protocol": result["protocol"], "unit": result["unit"],
               "retriever": result["retriever"], "embedder": result.get("embedder"),
+              "indexed_text": result.get("indexed_text"),
               "config": json.dumps(result.get("config", {}), sort_keys=True),
               "query_p50_ms": latency.get("p50_ms"), "query_p95_ms": latency.get("p95_ms"),
               "index_build_seconds": result.get("latency", {}).get("index_build_seconds")}
@@ -97,13 +102,15 @@ def write_protocol_result(db: str | Path, result: dict[str, Any], benchmark: str
 
     rows = protocol_rows(result, benchmark)
     columns = ["benchmark", "protocol", "unit", "retriever", "split", "category", "category_name", "k", "recall",
-               "questions", "embedder", "config", "query_p50_ms", "query_p95_ms", "index_build_seconds"]
+               "questions", "embedder", "indexed_text", "config", "query_p50_ms", "query_p95_ms", "index_build_seconds"]
     import datetime as _dt
 
     now = _dt.datetime.fromtimestamp(time.time())
     with ResultStore(db) as store:
         conn = store.conn
         conn.execute(_SCHEMA)
+        for statement in _MIGRATIONS:
+            conn.execute(statement)
         conn.execute(f"DELETE FROM {TABLE} WHERE benchmark = ? AND protocol = ? AND unit = ? AND retriever = ?",
                      [benchmark, result["protocol"], result["unit"], result["retriever"]])
         conn.executemany(f"INSERT INTO {TABLE} ({', '.join(columns)}, created) VALUES "
@@ -140,6 +147,7 @@ def format_protocol(result: dict[str, Any]) -> str:
     lines = [f"{result['protocol']}: unit {result['unit']}, retriever {result['retriever']}"
              + (f" (embedder {result['embedder']})" if result.get("embedder") else "")
              + f"; {result['questions']} questions, {result['without_evidence']} without evidence (count 0)",
+             f"indexed text: {result.get('indexed_text') or 'not recorded'}",
              "recall@k in percent over every question of the group; paper: "
              f"{published.get('retriever', '?')}, {published.get('source', '')}",
              f"  ({published.get('version', '')}; {published.get('per_category_note', '')})"]
@@ -168,6 +176,42 @@ def format_protocol(result: dict[str, Any]) -> str:
     cache = result.get("embedding_cache")
     if cache:
         lines.append(f"embedding cache: {cache['embedded_now']} texts embedded now, {cache['reused']} reused")
+    return "\n".join(lines) + "\n"
+
+
+def format_comparison(comparison: dict[str, Any]) -> str:
+    """Several retrievers on one unit as one table beside the paper's row, each naming its indexed text.
+
+    ``comparison`` is :func:`agentlab.bench.locomo_retrievers.compare`'s result: overall recall@k of
+    every question (all conversations), then the same on the held-out conversations.
+    """
+    ks = comparison["ks"]
+    published = comparison.get("published") or {}
+    results = comparison["results"]
+    name_width = max(len(r["retriever"]) for r in results) + 2
+    header = f"  {'retriever':<{name_width}}" + "".join(f"{'@' + str(k):>7}" for k in ks) + "  indexed text"
+    lines = [f"{comparison['protocol']}: unit {comparison['unit']}; {comparison['questions']} questions, "
+             f"{comparison['without_evidence']} without evidence (count 0); recall@k in percent over every question",
+             f"paper: {published.get('retriever', '?')}, {published.get('source', '')}"]
+    for split in ("all", "held_out"):
+        bodies = [r["splits"][split] for r in results]
+        if not bodies[0]["questions"]:
+            continue
+        lines.append(f"[{split}] {bodies[0]['questions']} questions: {', '.join(bodies[0]['conversations'])}")
+        lines.append(header)
+        if split == "all" and published.get("overall"):
+            lines.append(f"  {'paper ' + published.get('retriever', ''):<{name_width}}"
+                         + "".join(f"{_cell(published['overall'].get(f'recall@{k}')):>7}" for k in ks)
+                         + f"  {comparison.get('published_indexed_text', '')}")
+        for result, body in zip(results, bodies, strict=True):
+            lines.append(f"  {result['retriever']:<{name_width}}"
+                         + "".join(f"{_cell(body['overall'].get(f'recall@{k}')):>7}" for k in ks)
+                         + f"  {result.get('indexed_text', '')}")
+    embedders = sorted({r["embedder"] for r in results if r.get("embedder")})
+    if embedders:
+        lines.append(f"dense vectors: {', '.join(embedders)}")
+    lines.append("document expansion (indexing more than the unit's own text) is a retriever choice; the "
+                 "-protocol-text rows index exactly what DRAGON indexes. Per category and latency: --retriever R")
     return "\n".join(lines) + "\n"
 
 

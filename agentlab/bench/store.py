@@ -512,6 +512,7 @@ class ResultStore:
     def _attach_stats(self) -> None:
         """Add ``ci_low``, ``ci_high``, ``p_value``, ``n_pairs``, ``stats_*`` to the three tables."""
         import agentlab.bench.stats as stats
+        from agentlab.bench.recovery_rule import recovery_columns
 
         savings = self.conn.execute(
             # Ordered: a seeded bootstrap resamples by position, so its interval depends on the order of the values.
@@ -530,8 +531,8 @@ class ResultStore:
         triples = self.conn.execute(RECOVERY_TRIPLES_SQL).df()
         rows = []
         for (run_id, metric), g in triples.groupby(["run_id", "metric"], sort=True):
-            result = stats.recovery_ratio(g["baseline_value"].tolist(), g["lossy_value"].tolist(),
-                                          g["recovered_value"].tolist()).as_columns()
+            result = recovery_columns(g["baseline_value"].tolist(), g["lossy_value"].tolist(),
+                                      g["recovered_value"].tolist(), "the lossy run")
             if (g["baseline_status"] == "failed").all():
                 # The table's recovery is undefined here (no baseline answered); so is its interval.
                 result.update(ci_low=None, ci_high=None,

@@ -10,6 +10,8 @@ nothing here loads matplotlib, IPython or ipywidgets until a function draws or d
   (through the CLI, resumably) and read them back per run;
 * :mod:`~agentlab.notebooks.subsets` — smaller copies of the data for smoke runs on a slow model;
 * :mod:`~agentlab.notebooks.plots` — the charts the analysis notebooks share;
+* :mod:`~agentlab.notebooks.provenance` — what a figure's title says made it (a model, the smoke
+  test, the test server), and the recorder the notebook test checks titles with;
 * :mod:`~agentlab.notebooks.comparison` — the policy-comparison widget (Pareto plot and tables);
 * :mod:`~agentlab.notebooks.runtime_tour` — agents and pictures of the runtime tour: requests
   kept for inspection, tool calls chosen by the caller, the ledger against the context;

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from agentlab.notebooks.plots import plot_pareto
+from agentlab.notebooks.provenance import captioned, titled
 
 
 class PolicyComparison:
@@ -64,7 +65,8 @@ class PolicyComparison:
         if len(pick) and pick["model"].nunique() > 1:
             raise ValueError("several models in the database: pass model= to PolicyComparison")
         # plot_pareto lays the figure out itself before it places the labels.
-        plot_pareto(pick, ax=ax, title=f"{benchmark} · {metric}: token savings against quality loss (95 % paired CIs)")
+        plot_pareto(pick, ax=ax, title=titled(f"{benchmark} · {metric}: token savings against quality delta "
+                                              "(95 % paired CIs)", self.model))
         loss_columns = ["mode", "variant", "baseline_variant", "n_cases", "n_pairs", "baseline_mean", "mode_mean", "delta",
                         "ci_low", "ci_high", "p_value", "stats_note"]
         savings_columns = ["mode", "variant", "baseline_variant", "n_cases", "n_pairs", "prompt_savings", "ci_low",
@@ -97,7 +99,7 @@ class PolicyComparison:
                 shown = self.render(benchmark.value, metric_box.value, list(variant_box.value))
                 display(shown["figure"])
                 plt.close(shown["figure"])
-                display(shown["quality_loss"], shown["token_savings"])
+                display(*(captioned(shown[name], name, self.model) for name in ("quality_loss", "token_savings")))
 
         def new_benchmark(change: Any) -> None:
             metric_box.options = self.metrics(benchmark.value)

@@ -16,6 +16,7 @@ import pandas as pd
 
 # Coroutines from notebook cells (a running loop) run through the harness's one helper.
 from agentlab.bench.loops import run_sync as run_sync
+from agentlab.notebooks import provenance
 
 #: The checkout this package runs from (``agentlab/notebooks/`` is two levels below it).
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +27,11 @@ SMOKE_LABEL = (
     "SMOKE TEST — made with the embedded SmolLM2-135M model (offline, 8,192-token window, no tool "
     "calling). These numbers show that the pipeline runs end to end; they say nothing about the "
     "mechanisms' quality and are not comparable with the published numbers."
+)
+TEST_SERVER_BANNER = (
+    f"{provenance.TEST_SERVER_LABEL.upper()} — answered by agentlab's local OpenAI-compatible test server, "
+    "which picks sentences of the prompt (deterministic, no model). The numbers show that the pipeline "
+    "runs; they say nothing about a policy."
 )
 
 
@@ -73,13 +79,31 @@ def is_smoke(model_spec: str) -> bool:
 
 
 def smoke_banner(model_spec: str) -> Any:
-    """An HTML banner saying that results are a smoke test (empty for a real model)."""
+    """An HTML banner naming what answers this notebook's calls: a model, the embedded smoke-test
+    model, or the local test server (whose replies are not a model's).
+
+    It also notes ``model_spec`` as what the notebook's figures are made with
+    (:func:`agentlab.notebooks.provenance.note_model`).
+    """
     from IPython.display import HTML
 
-    if not is_smoke(model_spec):
+    provenance.note_model(model_spec)
+    kind = provenance.model_kind(model_spec)
+    if kind == "model":
         return HTML(f"<p><b>Model:</b> {html.escape(model_spec)}</p>")
+    text = SMOKE_LABEL if kind == "embedded" else TEST_SERVER_BANNER + f" ({model_spec})"
     return HTML('<div style="border:2px solid #c44e52;background:#fbeaea;padding:8px;margin:4px 0">'
-                f"<b>{html.escape(SMOKE_LABEL)}</b></div>")
+                f"<b>{html.escape(text)}</b></div>")
+
+
+def titled(title: str, model_spec: str) -> str:
+    """``title`` under what answered (:func:`agentlab.notebooks.provenance.titled`)."""
+    return provenance.titled(title, model_spec)
+
+
+def model_label(model_spec: str) -> str:
+    """The phrase a figure title carries for ``model_spec`` (:func:`agentlab.notebooks.provenance.model_label`)."""
+    return provenance.model_label(model_spec)
 
 
 def side_by_side(frames: Mapping[str, pd.DataFrame | str], *, max_rows: int = 40) -> Any:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from agentlab.notebooks.plots import coincident_groups, label_points, percent_decimals
+from agentlab.notebooks.provenance import titled
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -114,11 +115,12 @@ FORMATS = {"prompt_savings": "{:.1%}", "evidence_kept": "{:.0%}", "peak_prompt_t
            "delta": "{:+.4f}", "ci_low": "{:+.4f}", "ci_high": "{:+.4f}", "p_value": "{:.3f}", "recovery": "{:.2f}"}
 
 
-def styled(table: pd.DataFrame) -> Any:
+def styled(table: pd.DataFrame, caption: str = "") -> Any:
     """``table`` for reading: savings and evidence as percentages, tokens with thousands separators, deltas
-    signed to 4 decimals, empty cells as "–" (the numbers themselves stay in ``table``).
+    signed to 4 decimals, empty cells as "–" (the numbers themselves stay in ``table``); ``caption`` its title.
     """
-    return table.style.format({c: f for c, f in FORMATS.items() if c in table.columns}, na_rep="–").hide(axis="index")
+    shown = table.style.format({c: f for c, f in FORMATS.items() if c in table.columns}, na_rep="–").hide(axis="index")
+    return shown.set_caption(caption) if caption else shown
 
 
 # ------------------------------------------------------------------------------------ the plot
@@ -450,11 +452,12 @@ class LeagueView:
         rows = rows[rows["metric"] == metric]
         fig, ax = plt.subplots(figsize=(10, 5.5))
         n = int(rows["n_cases"].max()) if len(rows) and "n_cases" in rows else 0
-        plot_league(rows, ax=ax, title=f"{benchmark}, {context_budget:,}-token budget, {n} cases · {metric}: "
-                                       "quality Δ against prompt savings")
+        where = f"{benchmark}, {context_budget:,}-token budget, {n} cases · {metric}"
+        plot_league(rows, ax=ax, title=titled(f"{where}: quality Δ against prompt savings", self.model))
         plt.close(fig)  # shown where it is displayed, not again at the end of the cell
         table = self.table(benchmark, context_budget, metric)
-        return {"table": table, "styled": styled(table), "figure": fig, "rows": rows}
+        return {"table": table, "styled": styled(table, caption=titled(f"league: {where}", self.model)),
+                "figure": fig, "rows": rows}
 
     def render_case(self, benchmark: str, context_budget: int, case_id: str) -> dict[str, Any]:
         """What each arm of the league sent the model for ``case_id``: a summary table and the side-by-side HTML."""

@@ -22,10 +22,30 @@ MODE_COLOURS: dict[str, str] = {
 }
 
 
+#: Axis labels of the metrics the notebooks plot (a metric not listed is labelled with its own name).
+METRIC_LABELS: dict[str, str] = {
+    "rouge1": "ROUGE-1 F1", "rouge2": "ROUGE-2 F1", "rougeL": "ROUGE-L F1", "bleu1": "BLEU-1",
+    "f1": "token F1", "exact_match": "exact match", "llm_score": "LLM-judge score",
+    "locomo_f1": "F1 (LoCoMo's official scorer)", "consistency": "consistency (0.4 + 0.6 × judge)",
+    "prompt_savings": "prompt savings (all answer calls)", "prompt_savings_last": "prompt savings (last answer call)",
+    "total_savings": "total-token savings",
+}
+
+
+def metric_label(metric: str) -> str:
+    """A readable axis label for ``metric`` (:data:`METRIC_LABELS`), else the metric's name."""
+    return METRIC_LABELS.get(metric, metric.replace("_", " "))
+
+
 def plot_grouped_bars(frame: pd.DataFrame, category: str, columns: Sequence[str], *, ax: Axes | None = None,
-                      title: str = "", ylabel: str = "", percent: bool = False,
+                      title: str = "", ylabel: str = "mean over cases", percent: bool = False,
                       colours: Sequence[str] | None = None) -> Axes:
-    """One group of bars per ``category`` value, one bar per column (NaN bars are left out)."""
+    """One group of bars per ``category`` value, one bar per column.
+
+    A bar without a value (NaN: not reached) is marked "–" on the zero line, a bar of exactly 0 is
+    marked "0", so the two are never both an empty slot; a panel whose every value is 0 or missing
+    says so in its middle.
+    """
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -35,8 +55,16 @@ def plot_grouped_bars(frame: pd.DataFrame, category: str, columns: Sequence[str]
     for i, column in enumerate(columns):
         values = frame[column].astype(float).to_numpy()
         colour = colours[i] if colours else MODE_COLOURS.get(column)
-        ax.bar(x + (i - (len(columns) - 1) / 2) * width, np.nan_to_num(values, nan=0.0), width,
-               label=column, color=colour, alpha=0.9)
+        where = x + (i - (len(columns) - 1) / 2) * width
+        ax.bar(where, np.nan_to_num(values, nan=0.0), width, label=column, color=colour, alpha=0.9)
+        for position, value in zip(where, values, strict=True):
+            if not np.isfinite(value) or value == 0:
+                ax.annotate("–" if not np.isfinite(value) else "0", (position, 0.0), xytext=(0, 2),
+                            textcoords="offset points", ha="center", va="bottom", fontsize=7, color=colour)
+    finite = [float(v) for c in columns for v in frame[c].astype(float) if np.isfinite(v)]
+    if not any(finite):
+        ax.text(0.5, 0.55, "no values (– = not reached)" if not finite else "every value is 0",
+                transform=ax.transAxes, ha="center", va="center", color="dimgrey")
     ax.set_xticks(x, [str(v) for v in frame[category]])
     ax.set_ylabel(ylabel)
     if percent:
@@ -85,9 +113,12 @@ def plot_savings_distribution(per_case: pd.DataFrame, *, column: str | None = No
                            "published (aggregate)") else None)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(modes)), modes)
-    ax.set_ylabel(column.replace("_", " "))
+    ax.set_ylabel(metric_label(column))
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.set_title(title or f"{column.replace('_', ' ')} per case vs the baseline")
+    if not len(cases) or cases[column].dropna().empty:
+        ax.text(0.5, 0.5, "no case is ok in both modes: no per-case savings", transform=ax.transAxes,
+                ha="center", va="center", color="dimgrey")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize=8)
     return ax
@@ -95,8 +126,11 @@ def plot_savings_distribution(per_case: pd.DataFrame, *, column: str | None = No
 
 def plot_quality_vs_savings(ours: pd.DataFrame, metric: str, *, published_frame: pd.DataFrame | None = None,
                             published_savings: str = "prompt_savings", published_metric: str | None = None,
-                            ax: Axes | None = None, title: str = "") -> Axes:
-    """Quality (y) against prompt savings (x) per mode: ours filled, published hollow."""
+                            ax: Axes | None = None, title: str = "", ylabel: str = "") -> Axes:
+    """Quality (y) against prompt savings (x) per mode: ours filled, published hollow.
+
+    ``ylabel`` defaults to the metric's readable name (:func:`metric_label`).
+    """
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots()[1]
@@ -119,7 +153,7 @@ def plot_quality_vs_savings(ours: pd.DataFrame, metric: str, *, published_frame:
     low, high = ax.get_xlim()
     ax.set_xlim(min(low, -0.05), max(high, 1.15))  # room for the labels right of the points
     ax.set_xlabel("prompt savings vs the baseline mode (mean per case)")
-    ax.set_ylabel(metric)
+    ax.set_ylabel(ylabel or f"{metric_label(metric)} (mean)")
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.set_title(title or f"{metric} against savings: filled = ours, hollow = published")
     figure = ax.get_figure(root=True)
@@ -276,10 +310,13 @@ def label_points(ax: Axes, anchors: Sequence[tuple[float, float]], labels: Seque
 
 
 def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = "") -> Axes:
-    """Quality loss (y, lower is better) against token savings (x, higher is better), one point per
-    (mode, variant) run with its 95 % intervals as error bars; frontier points filled and joined.
+    """Quality delta (y, variant − baseline, higher is better) against token savings (x, higher is
+    better), one point per (mode, variant) run with its 95 % intervals as error bars; frontier points
+    filled and joined.
 
-    ``points`` is :func:`agentlab.bench.analysis.pareto_df` for one benchmark, model and metric.
+    ``points`` is :func:`agentlab.bench.analysis.pareto_df` for one benchmark, model and metric. Its
+    ``quality_loss`` is baseline − variant; the plot draws its negation, so the y axis reads like the
+    ``delta`` column of ``quality_loss_df`` (and of the league) printed beside it.
     An empty interval (too few pairs) draws no bar; the point is still shown. Runs whose savings and
     loss coincide are drawn as one marker with one label naming all of them; labels are placed where
     they overlap neither each other nor a marker, and the savings ticks carry as many decimals as
@@ -295,7 +332,11 @@ def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = ""
     if len(metrics) != 1 or points["model"].nunique() != 1:
         raise ValueError(f"plot_pareto draws one metric of one model; got metrics {metrics}, "
                          f"models {sorted(set(points['model']))}: filter pareto_df first")
-    points = points.reset_index(drop=True)
+    points = points.reset_index(drop=True).copy()
+    # delta = variant − baseline = −loss; the loss interval [low, high] becomes [−high, −low].
+    points["delta"] = -points["quality_loss"].astype(float)
+    points["delta_ci_low"] = -points["loss_ci_high"].astype(float)
+    points["delta_ci_high"] = -points["loss_ci_low"].astype(float)
 
     def half_widths(centre: pd.Series, low: pd.Series, high: pd.Series) -> list[list[float]]:
         below = (centre - low).where(low.notna(), 0.0).clip(lower=0.0)
@@ -303,19 +344,19 @@ def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = ""
         return [below.tolist(), above.tolist()]
 
     groups = coincident_groups(points["token_savings"].astype(float).tolist(),
-                               points["quality_loss"].astype(float).tolist())
+                               points["delta"].tolist())
     for _, row in points.iterrows():
         colour = MODE_COLOURS.get(row["mode"], "grey")
         one = points.loc[[_]]
-        ax.errorbar(row["token_savings"], row["quality_loss"],
+        ax.errorbar(row["token_savings"], row["delta"],
                     xerr=half_widths(one["token_savings"], one["savings_ci_low"], one["savings_ci_high"]),
-                    yerr=half_widths(one["quality_loss"], one["loss_ci_low"], one["loss_ci_high"]),
+                    yerr=half_widths(one["delta"], one["delta_ci_low"], one["delta_ci_high"]),
                     fmt="o", color=colour, markerfacecolor=colour if row["on_frontier"] else "white",
                     markersize=8, capsize=3, zorder=3)
     # One frontier vertex per drawn point: runs that coincide (to float noise) are one vertex, not a zero-length line.
     front = points.loc[[g[0] for g in groups if points.loc[g, "on_frontier"].any()]].sort_values("token_savings")
     if len(front) > 1:
-        ax.plot(front["token_savings"], front["quality_loss"], color="black", linewidth=0.8, linestyle="--",
+        ax.plot(front["token_savings"], front["delta"], color="black", linewidth=0.8, linestyle="--",
                 zorder=2, label="frontier")
     ax.axhline(0, color="grey", linewidth=0.8)
     low, high = ax.get_xlim()
@@ -323,10 +364,10 @@ def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = ""
     low, high = ax.get_ylim()
     ax.set_ylim(*_widen(low, high, 0.01))
     ax.set_xlabel("token savings (% of the baseline's prompt tokens, mean per case)")
-    ax.set_ylabel(f"quality loss (Δ {metrics[0]}, in its units:\nbaseline − variant; lower is better)")
+    ax.set_ylabel(f"quality delta (Δ {metrics[0]}, in its units:\nvariant − baseline; higher is better)")
     ax.xaxis.set_major_formatter(_percent_formatter())
     ax.ticklabel_format(axis="y", useOffset=False)
-    ax.set_title(title or f"{metrics[0]}: savings against loss, 95 % paired intervals (filled = on the frontier)")
+    ax.set_title(title or f"{metrics[0]}: savings against delta, 95 % paired intervals (filled = on the frontier)")
 
     # Labels go where they are clear, which needs the axes laid out in display pixels first.
     figure = ax.get_figure(root=True)
@@ -338,7 +379,7 @@ def plot_pareto(points: pd.DataFrame, *, ax: Axes | None = None, title: str = ""
         rows = points.loc[group]
         names = [f"{m} · {v}" for m, v in zip(rows["mode"], rows["variant"], strict=True)]
         pairs = [int(n) for n in rows["loss_n_pairs"]]
-        anchors.append((float(rows["token_savings"].iloc[0]), float(rows["quality_loss"].iloc[0])))
+        anchors.append((float(rows["token_savings"].iloc[0]), float(rows["delta"].iloc[0])))
         labels.append(pareto_label(names, pairs))
     label_points(ax, anchors, labels)
     if len(front) > 1:

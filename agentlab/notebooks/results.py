@@ -216,3 +216,25 @@ def case_metadata(cases: pd.DataFrame, *keys: str) -> pd.DataFrame:
     for key in keys:
         out[key] = [m.get(key) for m in meta]
     return out
+
+
+def judge_note(means: pd.DataFrame, metric: str = "llm_score") -> str:
+    """What ``<metric>`` and ``<metric>_correct`` are, with the judge's mean confidence on the answers it passed.
+
+    ``<metric>_correct`` is the share of answers the judge *labelled* correct; ``<metric>`` is the
+    published score, the judge's confidence when it said correct and 0 otherwise
+    (:func:`agentlab.bench.judge.confidence_if_correct`). So ``<metric>`` / ``<metric>_correct`` is its
+    mean confidence on the answers it passed: a judge that says "correct" with confidence 0 gives
+    1.0 and 0 — it passed everything and believed none of it; neither says that the answers are right.
+    """
+    correct = means[means["metric"] == f"{metric}_correct"].set_index("mode")["mean"]
+    score = means[means["metric"] == metric].set_index("mode")["mean"]
+    if correct.empty:
+        return f"{metric}: the judge's score (no {metric}_correct stored)"
+    parts = []
+    for mode in correct.index:
+        share, value = correct[mode], score.get(mode)
+        confidence = "n/a" if value is None or not share else f"{value / share:.2f}"
+        parts.append(f"{mode}: labelled correct {share:.2f}, mean confidence when correct {confidence}")
+    return (f"{metric}_correct = share of answers the judge labelled correct; {metric} = its confidence when it "
+            f"said correct, else 0 (the published score). " + "; ".join(parts))

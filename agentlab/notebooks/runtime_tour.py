@@ -182,9 +182,10 @@ def request_df(request: ModelRequest, draft: RequestDraft | None = None) -> pd.D
 
 
 def plot_history_and_context(session: Session, summary: Summary | None, draft: RequestDraft | None,
-                             request: ModelRequest | None = None) -> Figure:
+                             request: ModelRequest | None = None, *, model: str | None = None) -> Figure:
     """Two rows over the ledger's event positions: the tokens each event holds in the history,
     and the tokens it took in one request (absent, whole, or replaced by a placeholder).
+    ``model``: the spec that answered, named above the rows (the smoke-test label for the embedded model).
 
     The shaded span is what the summary covers; the dashed line is its boundary. Token axes are
     logarithmic so a 15-token question and a 2,000-token tool result are both readable.
@@ -236,5 +237,9 @@ def plot_history_and_context(session: Session, summary: Summary | None, draft: R
     handles += [Patch(facecolor="#f2e6a6", label="covered by the summary"),
                 Patch(facecolor="white", edgecolor="black", hatch="///", label="compacted (placeholder)")]
     top.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if model is not None:
+        from agentlab.notebooks.provenance import model_label
+
+        fig.suptitle(model_label(model), fontsize=10)
     fig.tight_layout()
     return fig

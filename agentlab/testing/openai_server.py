@@ -15,7 +15,8 @@ What it does, and why each part is there:
   cl100k, plus the requested ``max_tokens``), as a real server does; it never truncates silently.
 * **Answers deterministically and extractively**: a plain answer is the prompt's sentences that
   share the most words with the last user turn, so an answer that saw the evidence scores better
-  than one that did not. That makes quality loss and recovery measurable on it, not just non-zero.
+  than one that did not; agentlab's own summary requests get an extractive summary as long as their
+  ``max_tokens`` and stated word cap allow (:mod:`agentlab.testing.summary_reply`). That makes quality loss and recovery measurable on it, not just non-zero.
   JSON requests get a JSON object (a judge verdict, or memory operations); when the request offers a
   search tool and the last turn is the user's, it calls that tool once, like an agentic model.
 * **Injects faults** on a seeded schedule (``fault_rate`` over ``faults``): 429 with
@@ -57,11 +58,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agentlab.testing.summary_reply import extractive_summary, is_summary_request, summary_word_budget
+
 WINDOW_STYLES = ("vllm", "openrouter", "llamacpp", "ollama", "none")
 FAULT_KINDS = ("429", "500", "503", "garbage", "empty", "hang")
 #: Tokens a chat template adds around each message (the same order of magnitude as real templates).
 PER_MESSAGE_OVERHEAD = 4
 DEFAULT_MAX_TOKENS = 256
+#: Every model spec a test server of this process has served: what a notebook's figures must label
+#: "test server" (:mod:`agentlab.notebooks.provenance`); never emptied, a stopped server's too.
+SERVED_MODEL_SPECS: set[str] = set()
 
 _WORD = re.compile(r"[A-Za-z0-9']+")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -230,6 +236,7 @@ class OpenAITestServer:
 
     def start(self) -> OpenAITestServer:
         """Serve in a daemon thread (idempotent); returns the server for chaining."""
+        SERVED_MODEL_SPECS.add(self.model_spec)
         if self._thread is None:
             self._thread = threading.Thread(target=self._httpd.serve_forever, name="openai-test-server",
                                             daemon=True)
@@ -329,6 +336,9 @@ class OpenAITestServer:
         max_words = max(8, int((payload.get("max_tokens") or DEFAULT_MAX_TOKENS) * 0.7))
         if response_format in ("json_object", "json_schema"):
             return {"role": "assistant", "content": json.dumps(self._json_reply(messages), ensure_ascii=False)}
+        if is_summary_request(messages):  # as long as the policy's budget allows (summary_reply.py)
+            budget = summary_word_budget(messages, int(payload.get("max_tokens") or DEFAULT_MAX_TOKENS))
+            return {"role": "assistant", "content": extractive_summary(messages, budget)}
         tools = payload.get("tools") or []
         last = messages[-1] if messages else {}
         if self.tool_calls and tools and last.get("role") == "user" and payload.get("tool_choice") != "none":

@@ -434,3 +434,31 @@ def test_the_savings_interval_does_not_depend_on_the_order_cases_were_written(tm
         s.close()
     expected = stats.mean_with_ci([1 - prompts[c] / 1000 for c in case_ids])
     assert intervals[0] == intervals[1] == pytest.approx((expected.ci_low, expected.ci_high))
+
+
+# -------------------------------------------- recovery follows the league's rule (issue 33)
+
+
+@pytest.mark.parametrize(("lossy", "reason"), [
+    # The lossy run above the baseline (LoCoMo bleu1 once gave 0.57 here): nothing lost, nothing to recover.
+    ({"c1": 0.6, "c2": 0.5}, "scores 0.15 above the baseline"),
+    # Below it by 0.4 % of its mean: within 1 %, a ratio over that gap is noise.
+    ({"c1": 0.5, "c2": 0.298}, "within 1% of the baseline's"),
+])
+def test_recovery_is_na_with_the_reason_when_nothing_was_lost(tmp_path: Path, lossy: dict[str, float],
+                                                             reason: str) -> None:
+    from cli_helpers import run_cli
+
+    db = tmp_path / "g.duckdb"
+    with ResultStore(db) as s:
+        add_run(s, "base", "long_context", {"c1": 0.5, "c2": 0.3})
+        add_run(s, "sum", "summary", lossy)
+        add_run(s, "rec", "recall", {"c1": 0.55, "c2": 0.45})
+        s.rebuild_derived()
+        row = analysis.recovery_df("qmsum", store=s).set_index("run_id").loc["rec"]
+    assert pd.isna(row["recovery"]) and pd.isna(row["recovery_baseline_ok"])
+    assert pd.isna(row["ci_low"]) and pd.isna(row["ci_high"])
+    assert row["stats_note"].startswith("recovery n/a: ") and reason in row["stats_note"]
+    code, out, err = run_cli("report", "qmsum", "--db", str(db))
+    assert code == 0, err
+    assert f"recall default rougeL: {row['stats_note']}\n" in out  # under the recovery table, per row

@@ -254,3 +254,17 @@ def test_recovery_is_only_over_a_loss() -> None:
     tiny, why = league.recovery_of([0.5, 0.5], [0.499, 0.499], [0.5, 0.5], "x")
     assert tiny is None and "within 1%" in (why or "")
     assert league.recovery_of([], [], [], "x") == (None, None)
+
+
+def test_cli_league_takes_a_judge_model_as_run_does(tmp_path: Path, toy_qmsum: None) -> None:
+    db = tmp_path / "r.duckdb"
+    with OpenAITestServer(context_window=32_768) as server, OpenAITestServer(context_window=32_768) as judge:
+        code, out, err = run_cli("league", "qmsum", "--arms", "toy_keep_last", "--model", server.model_spec,
+                                 "--judge-model", judge.model_spec, "--db", str(db), "--json", "--no-progress",
+                                 "--context-budget", "4096")
+        judged = len(judge.stats.prompt_tokens)
+    assert code == 0, err
+    assert judged > 0  # every judge call went to the judge's server
+    runs = analysis.runs_df("qmsum", db=db)
+    assert set(runs["judge_model"]) == {judge.model_spec} and set(runs["model"]) == {server.model_spec}
+    assert any(r["metric"] == "llm_score" for r in json.loads(out)["rows"])

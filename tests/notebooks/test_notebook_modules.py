@@ -84,7 +84,8 @@ def test_ensure_sweep_and_the_policy_comparison_view(tmp_path: Path, scripted_cl
     assert list(shown["quality_loss"]["variant"]) == ["answer.max_tokens=24"]
     assert {"ci_low", "ci_high", "p_value", "n_pairs"} <= set(shown["quality_loss"].columns)
     ax = shown["figure"].axes[0]
-    assert "quality loss (Δ f1" in ax.get_ylabel() and ax.get_lines()  # the point (and its bars) are drawn
+    assert "quality delta (Δ f1" in ax.get_ylabel() and ax.get_lines()  # the point (and its bars) are drawn
+    assert "variant − baseline" in ax.get_ylabel()  # as the delta column of the table beside it
     box = view.widget(metric="f1")
     variant_box = box.children[1]
     variant_box.value = ("answer.max_tokens=16",)  # the observer redraws without raising

@@ -80,3 +80,32 @@ def test_grouped_bars_on_a_shared_axis_are_not_clipped_by_the_panel_drawn_first(
     plots.plot_grouped_bars(large, "category", ["x"], ax=right)
     assert right.get_ylim()[1] >= 0.7 and left.get_ylim() == right.get_ylim()
     plt.close(fig)
+
+
+def test_the_pareto_plot_draws_the_delta_of_the_table_beside_it() -> None:
+    # pareto_df's quality_loss is baseline − variant; the table printed beside the plot has
+    # delta = variant − baseline: the plot draws the delta, and its interval negated.
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    plots.plot_pareto(pareto_points([(0.5, 0.05)]), ax=ax)
+    (line,) = [c for c in ax.get_children() if isinstance(c, matplotlib.lines.Line2D) and len(c.get_ydata()) == 1
+               and c.get_marker() == "o"]
+    assert line.get_ydata()[0] == pytest.approx(-0.05)
+    assert "variant − baseline; higher is better" in ax.get_ylabel()
+    caps = sorted(float(y) for c in ax.get_children() if isinstance(c, matplotlib.lines.Line2D)
+                  and c.get_marker() == "_" for y in c.get_ydata())
+    assert caps[:1] + caps[-1:] == pytest.approx([-0.052, -0.048])  # the loss interval [0.048, 0.052], negated
+    plt.close(fig)
+
+
+def test_grouped_bars_tell_a_missing_value_from_a_zero_and_say_when_all_are_zero() -> None:
+    frame = pd.DataFrame({"category": ["a", "b"], "x": [0.0, float("nan")], "y": [0.4, 0.0]})
+    fig, ax = plt.subplots()
+    plots.plot_grouped_bars(frame, "category", ["x", "y"], ax=ax)
+    marks = sorted(t.get_text() for t in ax.texts)
+    assert marks == ["0", "0", "–"] and ax.get_ylabel() == "mean over cases"
+    zeros = pd.DataFrame({"category": ["a", "b"], "x": [0.0, 0.0]})
+    fig2, ax2 = plt.subplots()
+    plots.plot_grouped_bars(zeros, "category", ["x"], ax=ax2)
+    assert "every value is 0" in [t.get_text() for t in ax2.texts]
+    plt.close(fig)
+    plt.close(fig2)

@@ -397,15 +397,19 @@ class LoCoMoTask(Task):
     def retrieval_only(self, cases: Sequence[Case], mode: str, settings: Settings, *, unit: str | None = None,
                        retriever: str | None = None) -> dict[str, Any]:
         """Without ``unit``: recall of the session-recall preload window (``agentlab-preload-window``);
-        with it: the paper's protocol (``locomo-acl2024-table3``) for ``retriever`` (default hybrid).
+        with it: the paper's protocol (``locomo-acl2024-table3``) for ``retriever``, or without one
+        every retriever of :data:`agentlab.bench.locomo_retrievers.COMPARED` (a ``results`` list).
         """
         import agentlab.bench.locomo_retrieval as locomo_retrieval
+        import agentlab.bench.locomo_retrievers as locomo_retrievers
 
         if unit is None:
             window = locomo_retrieval.PreloadWindow(recall_policy(settings), _captions(settings), seed_sessions,
                                                     question_preload, hit_dia_ids)
             return locomo_retrieval.preload_window_recall(window, cases, settings)
-        return locomo_retrieval.protocol_recall(cases, unit, retriever or "hybrid", settings)
+        if retriever is None:
+            return locomo_retrievers.compare(cases, unit, settings)
+        return locomo_retrievers.measure(cases, unit, retriever, settings)
 
     # ---------------------------------------------------------------------------- report
 
