@@ -49,7 +49,7 @@ from agentlab.bench.retention import (
 )
 from agentlab.bench.store import DEFAULT_DB
 
-BENCHMARKS = ("qmsum", "locomo", "longmemeval")
+BENCHMARKS = ("qmsum", "locomo", "longmemeval", "trajectories")
 
 
 def retention_parser(prog: str) -> argparse.ArgumentParser:
@@ -149,7 +149,7 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.benchmark not in BENCHMARKS:
         raise CliError(f"retention {args.benchmark!r}: retention is defined for {', '.join(BENCHMARKS)} "
-                       "(their gold evidence is marked turn by turn)")
+                       "(their gold evidence is marked turn by turn, or, for trajectories, each step's supports)")
     if args.limit < 0:
         raise CliError(f"--limit must be >= 0 (0 = all cases), got {args.limit}")
     budget = DEFAULT_CONTEXT_WINDOW if args.context_budget is None else args.context_budget
@@ -158,6 +158,11 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     task = get_task(args.benchmark)
     arms, skipped = _pick_arms(args.arms, task)
     settings = _load(task, args.overrides)
+    budget_source = "--context-budget" if args.context_budget is not None else "the retention default"
+    if args.benchmark == "trajectories":
+        from agentlab.bench.cli_trajectories import run_trajectory_retention
+
+        return run_trajectory_retention(arms, skipped, settings, budget, budget_source, args.limit, args.json, out)
     delivery = _delivery(settings)
     started = time.perf_counter()
     cases = select(load_selection(task, settings), args.limit or None)
@@ -170,7 +175,6 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     if not args.no_store:
         stored = write_retention(args.db, timed.rows, benchmark=args.benchmark, chunk_turns=chunk,
                                  context_budget=budget, code_version=code_version())
-    budget_source = "--context-budget" if args.context_budget is not None else "the retention default"
     wall = time.perf_counter() - started
     if args.json:
         _print_json({"benchmark": args.benchmark, "delivery": delivery.delivery, "chunk_turns": chunk,

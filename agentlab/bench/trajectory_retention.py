@@ -50,7 +50,7 @@ from agentlab.bench.supports import Step, occurs, step_supports
 from agentlab.core import project
 from agentlab.core.project import ProjectionResult, replaced_in_request
 from agentlab.events import Event, Message
-from agentlab.model.base import ModelInfo
+from agentlab.model.base import Model, ModelInfo
 from agentlab.session.base import Session
 
 #: Search depth of ``recoverable``.
@@ -126,15 +126,15 @@ def _current_user(events: Sequence[Event]) -> Event | None:
 
 
 async def _replay(traj: Trajectory, arm: Arm, steps: Sequence[Step], *, context_window: int, settings: Any,
-                  ) -> list[tuple[Step, ProjectionResult, frozenset[str]]]:
+                  model: Model | None = None) -> list[tuple[Step, ProjectionResult, frozenset[str]]]:
     """Project the request before every step under ``arm`` (mechanisms carried from step to step)."""
-    mechanisms = arm.mechanisms(settings, None)
+    mechanisms = arm.mechanisms(settings, model)
     info = ModelInfo("trajectories", context_window)
     by_id = {e.id: e for e in traj.events}
     out = []
     for step in steps:
         prefix = traj.events[:step.index]
-        result = await project(_session(traj, prefix), mechanisms, _current_user(prefix), info,
+        result = await project(_session(traj, prefix), mechanisms, _current_user(prefix), info, model=model,
                                instruction=traj.instruction, context_window=context_window,
                                app_name=APP_NAME, user_id=USER_ID)
         shown = {e.id for e in result.draft.events if e.id in by_id and not replaced_in_request(e, by_id[e.id])}
@@ -142,26 +142,38 @@ async def _replay(traj: Trajectory, arm: Arm, steps: Sequence[Step], *, context_
     return out
 
 
-async def step_requests(traj: Trajectory, arm: Arm, *, context_window: int, settings: Any = None) -> list[StepRequest]:
-    """The request a live agent would have sent before each assistant step of ``traj`` under ``arm``."""
+async def step_requests(traj: Trajectory, arm: Arm, *, context_window: int, settings: Any = None,
+                        model: Model | None = None) -> list[StepRequest]:
+    """The request a live agent would have sent before each assistant step of ``traj`` under ``arm``.
+
+    ``model`` is only the summariser of a summarising arm (no step is re-generated).
+    """
+    _check(arm, model)
     steps = step_supports(traj.events, traj.instruction)
-    replayed = await _replay(traj, arm, steps, context_window=context_window, settings=settings)
+    replayed = await _replay(traj, arm, steps, context_window=context_window, settings=settings, model=model)
     return [StepRequest(step.index, tuple(r.request.messages), r.prompt_tokens, left)
             for step, r, left in replayed]
 
 
+def _check(arm: Arm, model: Model | None) -> None:
+    if arm.needs_model and model is None:
+        raise ValueError(f"arm {arm.name!r} needs a model as its summariser ({arm.needs_model})")
+
+
 async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int, settings: Any = None,
-                             k: int = DEFAULT_K) -> TrajectoryRow:
-    """One :class:`TrajectoryRow`: ``traj`` replayed under ``arm`` at ``context_window`` tokens."""
-    if arm.needs_model:
-        raise ValueError(f"arm {arm.name!r} needs a model ({arm.needs_model}); this measure calls none")
+                             k: int = DEFAULT_K, model: Model | None = None) -> TrajectoryRow:
+    """One :class:`TrajectoryRow`: ``traj`` replayed under ``arm`` at ``context_window`` tokens.
+
+    ``model`` is only the summariser of a summarising arm (``arm.needs_model``); no step is re-generated.
+    """
+    _check(arm, model)
     steps = step_supports(traj.events, traj.instruction)
-    replayed = await _replay(traj, arm, steps, context_window=context_window, settings=settings)
+    replayed = await _replay(traj, arm, steps, context_window=context_window, settings=settings, model=model)
     tokens_of = {e.id: e.token_count or 0 for e in traj.events}
     service: Any = None
     n_supports = visible = recovered = refetch_steps = refetch_tokens = 0
     hidden: list[tuple[int, str]] = []
-    policy = _recall_policy(arm.mechanisms(settings, None))
+    policy = _recall_policy(arm.mechanisms(settings, model))
     for step, result, left_out in replayed:
         texts = request_texts(result)
         missing = [s for s in step.supports if not _visible(s.text, s.kind, texts)]

@@ -96,3 +96,22 @@ def test_long_context_sees_every_support_of_real_trajectories() -> None:
             for t in sample]
     assert all(r.supported in (None, 1.0) and r.refetch_steps == 0 for r in rows)
     assert sum(r.n_supports for r in rows) > 0
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs $AGENTLAB_DATA_DIR/agent_trajectories")
+def test_retention_command_runs_the_trajectories_with_the_masking_arm() -> None:
+    import io
+    import json
+
+    from agentlab.bench.cli import main
+
+    out = io.StringIO()
+    code = main(["retention", "trajectories", "--arms", "long_context,swe_agent_masking,langchain_summarization",
+                 "--limit", "2", "--context-budget", "4096", "--json", "--set", "dataset.datasets=swe_agent"], out=out)
+    assert code == 0
+    report = json.loads(out.getvalue())
+    assert report["cases"] == 2 and report["context_budget"] == 4096 and report["model"] is None
+    assert {s["arm"] for s in report["summaries"]} == {"long_context", "swe_agent_masking"}
+    assert "langchain_summarization" in report["skipped"]
+    baseline = next(s for s in report["summaries"] if s["arm"] == "long_context")
+    assert baseline["supported"]["mean"] == 1.0 and baseline["mean_refetch_steps"] == 0
