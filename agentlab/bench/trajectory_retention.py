@@ -129,7 +129,9 @@ async def _replay(traj: Trajectory, arm: Arm, steps: Sequence[Step], *, context_
                   model: Model | None = None) -> list[tuple[Step, ProjectionResult, frozenset[str]]]:
     """Project the request before every step under ``arm`` (mechanisms carried from step to step)."""
     mechanisms = arm.mechanisms(settings, model)
-    info = ModelInfo("trajectories", context_window)
+    # With a model (a summarising arm's summariser) its own info stands, so the chain calls it; the budget
+    # is the window either way (``context_window`` overrides the model's, as ``--context-budget`` does).
+    info = model.info if model is not None else ModelInfo("trajectories", context_window)
     by_id = {e.id: e for e in traj.events}
     out = []
     for step in steps:

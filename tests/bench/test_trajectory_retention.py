@@ -115,3 +115,28 @@ def test_retention_command_runs_the_trajectories_with_the_masking_arm() -> None:
     assert "langchain_summarization" in report["skipped"]
     baseline = next(s for s in report["summaries"] if s["arm"] == "long_context")
     assert baseline["supported"]["mean"] == 1.0 and baseline["mean_refetch_steps"] == 0
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs $AGENTLAB_DATA_DIR/agent_trajectories")
+def test_league_on_the_test_server_replays_trajectories_with_a_summarising_arm(tmp_path: Path) -> None:
+    """Test server: replies are not a model's — plumbing only (the summaries are its canned text)."""
+    import io
+
+    import duckdb
+
+    from agentlab.bench.cli import main
+    from agentlab.testing.openai_server import OpenAITestServer
+
+    db = tmp_path / "league.duckdb"
+    with OpenAITestServer(context_window=32_768) as server:
+        code = main(["league", "trajectories", "--arms", "swe_agent_masking,letta_sliding_window", "--limit", "2",
+                     "--context-budget", "4096", "--model", server.model_spec, "--db", str(db), "--no-progress",
+                     "--set", "dataset.datasets=swe_agent"], out=io.StringIO())
+    assert code == 0
+    with duckdb.connect(str(db), read_only=True) as con:
+        statuses = con.execute("select status, count(*) from cases group by status").fetchall()
+        scores = con.execute("select count(*) from scores where metric = 'supported'").fetchone()
+        summary_calls = con.execute("select count(*) from calls").fetchone()
+    assert statuses == [("ok", 6)]  # 2 cases x (baseline + 2 arms)
+    assert scores is not None and scores[0] == 6
+    assert summary_calls is not None and summary_calls[0] > 0  # letta's summaries went through the server

@@ -24,9 +24,12 @@ from typing import Any
 import agentlab.bench.arms as arms_registry
 from agentlab.bench.config import Settings
 from agentlab.bench.datasets.trajectories import DATASETS, Trajectory, load_trajectories
+from agentlab.bench.facts import ModeRoles
 from agentlab.bench.metrics import Score
+from agentlab.bench.supports import step_supports
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
 from agentlab.bench.trajectory_retention import measure_trajectory
+from agentlab.events import Message
 from agentlab.policy import PolicyJSON
 
 CHOICES = (*DATASETS, "both")
@@ -64,6 +67,7 @@ class TrajectoriesTask(Task):
     version = "1"
     modes = ("long_context",)
     default_mode = "long_context"
+    mode_roles = ModeRoles(baseline="long_context")
     description = ("real agent trajectories (200 tau-bench airline, 22 SWE-agent), replayed under an arm with "
                    "no model: share of each step's supports still visible")
 
@@ -88,12 +92,27 @@ class TrajectoriesTask(Task):
             return arms_registry.full_history_arm(mode)
         return arms_registry.get_arm(mode, self)
 
-    async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
-        """Replay the trajectory under the arm; the prediction is the row as JSON."""
+    async def _replay(self, case: Case, arm: Any, ctx: RunContext) -> CaseResult:
         budget = ctx.context_budget or ctx.model.info.context_window or FALLBACK_BUDGET
-        row = await measure_trajectory(case.data, self._arm(mode, ctx), context_window=budget,
-                                       settings=ctx.settings, model=ctx.model)
+        row = await measure_trajectory(case.data, arm, context_window=budget, settings=ctx.settings, model=ctx.model)
         return CaseResult(prediction=json.dumps(row.as_dict()), metadata={"context_budget": budget, **row.as_dict()})
+
+    async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Replay the trajectory under the baseline (or the run's arm); the prediction is the row as JSON."""
+        return await self._replay(case, self._arm(mode, ctx), ctx)
+
+    async def run_generic(self, case: Case, arm: Any, ctx: RunContext) -> CaseResult:
+        """Replay the trajectory under a generic arm (the run's model only writes a summarising arm's summaries)."""
+        return await self._replay(case, arm, ctx)
+
+    def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
+        """The baseline's step requests (system prompt, then the ledger before each assistant step); no model."""
+        if mode != "long_context":
+            raise NotImplementedError(f"trajectories: --dry-run lists the long_context prompts only, not {mode!r}")
+        traj: Trajectory = case.data
+        system = [Message.system(traj.instruction)] if traj.instruction else []
+        return [[*system, *(e.message for e in traj.events[:s.index] if e.message is not None)]
+                for s in step_supports(traj.events, traj.instruction)]
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
         """The trajectory's ``supported`` share (``None`` when it has no support)."""
