@@ -47,7 +47,7 @@ class TrajectoryDataset(PolicyJSON):
 
     def __post_init__(self) -> None:
         if self.datasets not in CHOICES:
-            raise ValueError(f"[dataset] datasets must be one of {', '.join(CHOICES)}, got {self.datasets!r}")
+            raise ValueError(f"datasets must be one of {', '.join(CHOICES)}, got {self.datasets!r}")
 
     def chosen(self) -> tuple[str, ...]:
         """The dataset names to load."""
