@@ -133,7 +133,7 @@ def format_table(summaries: Sequence[RetentionSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_cache_table(summaries: Sequence[RetentionSummary]) -> str:
+def format_cache_table(summaries: Sequence[Any]) -> str:
     """The cache table: one line per arm, means per case (cost columns only when the summaries have a price)."""
     w = max([28, *(len(s.arm) for s in summaries)])
     priced = all("net_cost_usd" in s.extra for s in summaries)
@@ -148,10 +148,15 @@ def format_cache_table(summaries: Sequence[RetentionSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _price(args: argparse.Namespace) -> tuple[Any, str | None, str]:
+def active_profile(cache_profile: str, price_model: str | None) -> str | None:
+    """The cache profile the cost columns use: ``None`` (no cache table) for ``none`` without a price model."""
+    return None if cache_profile == "none" and price_model is None else cache_profile
+
+
+def resolve_price(cache_profile: str, price_model: str | None) -> tuple[Any, str | None, str]:
     """(the price or ``None``, the model priced, one line saying which price the costs use)."""
-    model = args.price_model if args.price_model is not None else DEFAULT_PRICE_MODEL[args.cache_profile]
-    source = "--price-model" if args.price_model is not None else f"the {args.cache_profile} profile's default"
+    model = price_model if price_model is not None else DEFAULT_PRICE_MODEL[cache_profile]
+    source = "--price-model" if price_model is not None else f"the {cache_profile} profile's default"
     if not model:
         return None, None, "no price model: cost columns omitted (--price-model MODEL to add them)"
     try:
@@ -185,11 +190,18 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
                        f"{', '.join(retention_benchmarks())}")
     arms, skipped = _pick_arms(args.arms, task)
     settings = _load(task, args.overrides)
+    budget_source = "--context-budget" if args.context_budget is not None else "the retention default"
+    own = task.retention_report(arms, skipped, settings, context_budget=budget, budget_source=budget_source,
+                                limit=args.limit, as_json=args.json, out=out,
+                                cache_profile=args.cache_profile, price_model=args.price_model)
+    if own is not None:  # a measure with a table of its own (e.g. per step of a recorded trajectory)
+        return own
     delivery = _delivery(settings)
     started = time.perf_counter()
     cases = select(load_selection(task, settings), args.limit or None)
-    profile = None if args.cache_profile == "none" and args.price_model is None else args.cache_profile
-    price, price_model, price_line = _price(args) if profile is not None else (None, None, "")
+    profile = active_profile(args.cache_profile, args.price_model)
+    price, price_model, price_line = (resolve_price(args.cache_profile, args.price_model) if profile is not None
+                                      else (None, None, ""))
     try:
         rows = run_sync(task.retention(cases, list(arms.values()), retention_settings(settings),
                                        delivery=delivery.delivery, context_window=budget, cache_profile=profile))
@@ -204,7 +216,6 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     if not args.no_store:
         stored = write_retention(args.db, rows, benchmark=args.benchmark, chunk_turns=chunk,
                                  context_budget=budget, code_version=code_version())
-    budget_source = "--context-budget" if args.context_budget is not None else "the retention default"
     wall = time.perf_counter() - started
     if args.json:
         _print_json({"benchmark": args.benchmark, "delivery": delivery.delivery, "chunk_turns": chunk,
@@ -244,5 +255,5 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-__all__ = ["DEFAULT_PRICE_MODEL", "cmd_retention", "format_cache_table", "format_table", "retention_benchmarks",
-           "retention_parser"]
+__all__ = ["DEFAULT_PRICE_MODEL", "active_profile", "cmd_retention", "format_cache_table", "format_table", "resolve_price",
+           "retention_benchmarks", "retention_parser"]

@@ -182,7 +182,7 @@ async def measure_evidence(task: Task, cases: Sequence[Any], settings: Any, name
             chosen.append(arm)
     if store.path is None:
         return [], 0.0
-    if not chosen or not task.has_retention():
+    if not chosen or not task.has_evidence_rows():
         return [], 0.0
     rows = await task.retention(cases, chosen, settings, delivery="turns", context_window=budget)
     write_retention(store.path, rows, benchmark=task.name, chunk_turns=None, context_budget=budget,
@@ -349,7 +349,7 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         calls["replayed" if record.cache_hit else "sent"] += 1
 
     try:
-        if evidence and task.has_retention():
+        if evidence and task.has_evidence_rows():
             measured, took = await measure_evidence(task, cases, settings, [roles.baseline, *names],
                                                     header.mechanism_window, active, header.code_version)
             if measured:

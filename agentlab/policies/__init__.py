@@ -30,6 +30,7 @@ from agentlab.policies.langchain_clear_tool_uses import LangChainClearToolUses, 
 from agentlab.policies.langchain_summarization import LangChainSummarization, LangChainSummarizationPolicy
 from agentlab.policies.langmem_summarize import LangMemSummarize, LangMemSummarizePolicy
 from agentlab.policies.letta_sliding_window import LettaSlidingWindow, LettaSlidingWindowPolicy
+from agentlab.policies.swe_agent_masking import SweAgentMasking, SweAgentMaskingPolicy
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ POLICIES: dict[str, PolicyEntry] = {e.name: e for e in (
            "openai/codex@0100b103 codex-rs/core/src/compact.rs; utils/string/src/truncate.rs@b24d7f3c"),
     _entry("letta_sliding_window", LettaSlidingWindowPolicy, LettaSlidingWindow,
            "letta-ai/letta@63d3146f letta/services/summarizer/summarizer_sliding_window.py"),
+    _entry("swe_agent_masking", SweAgentMaskingPolicy, SweAgentMasking,
+           "SWE-agent/SWE-agent@3ea751c0 sweagent/agent/history_processors.py LastNObservations (n = 10)"),
 )}
 
 

@@ -7,7 +7,7 @@ answered must carry "test server" in a title, one made on the embedded model "sm
 
 The notebooks' model calls replay from their call caches (``results/cache/``) and their runs are
 found stored, so after ``make test``'s nbmake pass (or a first run of this test) an execution
-costs seconds, not model time.
+costs seconds, not model time. The notebook executions are marked slow (``make test-slow``).
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ def test_the_check_fails_on_a_figure_without_the_label() -> None:
     assert len(unlabelled(bad)) == 2 and unlabelled(good) == []
 
 
+# Slow: it executes every notebook again (make test's nbmake pass executes them once; CI's test-slow
+# runs this after it, so the notebooks' runs and calls replay from results/).
+@pytest.mark.slow
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
 def test_every_figure_made_without_a_model_says_so(notebook: Path, tmp_path: Path) -> None:
     records = rendered_figures(notebook, tmp_path / "figures.jsonl")

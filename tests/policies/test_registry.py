@@ -33,7 +33,7 @@ print(len(agentlab.policies.POLICIES))
 
 
 def test_the_registry_lists_every_policy_with_a_typed_policy_and_a_mechanism() -> None:
-    assert names() == list(POLICIES) and len(POLICIES) == 10
+    assert names() == list(POLICIES) and len(POLICIES) == 11
     for name, entry in POLICIES.items():
         assert entry.name == name and entry.source
         policy = entry.policy_class()

@@ -33,6 +33,7 @@ ACTING: dict[str, dict[str, Any]] = {
     "letta_sliding_window": {"trigger_fraction": 0.1},
     "anthropic_clear_tool_uses": {"trigger_value": 400, "keep": 1},
     "langmem_summarize": {"max_tokens": 1200, "max_tokens_before_summary": 300, "max_summary_tokens": 64},
+    "swe_agent_masking": {"n": 2},
 }
 
 SUMMARY_REPLY = "SCRIPTED SUMMARY of the work so far"

@@ -226,10 +226,26 @@ class Task(ABC):
                                      cache_profile=cache_profile)
         return timed.rows
 
-    def has_retention(self) -> bool:
-        """Whether the task implements retention (:meth:`retention_groups` or :meth:`retention`)."""
+    def retention_report(self, arms: Mapping[str, Arm], skipped: Mapping[str, str], settings: Settings, *,
+                         context_budget: int, budget_source: str, limit: int, as_json: bool, out: Any,
+                         cache_profile: str = "none", price_model: str | None = None) -> int | None:
+        """A retention measure with a table of its own (not one row per question): measure, print, return the exit status.
+
+        ``None`` (the default): the task's rows are :meth:`retention`'s, and the ``retention`` command
+        averages, prints and stores them. A task whose unit is not a question (e.g. every step of a
+        recorded agent trajectory) overrides this and prints its own table to ``out``; ``cache_profile``
+        and ``price_model`` are ``--cache-profile`` and ``--price-model`` as given.
+        """
+        return None
+
+    def has_evidence_rows(self) -> bool:
+        """Whether :meth:`retention` gives rows (it or :meth:`retention_groups` is implemented): what ``league``'s ``kept`` reads."""
         cls = type(self)
         return cls.retention_groups is not Task.retention_groups or cls.retention is not Task.retention
+
+    def has_retention(self) -> bool:
+        """Whether the task implements retention (:meth:`retention_groups`, :meth:`retention` or :meth:`retention_report`)."""
+        return self.has_evidence_rows() or type(self).retention_report is not Task.retention_report
 
     # ------------------------------------------------------------------------------- arms
 

@@ -1,0 +1,88 @@
+"""``python -m agentlab.bench retention trajectories``: the trajectory replay's printed and JSON output.
+
+Called by :func:`agentlab.bench.cli_retention.cmd_retention` once it has chosen the arms, parsed the
+settings and resolved the budget; this module only loads the trajectories, measures
+(:func:`agentlab.bench.trajectory_retention.measure_trajectories`) and prints. Rows are not
+stored in the DuckDB file (the ``retention`` table's columns are the evidence measure's).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from typing import Any, TextIO
+
+from agentlab.bench.cli_common import _print_json
+from agentlab.bench.cli_retention import active_profile, format_cache_table, resolve_price
+from agentlab.bench.loops import run_sync
+from agentlab.bench.retention import FRACTION_TRIGGERED_PEERS, PEER_TRIGGER_FRACTION, retention_settings
+from agentlab.bench.retention_cache import cache_means, ranking_differences
+from agentlab.bench.trajectory_retention import (
+    DEFAULT_K,
+    aggregate_trajectories,
+    format_trajectory_table,
+    measure_trajectories,
+)
+from agentlab.model.prompt_caching import get_profile
+
+
+def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: dict[str, Any], skipped: dict[str, str],
+                             settings: Any, budget: int, budget_source: str, as_json: bool, out: TextIO, *,
+                             cache_profile: str = "none", price_model: str | None = None) -> int:
+    """Measure every arm over ``trajectories`` (the chosen ``datasets``) and print the table.
+
+    With a cache profile (``--cache-profile``; ``none`` with a ``--price-model`` prices every token
+    uncached) each trajectory's step requests go through :mod:`agentlab.model.prompt_caching` and a
+    second table per dataset gives raw, cached, uncached and written tokens, busts and cost.
+    """
+    started = time.perf_counter()
+    profile = active_profile(cache_profile, price_model)
+    price, priced_model, price_line = resolve_price(cache_profile, price_model) if profile is not None else (None, None, "")
+    timed = run_sync(measure_trajectories(trajectories, list(arms.values()), context_window=budget,
+                                          settings=retention_settings(settings), cache_profile=profile))
+    summaries = aggregate_trajectories(timed.rows, budget)
+    if profile is not None:
+        summaries = [replace(s, extra={**s.extra, **cache_means(
+            [r for r in timed.rows if r.dataset == s.dataset and r.arm == s.arm], price)}) for s in summaries]
+    datasets_seen = list(dict.fromkeys(s.dataset for s in summaries))
+    moved = {d: ranking_differences([s for s in summaries if s.dataset == d]) for d in datasets_seen} \
+        if profile is not None else None
+    wall = time.perf_counter() - started
+    if as_json:
+        _print_json({"benchmark": "trajectories", "datasets": datasets, "context_budget": budget,
+                     "context_budget_source": budget_source, "cases": len(trajectories), "model": None,
+                     "recall_top_k": DEFAULT_K, "summaries": [asdict(s) for s in summaries], "skipped": skipped,
+                     "cache_profile": profile,
+                     "cache_profile_description": None if profile is None else get_profile(profile).description,
+                     "price_model": priced_model, "price": None if price is None else price.__dict__,
+                     "price_note": price_line or None, "ranking_differs": moved,
+                     "stored_rows": 0, "seconds": round(wall, 3)}, out)
+        return 0
+    out.write(f"trajectories retention: {len(trajectories)} recorded trajectories ({datasets}), context budget {budget} "
+              f"tokens ({budget_source}), no model called\n")
+    fractioned = [n for n in FRACTION_TRIGGERED_PEERS if n not in settings and any(a.startswith(n) for a in arms)]
+    if fractioned:
+        out.write(f"({', '.join(fractioned)}: trigger at {PEER_TRIGGER_FRACTION} of the budget, not the source's "
+                  "absolute 100,000 tokens)\n")
+    out.write(format_trajectory_table(summaries))
+    out.write(f"(supported: share of step supports visible in the step's request, 95% bootstrap interval over "
+              f"trajectories; +recall: with session_search top {DEFAULT_K} over what was hidden, for arms that have it)\n")
+    if profile is not None and moved is not None:
+        out.write(f"prompt cache: {get_profile(profile).description}; means per trajectory over its step requests\n"
+                  f"{price_line}\n")
+        basis = "net cost" if price is not None else "uncached tokens"
+        for dataset in datasets_seen:
+            out.write(f"{dataset}:\n")
+            out.write(format_cache_table([s for s in summaries if s.dataset == dataset]))
+            out.write(f"ranked by {basis} instead of raw tokens (1 = cheapest), these arms move: "
+                      f"{', '.join(moved[dataset]) or 'none'}\n")
+    if skipped:
+        out.write("skipped (they need a model; this command calls none):\n")
+        w = max(len(name) for name in skipped)
+        out.write("".join(f"  {name:{w}s}  {reason}\n" for name, reason in skipped.items()))
+    out.write(f"measured in {wall:.1f} s; nothing stored\n")
+    return 0
+
+
+__all__ = ["run_trajectory_retention"]

@@ -1,0 +1,136 @@
+"""Real agent trajectories replayed without a model: which supports each arm hid from the agent's next action.
+
+Data: tau-bench's 200 gpt-4o airline trajectories (Yao et al., "tau-bench", 2024;
+``sierra-research/tau-bench`` @ ``59a200c6``) and SWE-agent's 22 recorded trajectories (Yang et
+al., "SWE-agent", 2024; ``SWE-agent/SWE-agent`` @ ``3ea751c0``), loaded by
+:mod:`agentlab.bench.datasets.trajectories`. A case is one trajectory. ``[dataset] datasets``
+chooses ``tau_bench``, ``swe_agent`` or ``both`` (the default).
+
+The measure is :mod:`agentlab.bench.trajectory_retention`'s: at every assistant step the history
+before it is projected under the arm at the context budget, and the step's supports
+(:mod:`agentlab.bench.supports`) still visible in that request are counted. ``python -m
+agentlab.bench retention trajectories --arms all`` runs it for every arm that needs no model;
+:meth:`TrajectoriesTask.run_case` runs it for one arm with the run's model as the summariser of a
+summarising arm (the model writes summaries only; no step is re-generated) and the score is the
+trajectory's ``supported`` share.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import agentlab.bench.arms as arms_registry
+from agentlab.bench.config import Settings
+from agentlab.bench.datasets.trajectories import DATASETS, Trajectory, load_trajectories
+from agentlab.bench.facts import ModeRoles
+from agentlab.bench.metrics import Score
+from agentlab.bench.supports import step_supports
+from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
+from agentlab.bench.trajectory_retention import measure_trajectory
+from agentlab.events import Message
+from agentlab.policy import PolicyJSON
+
+CHOICES = (*DATASETS, "both")
+METRIC = "supported"
+#: The budget a case runs at when the run gives none and the model states no window.
+FALLBACK_BUDGET = 8192
+
+
+@dataclass(frozen=True)
+class TrajectoryDataset(PolicyJSON):
+    """``[dataset]``: which recordings are replayed."""
+
+    #: ``tau_bench``, ``swe_agent`` or ``both``.
+    datasets: str = "both"
+
+    def __post_init__(self) -> None:
+        if self.datasets not in CHOICES:
+            raise ValueError(f"datasets must be one of {', '.join(CHOICES)}, got {self.datasets!r}")
+
+    def chosen(self) -> tuple[str, ...]:
+        """The dataset names to load."""
+        return DATASETS if self.datasets == "both" else (self.datasets,)
+
+
+def selected_trajectories(settings: Settings) -> list[Trajectory]:
+    """The trajectories ``[dataset] datasets`` chooses, in file order."""
+    return list(load_trajectories(settings.of("dataset", TrajectoryDataset).chosen()).trajectories)
+
+
+@register
+class TrajectoriesTask(Task):
+    """Recorded tau-bench and SWE-agent trajectories; the score is the share of supports each arm kept visible."""
+
+    name = "trajectories"
+    version = "1"
+    modes = ("long_context",)
+    default_mode = "long_context"
+    mode_roles = ModeRoles(baseline="long_context")
+    description = ("real agent trajectories (200 tau-bench airline, 22 SWE-agent), replayed under an arm with "
+                   "no model: share of each step's supports still visible")
+
+    def default_settings(self) -> dict[str, type[Any]]:
+        """One section: ``[dataset]``."""
+        return {"dataset": TrajectoryDataset}
+
+    def load_cases(self, settings: Settings) -> CaseSelection:
+        """Every trajectory of the chosen datasets."""
+        choice = settings.of("dataset", TrajectoryDataset)
+        data = load_trajectories(choice.chosen())
+        cases = [Case(id=t.traj_id, question="", reference="", data=t,
+                      metadata={"dataset": t.dataset, "recorded_reward": t.reward, "events": len(t.events)})
+                 for t in data.trajectories]
+        return CaseSelection(cases, dataset_sha256=data.sha256, loaded=len(cases),
+                             note=f"{choice.datasets}: every recorded trajectory ({len(cases)})")
+
+    def _arm(self, mode: str, ctx: RunContext) -> Any:
+        if ctx.arm is not None:
+            return ctx.arm
+        if mode == "long_context":
+            return arms_registry.full_history_arm(mode)
+        return arms_registry.get_arm(mode, self)
+
+    async def _replay(self, case: Case, arm: Any, ctx: RunContext) -> CaseResult:
+        budget = ctx.context_budget or ctx.model.info.context_window or FALLBACK_BUDGET
+        row = await measure_trajectory(case.data, arm, context_window=budget, settings=ctx.settings, model=ctx.model)
+        return CaseResult(prediction=json.dumps(row.as_dict()), metadata={"context_budget": budget, **row.as_dict()})
+
+    async def run_case(self, case: Case, mode: str, ctx: RunContext) -> CaseResult:
+        """Replay the trajectory under the baseline (or the run's arm); the prediction is the row as JSON."""
+        return await self._replay(case, self._arm(mode, ctx), ctx)
+
+    async def run_generic(self, case: Case, arm: Any, ctx: RunContext) -> CaseResult:
+        """Replay the trajectory under a generic arm (the run's model only writes a summarising arm's summaries)."""
+        return await self._replay(case, arm, ctx)
+
+    def dry_run_prompts(self, case: Case, mode: str, settings: Settings) -> list[list[Message]]:
+        """The baseline's step requests (system prompt, then the ledger before each assistant step); no model."""
+        if mode != "long_context":
+            raise NotImplementedError(f"trajectories: --dry-run lists the long_context prompts only, not {mode!r}")
+        traj: Trajectory = case.data
+        system = [Message.system(traj.instruction)] if traj.instruction else []
+        return [[*system, *(e.message for e in traj.events[:s.index] if e.message is not None)]
+                for s in step_supports(traj.events, traj.instruction)]
+
+    def retention_report(self, arms: Mapping[str, Any], skipped: Mapping[str, str], settings: Settings, *,
+                         context_budget: int, budget_source: str, limit: int, as_json: bool, out: Any,
+                         cache_profile: str = "none", price_model: str | None = None) -> int:
+        """``retention trajectories``: the per-step support table (:mod:`agentlab.bench.cli_trajectories`)."""
+        from agentlab.bench.cli_trajectories import run_trajectory_retention
+
+        trajectories = selected_trajectories(settings)
+        return run_trajectory_retention(trajectories[:limit] if limit else trajectories,
+                                        settings.of("dataset", TrajectoryDataset).datasets, dict(arms), dict(skipped),
+                                        settings, context_budget, budget_source, as_json, out,
+                                        cache_profile=cache_profile, price_model=price_model)
+
+    async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
+        """The trajectory's ``supported`` share (``None`` when it has no support)."""
+        value = result.metadata.get(METRIC)
+        return [Score(METRIC, value, self.version, None if value is not None else "no support in this trajectory")]
+
+
+__all__ = ["TrajectoriesTask", "TrajectoryDataset", "selected_trajectories"]
