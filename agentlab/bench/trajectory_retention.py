@@ -45,7 +45,6 @@ from typing import Any
 from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.trajectories import Trajectory
 from agentlab.bench.retention import _recall_policy, _search_service, normalise, search_left_out
-from agentlab.bench.stats import mean_with_ci
 from agentlab.bench.supports import Step, occurs, step_supports
 from agentlab.core import project
 from agentlab.core.project import ProjectionResult, replaced_in_request
@@ -247,6 +246,8 @@ class Interval:
 
 def interval(values: Sequence[float | None]) -> Interval:
     """:func:`agentlab.bench.stats.mean_with_ci` over the defined values."""
+    from agentlab.bench.stats import mean_with_ci  # scipy: imported when a table is made, not by `list`
+
     kept = [v for v in values if v is not None]
     if not kept:
         return Interval(None, None, None, 0)
