@@ -1,7 +1,7 @@
 """SIGTERM (a CI timeout, `kill`) while the embedded model is mid-generation: the process ends promptly.
 
 Three cases run, so both server slots hold a ~5.7k-token summary prompt when the signal comes.
-The run must say what it kept and exit with 130 within 15 s, not wait for llama.cpp to finish
+The run must say what it kept and exit with 130 within 30 s, not wait for llama.cpp to finish
 the generations in flight.
 """
 
@@ -39,4 +39,8 @@ def test_sigterm_mid_generation_exits_promptly(tmp_path: Path) -> None:
     waited = time.perf_counter() - sent
     assert proc.returncode == 130, (out, err)
     assert "interrupted" in err and "Rerun the same command" in err
-    assert waited < 15, f"the process took {waited:.1f} s to end after SIGTERM"
+    # The two prompts in flight would take ~35 s more to finish (~5.7k tokens at ~170 tok/s each, then
+    # their answers); ending in under 30 s shows the run did not wait for them. The time itself varies
+    # with the machine (1.1-13.6 s measured on one idle 2-core machine, 16.3 s once in CI), so a timing
+    # goal belongs in benchmarks/, not here.
+    assert waited < 30, f"the process took {waited:.1f} s to end after SIGTERM"
