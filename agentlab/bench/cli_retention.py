@@ -148,6 +148,14 @@ def format_cache_table(summaries: Sequence[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_fraction_note(out: TextIO, arms: Any, settings: Any) -> None:
+    """The line naming the peers whose absolute trigger runs at a fraction of the budget here (none: nothing)."""
+    fractioned = [n for n in FRACTION_TRIGGERED_PEERS if n not in settings and any(a.startswith(n) for a in arms)]
+    if fractioned:
+        out.write(f"({', '.join(fractioned)}: trigger at {PEER_TRIGGER_FRACTION} of the budget, not the source's "
+                  "absolute 100,000 tokens)\n")
+
+
 def active_profile(cache_profile: str, price_model: str | None) -> str | None:
     """The cache profile the cost columns use: ``None`` (no cache table) for ``none`` without a price model."""
     return None if cache_profile == "none" and price_model is None else cache_profile
@@ -231,10 +239,7 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     read = f", {delivery.chunk_turns} turns per read" if chunk is not None else ""
     out.write(f"{args.benchmark} retention: {len(cases)} cases, {delivery.delivery} delivery{read}, context budget "
               f"{budget} tokens ({budget_source}), no model called\n")
-    fractioned = [n for n in FRACTION_TRIGGERED_PEERS if n not in settings and any(a.startswith(n) for a in arms)]
-    if fractioned:
-        out.write(f"({', '.join(fractioned)}: trigger at {PEER_TRIGGER_FRACTION} of the budget, not the source's "
-                  "absolute 100,000 tokens)\n")
+    write_fraction_note(out, arms, settings)
     out.write(format_table(summaries))
     if profile is not None:
         out.write(f"prompt cache: {get_profile(profile).description}; means per case\n{price_line}\n")
@@ -256,4 +261,5 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
 
 
 __all__ = ["DEFAULT_PRICE_MODEL", "active_profile", "cmd_retention", "format_cache_table", "format_table", "resolve_price",
-           "retention_benchmarks", "retention_parser"]
+           "retention_benchmarks", "retention_parser",
+           "write_fraction_note"]

@@ -14,9 +14,14 @@ from dataclasses import asdict, replace
 from typing import Any, TextIO
 
 from agentlab.bench.cli_common import _print_json
-from agentlab.bench.cli_retention import active_profile, format_cache_table, resolve_price
+from agentlab.bench.cli_retention import (
+    active_profile,
+    format_cache_table,
+    resolve_price,
+    write_fraction_note,
+)
 from agentlab.bench.loops import run_sync
-from agentlab.bench.retention import FRACTION_TRIGGERED_PEERS, PEER_TRIGGER_FRACTION, retention_settings
+from agentlab.bench.retention import retention_settings
 from agentlab.bench.retention_cache import cache_means, ranking_differences
 from agentlab.bench.trajectory_retention import (
     DEFAULT_K,
@@ -61,10 +66,7 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
         return 0
     out.write(f"trajectories retention: {len(trajectories)} recorded trajectories ({datasets}), context budget {budget} "
               f"tokens ({budget_source}), no model called\n")
-    fractioned = [n for n in FRACTION_TRIGGERED_PEERS if n not in settings and any(a.startswith(n) for a in arms)]
-    if fractioned:
-        out.write(f"({', '.join(fractioned)}: trigger at {PEER_TRIGGER_FRACTION} of the budget, not the source's "
-                  "absolute 100,000 tokens)\n")
+    write_fraction_note(out, arms, settings)
     out.write(format_trajectory_table(summaries))
     out.write(f"(supported: share of step supports visible in the step's request, 95% bootstrap interval over "
               f"trajectories; +recall: with session_search top {DEFAULT_K} over what was hidden, for arms that have it)\n")
