@@ -86,6 +86,16 @@ def test_a_rewriting_client_reuses_the_summary_of_the_prefix_it_did_not_change(u
     # The sessions left behind are as they were: the first still ends with its reminder'd turn.
     first = server.run(server.app.sessions.get_session("agentlab-serve", tenant, calls.iloc[0]["session_id"]))
     assert first.events[1].text.endswith("</reminder>") and len(first.events) == 6
+    # Another key sending the same conversation under the same id is another tenant: it reuses
+    # nothing of the first one's and summarises its own turns (the same readings again).
+    rewriting_conversation(server, key="other")
+    both = _answer_rows(server)
+    other = both[both["tenant"] != tenant]
+    assert len(other) == 2 * TURNS and other["tenant"].nunique() == 1  # its sessions are under its own tenant
+    assert list(other[other["ledger_mode"] == "branch"]["summary_reused_events"]) == [0, 5, 9, 13]
+    summary_calls = [b for b in upstream.received if not b["messages"][0]["content"].startswith(SYSTEM["content"])]
+    texts = ["\n".join(m.get("content") or "" for m in b["messages"]) for b in summary_calls[TURNS:]]
+    assert {turn: sum(tool_result(turn) in t for t in texts) for turn in range(1, TURNS + 1)} == readings
 
 
 def test_a_rewriting_client_through_a_clearing_arm_sends_less_upstream(upstream, proxy) -> None:
