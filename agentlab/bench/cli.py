@@ -8,6 +8,8 @@
     python -m agentlab.bench sweep <benchmark> --mode M --grid SECTION.FIELD=V1,V2 [--grid ...] [run flags]
     python -m agentlab.bench report <benchmark> [--db PATH] [--json] [--run ID] [--variant NAME]
                                     [--between VARIANT_A VARIANT_B]
+    python -m agentlab.bench report serve [--db PATH | --url URL [--api-key K]] [--by COLUMNS]
+                                          [--cache-profile openai|none] [--price-model M]
     python -m agentlab.bench retention <benchmark> [--arms a,b|all] [--limit N] [--context-budget N]
                                        [--set dataset.delivery=turns|tool_results] [--db PATH] [--json]
     python -m agentlab.bench league <benchmark> [--arms a,b|all] [--recall] [--context-budget N]
@@ -131,6 +133,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if argv[0] == "list":
             return cmd_list(_list_parser(prog).parse_args(argv[1:]), out)
+        if argv[:2] == ["report", "serve"]:  # the proxy's savings: its database or a running server
+            from agentlab.serve.__main__ import report_main
+
+            return report_main(argv[2:], out, prog=f"{prog} report serve")
         if argv[0] == "report":
             return cmd_report(_report_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "sweep":

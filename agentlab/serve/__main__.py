@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
 PROG = "python -m agentlab.serve"
 
@@ -64,9 +65,14 @@ def _serve_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _report(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"{PROG} report", description="Tokens saved per arm and conversation, "
-                                                                   "with the prompt-cache reuse beside them.")
+def report_main(argv: Sequence[str], out: TextIO | None = None, prog: str = f"{PROG} report") -> int:
+    """``report``: the savings table and the prompt-cache table of a serve database or a running
+    server (``--url``), written to ``out`` (stdout); errors are one ``error:`` line on stderr (2).
+    ``python -m agentlab.bench report serve`` is this too.
+    """
+    out = out or sys.stdout
+    p = argparse.ArgumentParser(prog=prog, description="Tokens saved per arm and conversation, "
+                                                       "with the prompt-cache reuse beside them.")
     p.add_argument("--db", default="serve.duckdb", help="the server's DuckDB file (default serve.duckdb)")
     p.add_argument("--url", help="read a running server instead (its base URL, http://host:port/v1), "
                                  "while it holds the database file")
@@ -94,15 +100,15 @@ def _report(argv: Sequence[str]) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     if table.empty:
-        print(f"no answered calls in {args.url or args.db}")
+        out.write(f"no answered calls in {args.url or args.db}\n")
         return 0
     with pd.option_context("display.max_columns", None, "display.width", 200):
-        print(table.to_string(index=False))
-        print(f"\nprompt cache, estimated with the {args.cache_profile} profile from each call's shared prefix "
-              f"({get_profile(args.cache_profile).description}), beside what the upstream reported:")
-        print(cache.to_string(index=False))
+        out.write(table.to_string(index=False) + "\n")
+        out.write(f"\nprompt cache, estimated with the {args.cache_profile} profile from each call's shared prefix "
+                  f"({get_profile(args.cache_profile).description}), beside what the upstream reported:\n")
+        out.write(cache.to_string(index=False) + "\n")
     for note in notes:
-        print(note)
+        out.write(f"{note}\n")
     return 0
 
 
@@ -110,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
-        return _report(argv[1:])
+        return report_main(argv[1:])
     args = _serve_parser().parse_args(argv)
     from agentlab.serve.server import ServeApp, ServeConfig, serve_forever
 

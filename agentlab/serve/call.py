@@ -98,6 +98,7 @@ class ProxyCall:
         self._turn_write = update.written
         self.row["ledger_mode"] = self.ledger_mode
         self.row["session_id"] = self.conv.session.id
+        self.row["summary_reused_events"] = update.reused_events
 
     # -------------------------------------------------------------- the upstream request
 
@@ -415,7 +416,7 @@ class ProxyCall:
         try:
             await written  # the summariser reads the durable session, the answer included
             with observe_calls(functools.partial(self._record_model_call, "summary")):
-                await worker.summarize(self.conv.session, FULL_SESSION_KEY, context_window=window)
+                await worker.summarize(self.conv.summary_view(), FULL_SESSION_KEY, context_window=window)
         except Exception as exc:  # a failed summary leaves the ledger as it was; the next call retries
             log.warning("summary of conversation %s failed: %s: %s", self.conv.id, type(exc).__name__, exc)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
@@ -18,6 +19,7 @@ from typing import Any
 
 from agentlab.events import OBJ_COMPLETION, OBJ_TOOL_RESPONSE, OBJ_USER, Event, Usage, new_id
 from agentlab.model import tokens
+from agentlab.serve.carry import carry_summaries, covered_events, held_back, rewritten_users
 from agentlab.serve.counting import MessageCounter
 from agentlab.serve.store import ServeStore
 from agentlab.serve.wire import to_message, to_wire
@@ -25,6 +27,7 @@ from agentlab.session.base import Session
 from agentlab.session.duckdb import DuckDBSessionService
 
 APP_NAME = "agentlab-serve"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,6 +56,14 @@ class Conversation:
     users: int = 0
     #: The session is not stored yet: the next ledger write creates it (in the same commit).
     unborn: bool = False
+    #: User messages at the ledger's tip kept out of its summaries: how many the client rewrote at
+    #: its latest branch (0 until it branches; see :mod:`agentlab.serve.carry`). Kept in memory
+    #: only: a reloaded conversation summarises up to its tip until it branches again.
+    holdback: int = 0
+
+    def summary_view(self) -> Session:
+        """The durable ledger the summariser reads: the session less the part held back."""
+        return held_back(self.session, self.holdback)
 
     def evictable(self) -> bool:
         """No call uses it, no ledger write or summary is pending: it can be reloaded from disk as it is."""
@@ -74,6 +85,9 @@ class LedgerUpdate:
     current: Event
     #: The ledger up to ``current``, writes in flight included (what the projection reads).
     view: Session
+    #: On a branch: the ledger events of the new session that the summary carried from the
+    #: previous one covers (0 when none could be carried, and for every other mode).
+    reused_events: int = 0
 
 
 def _consume(future: asyncio.Future[None]) -> None:
@@ -212,6 +226,7 @@ class ConversationTable:
                 await conv.summary_task
             conv.summary_task = None
         shared = 0
+        left: tuple[Session, list[Event], int] | None = None  # on a branch: the session left, its ledger, shared
         for a, b in zip(conv.chain, chain, strict=False):
             if a != b:
                 break
@@ -222,12 +237,14 @@ class ConversationTable:
             mode = "replay"
         else:
             mode = "branch"
+            left = (conv.session, conv.events, shared)
             self.branch(conv)
             shared = 0
         new = [self.event(conv, messages[i], chain[i], author="client",
                           token_count=self.counter.message_tokens(canon[i], to_message(messages[i])))
                for i in range(shared, len(chain))]
         written = self.write(conv, new)
+        reused = self._carry(conv, *left) if left is not None else 0
         seen = cut = 0
         for cut, event in enumerate(conv.events, 1):  # noqa: B007 - cut is used after the loop
             seen += "chain" in event.metadata
@@ -237,4 +254,27 @@ class ConversationTable:
         # Up to the current message when the request replays an earlier point.
         view = Session(app_name=s.app_name, user_id=s.user_id, id=s.id, events=conv.events[:cut],
                        state=s.state, summaries=s.summaries, created_at=s.created_at)
-        return LedgerUpdate(mode, new, written, conv.events[cut - 1], view)
+        return LedgerUpdate(mode, new, written, conv.events[cut - 1], view, reused)
+
+    def _carry(self, conv: Conversation, old: Session, old_events: Sequence[Event], shared: int) -> int:
+        """Copy into the conversation's new session the summaries of ``old`` that cover only the
+        ``shared`` events the request repeats (written after the new session's first events), and
+        hold back what the client rewrote; the events the carried summary covers.
+        """
+        conv.holdback = rewritten_users(old_events, shared)
+        carried = carry_summaries(old.summaries, old_events, conv.events, shared)
+        if not carried:
+            return 0
+        session = conv.session
+        session.summaries.update(carried)
+
+        async def write() -> None:
+            try:
+                for key, summary in carried.items():
+                    await self.sessions.write_summary(session, key, summary)
+            except Exception as exc:  # in memory it still serves this conversation; the ledger goes on
+                log.warning("a summary carried into session %s could not be stored: %s: %s", session.id,
+                            type(exc).__name__, exc)
+
+        self._after_previous(conv, write())
+        return max(covered_events(s, conv.events) for s in carried.values())

@@ -15,7 +15,13 @@ How a request relates to its conversation's ledger (its *ledger mode*, recorded 
 * ``replay``: it is a strict prefix of the ledger (a retry after an attempt that succeeded, or
   a regeneration): nothing is appended and the answer is not recorded in the ledger.
 * ``branch``: it diverges from the ledger (the client edited its history): the conversation moves
-  to a new session seeded with the request; the old ledger stays as it was.
+  to a new session seeded with the request; the old ledger stays as it was. A summary of the old
+  session whose boundary lies in the prefix the request shares with it (the same chain hashes) is
+  carried into the new session (``serve_calls.summary_reused_events`` says how many events it
+  covers), and from then on the conversation's summaries stop before the user messages its client
+  rewrote, so a client that rewrites the end of its history each turn keeps its summary
+  (:mod:`agentlab.serve.carry`). Compaction and the clearing arms are projections of the ledger
+  with no per-session state: they apply to the new session as to any other.
 """
 
 from __future__ import annotations

@@ -66,6 +66,10 @@ CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("latency_ms", "DOUBLE"), ("ttft_ms", "DOUBLE"), ("upstream_ms", "DOUBLE"),
     ("status", "INTEGER"), ("outcome", "VARCHAR"), ("error", "VARCHAR"), ("check_error", "VARCHAR"),
     ("finish_reason", "VARCHAR"),
+    # On a branch: the new session's ledger events covered by a summary carried from the previous
+    # session (agentlab.serve.carry); 0 when none could be carried. Added after the others (an
+    # older file gets it, NULL in its old rows, when opened).
+    ("summary_reused_events", "INTEGER"),
 )
 
 #: ``serve_exchanges`` columns: a tool the arm added (recall) that the server ran within a call, its
@@ -96,7 +100,9 @@ _SCHEMA = (
 
 
 # A batch of call rows goes in as one list per column (one statement for any number of rows).
-_INSERT_CALLS = "INSERT INTO serve_calls SELECT " + ", ".join(f"unnest(?::{t}[])" for _, t in CALL_COLUMNS)
+# Columns are named, so a column added to an older file (at its end: see ServeStore) takes its values.
+_INSERT_CALLS = (f"INSERT INTO serve_calls ({', '.join(n for n, _ in CALL_COLUMNS)}) SELECT "
+                 + ", ".join(f"unnest(?::{t}[])" for _, t in CALL_COLUMNS))
 _INSERT_EXCHANGES = "INSERT INTO serve_exchanges SELECT " + ", ".join(
     f"unnest(?::{t}[])" for _, t in EXCHANGE_COLUMNS)
 _INSERT_PREFIXES = ("INSERT INTO serve_prefixes SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
@@ -199,6 +205,8 @@ class ServeStore:
             raise RuntimeError(f"cannot open the serve database {self.path}: {str(exc).splitlines()[0]}") from None
         for statement in _SCHEMA:
             self._con.execute(statement)
+        for name, sql_type in CALL_COLUMNS:  # a file written before a column existed gets it (NULL in old rows)
+            self._con.execute(f"ALTER TABLE serve_calls ADD COLUMN IF NOT EXISTS {name} {sql_type}")
         self._lock = threading.Lock()
         self._calls: list[list[Any]] = []
         self._exchanges: list[list[Any]] = []

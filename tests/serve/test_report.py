@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 from serve_helpers import office_conversation as _conversation
 
+from agentlab.bench.cli import main as bench_main
 from agentlab.serve import savings_df, serve_calls_df
 from agentlab.serve.__main__ import main
 
@@ -63,6 +66,12 @@ def test_the_savings_can_be_read_while_the_proxy_holds_the_database(proxy, tmp_p
     assert "compaction" in out and "saved_tokens" in out
     assert main(["report", "--url", server.base_url, "--api-key", "wrong"]) == 2
     assert "HTTP 401" in capsys.readouterr().err
+    # The benchmark CLI's `report serve` is the same report, read through the same route.
+    bench_out = io.StringIO()
+    assert bench_main(["report", "serve", "--url", server.base_url, "--api-key", "key-alice"], bench_out) == 0
+    assert bench_out.getvalue() == out
+    assert bench_main(["report", "serve", "--url", server.base_url, "--api-key", "wrong"], io.StringIO()) == 2
+    assert capsys.readouterr().err.startswith(f"error: {server.base_url}: HTTP 401")
     server.stop()
     # What the route gave is what the file holds.
     on_disk = savings_df(db)

@@ -194,3 +194,27 @@ def test_the_server_commits_off_path_work_on_its_writer_and_the_agent_back_end_d
             asyncio.run(app.close())
     with pytest.raises(ValueError, match="--writer-nice"):
         ServeConfig(upstream="http://127.0.0.1:9/v1", writer_nice=-1).check()
+
+
+def test_a_file_written_before_a_call_column_existed_gets_it_and_keeps_its_rows(tmp_path: Path) -> None:
+    from agentlab.serve.store import CALL_COLUMNS
+
+    path = tmp_path / "old.duckdb"
+    older = [(n, t) for n, t in CALL_COLUMNS if n != "summary_reused_events"]
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE serve_calls (" + ", ".join(f"{n} {t}" for n, t in older) + ")")
+    con.execute("INSERT INTO serve_calls (call_id, started_at, ledger_mode) VALUES ('old', 1.0, 'branch')")
+    con.close()
+
+    async def scenario() -> Any:
+        store = ServeStore(path, fsync=False)
+        store.record_call({"call_id": "new", "started_at": 2.0, "ledger_mode": "branch", "summary_reused_events": 9,
+                           "status": 200})
+        await store.flush()
+        rows = store.query("SELECT call_id, status, summary_reused_events FROM serve_calls ORDER BY started_at")
+        store.close()
+        return rows
+
+    rows = asyncio.run(scenario())
+    assert rows.to_dict("records")[0]["call_id"] == "old" and rows["summary_reused_events"].isna().iloc[0]
+    assert rows.to_dict("records")[1] == {"call_id": "new", "status": 200, "summary_reused_events": 9}
