@@ -6,7 +6,9 @@ every departure listed): a frozen policy dataclass with the source's defaults, a
 core over the request's events — a projection: the ledger is never rewritten, and a tool call is
 never shown without its result.
 
-The registry maps a name to its policy class and mechanism factory, for the benchmark arms::
+Each mechanism class states the peer's registry facts (``policy_name``, ``policy_class``,
+``source``, ``needs_model``); the registry is derived from the classes :data:`MECHANISMS` lists and
+maps a name to its policy class and mechanism factory, for the benchmark arms::
 
     from agentlab.policies import POLICIES, mechanism
     entry = POLICIES["langchain_clear_tool_uses"]
@@ -82,6 +84,7 @@ def mechanism(name: str, policy: Any = None, *, summarizer: Summarizer | None = 
 
 
 __all__ = [
+    "MECHANISMS",
     "POLICIES",
     "Outcome",
     "PeerMechanism",

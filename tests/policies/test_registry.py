@@ -129,3 +129,22 @@ def test_the_registry_facts_are_the_ones_it_had_when_they_were_restated_by_hand(
         arm = arms.ARMS[name]
         assert (arm.role, arm.sections, arm.description, arm.needs_model) == \
             ("lossy", (name,), f"peer policy {name} ({source})", SUMMARISERS_AT_D44D926.get(name, "")), name
+
+
+def test_every_peer_mechanism_class_is_registered_and_states_its_facts() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import agentlab.policies
+    from agentlab.policies import MECHANISMS
+
+    found = set()
+    for info in pkgutil.iter_modules(agentlab.policies.__path__, "agentlab.policies."):
+        module = importlib.import_module(info.name)
+        found |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(c, PeerMechanism) and c is not PeerMechanism and c.__module__ == info.name
+                  and "policy_name" in vars(c)}
+    assert found == set(MECHANISMS) and len(MECHANISMS) == len(POLICIES)
+    for cls in MECHANISMS:
+        assert {"policy_class", "source"} <= set(vars(cls)) and cls.source, cls
