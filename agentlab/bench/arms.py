@@ -381,15 +381,14 @@ def _rolling_summary(settings: Any, model: Any) -> list[ContextMechanism]:
     return [as_mechanism(policy, model)]
 
 
-#: The peer policies that write a summary with a model, and what it is.
-PEER_SUMMARISERS: dict[str, str] = {
-    "langchain_summarization": "SummarizationMiddleware replaces old messages with a model-written summary",
-    "inspect_summary": "CompactionSummary asks a model for the summary",
-    "langmem_summarize": "summarize_messages keeps a model-written running summary",
-    "adk_compaction": "ADK's token-threshold compaction summarises old events with a model",
-    "codex_compaction": "Codex auto-compaction at 90 % of the window writes a handoff summary with a model",
-    "letta_sliding_window": "Letta evicts the oldest messages into a model-written summary",
-}
+def _peer_summarisers() -> dict[str, str]:
+    from agentlab.policies import POLICIES
+
+    return {name: entry.needs_model for name, entry in POLICIES.items() if entry.needs_model}
+
+
+#: The peer policies that write a summary with a model, and what it is (each peer's ``needs_model``).
+PEER_SUMMARISERS: dict[str, str] = _peer_summarisers()
 
 
 def _register_peers() -> None:
@@ -397,7 +396,7 @@ def _register_peers() -> None:
 
     for name, entry in POLICIES.items():
         register_arm(Arm(name, "lossy", _peer_builder(name), sections=(name,),
-                         description=f"peer policy {name} ({entry.source})", needs_model=PEER_SUMMARISERS.get(name, "")))
+                         description=f"peer policy {name} ({entry.source})", needs_model=entry.needs_model))
 
 
 def _compaction_policy(settings: Any) -> Any:

@@ -6,7 +6,9 @@ every departure listed): a frozen policy dataclass with the source's defaults, a
 core over the request's events — a projection: the ledger is never rewritten, and a tool call is
 never shown without its result.
 
-The registry maps a name to its policy class and mechanism factory, for the benchmark arms::
+Each mechanism class states the peer's registry facts (``policy_name``, ``policy_class``,
+``source``, ``needs_model``); the registry is derived from the classes :data:`MECHANISMS` lists and
+maps a name to its policy class and mechanism factory, for the benchmark arms::
 
     from agentlab.policies import POLICIES, mechanism
     entry = POLICIES["langchain_clear_tool_uses"]
@@ -20,17 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlab.policies._base import Outcome, PeerMechanism, Record, Summarizer, count_tokens_approximately
-from agentlab.policies.adk_compaction import AdkCompaction, AdkCompactionPolicy
-from agentlab.policies.anthropic_clear_tool_uses import AnthropicClearToolUses, AnthropicClearToolUsesPolicy
-from agentlab.policies.codex_compaction import CodexCompaction, CodexCompactionPolicy
-from agentlab.policies.inspect_edit import InspectEdit, InspectEditPolicy
-from agentlab.policies.inspect_summary import InspectSummary, InspectSummaryPolicy
-from agentlab.policies.inspect_trim import InspectTrim, InspectTrimPolicy
-from agentlab.policies.langchain_clear_tool_uses import LangChainClearToolUses, LangChainClearToolUsesPolicy
-from agentlab.policies.langchain_summarization import LangChainSummarization, LangChainSummarizationPolicy
-from agentlab.policies.langmem_summarize import LangMemSummarize, LangMemSummarizePolicy
-from agentlab.policies.letta_sliding_window import LettaSlidingWindow, LettaSlidingWindowPolicy
-from agentlab.policies.swe_agent_masking import SweAgentMasking, SweAgentMaskingPolicy
+from agentlab.policies.adk_compaction import AdkCompaction
+from agentlab.policies.anthropic_clear_tool_uses import AnthropicClearToolUses
+from agentlab.policies.codex_compaction import CodexCompaction
+from agentlab.policies.inspect_edit import InspectEdit
+from agentlab.policies.inspect_summary import InspectSummary
+from agentlab.policies.inspect_trim import InspectTrim
+from agentlab.policies.langchain_clear_tool_uses import LangChainClearToolUses
+from agentlab.policies.langchain_summarization import LangChainSummarization
+from agentlab.policies.langmem_summarize import LangMemSummarize
+from agentlab.policies.letta_sliding_window import LettaSlidingWindow
+from agentlab.policies.swe_agent_masking import SweAgentMasking
 
 
 @dataclass(frozen=True)
@@ -41,35 +43,23 @@ class PolicyEntry:
     policy_class: type[Any]
     factory: Callable[..., PeerMechanism]
     source: str
+    #: What the peer calls a model for (the benchmark arm's ``needs_model``); ``""``: none.
+    needs_model: str = ""
 
 
-def _entry(name: str, policy_class: type[Any], mechanism_class: type[PeerMechanism], source: str) -> PolicyEntry:
-    return PolicyEntry(name, policy_class, mechanism_class, source)
+def _entry(mechanism_class: type[PeerMechanism]) -> PolicyEntry:
+    """The entry of one peer: the facts its mechanism class states (name, policy class, source, model use)."""
+    return PolicyEntry(mechanism_class.policy_name, mechanism_class.policy_class, mechanism_class,
+                       mechanism_class.source, mechanism_class.needs_model)
 
 
-#: name -> entry, in the order the README lists them.
-POLICIES: dict[str, PolicyEntry] = {e.name: e for e in (
-    _entry("langchain_clear_tool_uses", LangChainClearToolUsesPolicy, LangChainClearToolUses,
-           "langchain==1.5.2 agents/middleware/context_editing.py"),
-    _entry("langchain_summarization", LangChainSummarizationPolicy, LangChainSummarization,
-           "langchain==1.5.2 agents/middleware/summarization.py"),
-    _entry("inspect_edit", InspectEditPolicy, InspectEdit, "inspect-ai==0.3.285 model/_compaction/edit.py"),
-    _entry("inspect_trim", InspectTrimPolicy, InspectTrim, "inspect-ai==0.3.285 model/_compaction/trim.py"),
-    _entry("inspect_summary", InspectSummaryPolicy, InspectSummary,
-           "inspect-ai==0.3.285 model/_compaction/summary.py"),
-    _entry("langmem_summarize", LangMemSummarizePolicy, LangMemSummarize,
-           "langchain-ai/langmem@b5dbe4aa (0.0.30) short_term/summarization.py"),
-    _entry("adk_compaction", AdkCompactionPolicy, AdkCompaction,
-           "google-adk==2.13.0 apps/compaction.py (token threshold), flows/llm_flows/context/_compaction.py"),
-    _entry("anthropic_clear_tool_uses", AnthropicClearToolUsesPolicy, AnthropicClearToolUses,
-           "Anthropic context editing docs; anthropic-sdk-python@009b0353 beta_clear_tool_uses_20250919_edit_param.py"),
-    _entry("codex_compaction", CodexCompactionPolicy, CodexCompaction,
-           "openai/codex@0100b103 codex-rs/core/src/compact.rs; utils/string/src/truncate.rs@b24d7f3c"),
-    _entry("letta_sliding_window", LettaSlidingWindowPolicy, LettaSlidingWindow,
-           "letta-ai/letta@63d3146f letta/services/summarizer/summarizer_sliding_window.py"),
-    _entry("swe_agent_masking", SweAgentMaskingPolicy, SweAgentMasking,
-           "SWE-agent/SWE-agent@3ea751c0 sweagent/agent/history_processors.py LastNObservations (n = 10)"),
-)}
+#: The peers' mechanism classes, in the order the README lists them: each states its own facts.
+MECHANISMS: tuple[type[PeerMechanism], ...] = (
+    LangChainClearToolUses, LangChainSummarization, InspectEdit, InspectTrim, InspectSummary, LangMemSummarize,
+    AdkCompaction, AnthropicClearToolUses, CodexCompaction, LettaSlidingWindow, SweAgentMasking,
+)
+#: name -> entry, derived from :data:`MECHANISMS`.
+POLICIES: dict[str, PolicyEntry] = {e.name: e for e in map(_entry, MECHANISMS)}
 
 
 def names() -> list[str]:
@@ -94,6 +84,7 @@ def mechanism(name: str, policy: Any = None, *, summarizer: Summarizer | None = 
 
 
 __all__ = [
+    "MECHANISMS",
     "POLICIES",
     "Outcome",
     "PeerMechanism",

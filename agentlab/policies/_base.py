@@ -217,13 +217,22 @@ class PeerProcessor:
 class PeerMechanism(ContextMechanism):
     """A peer policy as a context mechanism: its core runs over the request's events at :attr:`stage`.
 
-    Subclasses set ``policy_name``, ``stage``, ``sees_system`` and ``carries_over``, and
+    Subclasses set the peer's registry facts — ``policy_name``, ``policy_class``, ``source`` and
+    (for a peer that calls a model) ``needs_model``, which :data:`agentlab.policies.POLICIES` and
+    the benchmark arms read from here — and ``stage``, ``sees_system`` and ``carries_over``, and
     implement :meth:`decide`. ``summarizer`` replaces the model call of summarising policies
     (a scripted reply in tests); by default the agent's own model writes the summary.
     """
 
     #: The registry name (also the stats record's ``policy``).
     policy_name: ClassVar[str] = "peer"
+    #: The policy dataclass; its defaults (the source's) are :meth:`default_policy`.
+    policy_class: ClassVar[type[Any]]
+    #: The pinned source the core reproduces (package==version or repo@commit, and the file).
+    source: ClassVar[str] = ""
+    #: What the peer calls a model for (the summary it writes); ``""``: it calls none. The
+    #: benchmark arm's ``needs_model``, so the LLM-free ``retention`` command skips the arm with it.
+    needs_model: ClassVar[str] = ""
     #: Where in the request chain the core runs.
     stage: ClassVar[Stage] = COMPACT
     #: Whether the core sees the request's system text as a leading system message (peers that
@@ -239,8 +248,8 @@ class PeerMechanism(ContextMechanism):
 
     @classmethod
     def default_policy(cls) -> Any:
-        """The policy with the source's defaults."""
-        raise NotImplementedError
+        """The policy with the source's defaults: :attr:`policy_class` with no field set."""
+        return cls.policy_class()
 
     def request_processors(self) -> Sequence[StagedProcessor]:
         """The one processor that runs the core."""

@@ -341,17 +341,16 @@ class AdkCompaction(PeerMechanism):
     """ADK's token-threshold compaction before each model call, at :data:`PEER_SUMMARY`."""
 
     policy_name: ClassVar[str] = "adk_compaction"
+    policy_class: ClassVar[type[Any]] = AdkCompactionPolicy
+    source: ClassVar[str] = (
+        "google-adk==2.13.0 apps/compaction.py (token threshold), flows/llm_flows/context/_compaction.py")
+    needs_model: ClassVar[str] = "ADK's token-threshold compaction summarises old events with a model"
     stage: ClassVar[Stage] = PEER_SUMMARY
     policy: AdkCompactionPolicy
 
     def __init__(self, policy: AdkCompactionPolicy | None = None, *, summarizer: Summarizer | None = None) -> None:
         super().__init__(policy, summarizer=summarizer)
         self._compactions: dict[tuple[str, str], _SessionCompactions] = {}
-
-    @classmethod
-    def default_policy(cls) -> AdkCompactionPolicy:
-        """Our preset (ADK has no defaults for this pair)."""
-        return AdkCompactionPolicy()
 
     def stream(self, history: Sequence[Event], messages: Sequence[Message],
                made: _SessionCompactions) -> list[AdkEvent]:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message, ToolCall
@@ -172,14 +172,12 @@ class AnthropicClearToolUses(PeerMechanism):
     """``clear_tool_uses_20250919`` run client-side at the compaction stage (stateless, like the API)."""
 
     policy_name: ClassVar[str] = "anthropic_clear_tool_uses"
+    policy_class: ClassVar[type[Any]] = AnthropicClearToolUsesPolicy
+    source: ClassVar[str] = (
+        "Anthropic context editing docs; anthropic-sdk-python@009b0353 beta_clear_tool_uses_20250919_edit_param.py")
     stage: ClassVar[Stage] = COMPACT
     sees_system: ClassVar[bool] = True
     policy: AnthropicClearToolUsesPolicy
-
-    @classmethod
-    def default_policy(cls) -> AnthropicClearToolUsesPolicy:
-        """Documented defaults."""
-        return AnthropicClearToolUsesPolicy()
 
     async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Clear old tool results when the whole request is over the trigger."""

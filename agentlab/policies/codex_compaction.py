@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message
@@ -233,6 +233,11 @@ class CodexCompaction(PeerMechanism):
     """Codex's tool-output truncation and local auto-compaction, at the compaction stage."""
 
     policy_name: ClassVar[str] = "codex_compaction"
+    policy_class: ClassVar[type[Any]] = CodexCompactionPolicy
+    source: ClassVar[str] = (
+        "openai/codex@0100b103 codex-rs/core/src/compact.rs; utils/string/src/truncate.rs@b24d7f3c")
+    needs_model: ClassVar[str] = (
+        "Codex auto-compaction at 90 % of the window writes a handoff summary with a model")
     stage: ClassVar[Stage] = COMPACT
     carries_over: ClassVar[bool] = True
     policy: CodexCompactionPolicy
@@ -242,11 +247,6 @@ class CodexCompaction(PeerMechanism):
         #: Tool outputs this mechanism already cut, by (call id, text): Codex cuts an output once,
         #: when recording it, and a carried-over copy must not be cut again.
         self._cut: set[tuple[str | None, str]] = set()
-
-    @classmethod
-    def default_policy(cls) -> CodexCompactionPolicy:
-        """Source defaults."""
-        return CodexCompactionPolicy()
 
     async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Truncate tool outputs; compact into a handoff when the request reaches the limit."""

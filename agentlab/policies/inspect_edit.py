@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.events import Message
 from agentlab.policies._base import Outcome
@@ -114,12 +114,9 @@ class InspectEdit(InspectMechanism):
     """inspect's ``CompactionEdit`` behind its ``compaction()`` handler, at the compaction stage."""
 
     policy_name: ClassVar[str] = "inspect_edit"
+    policy_class: ClassVar[type[Any]] = InspectEditPolicy
+    source: ClassVar[str] = "inspect-ai==0.3.285 model/_compaction/edit.py"
     policy: InspectEditPolicy
-
-    @classmethod
-    def default_policy(cls) -> InspectEditPolicy:
-        """Source defaults."""
-        return InspectEditPolicy()
 
     async def strategy(self, inv: Invocation, messages: list[Message]) -> Outcome:
         """One ``compact`` pass."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.events import Message
 from agentlab.policies._base import Outcome
@@ -138,12 +138,10 @@ class InspectSummary(InspectMechanism):
     """inspect's ``CompactionSummary`` behind its ``compaction()`` handler, at the compaction stage."""
 
     policy_name: ClassVar[str] = "inspect_summary"
+    policy_class: ClassVar[type[Any]] = InspectSummaryPolicy
+    source: ClassVar[str] = "inspect-ai==0.3.285 model/_compaction/summary.py"
+    needs_model: ClassVar[str] = "CompactionSummary asks a model for the summary"
     policy: InspectSummaryPolicy
-
-    @classmethod
-    def default_policy(cls) -> InspectSummaryPolicy:
-        """Source defaults."""
-        return InspectSummaryPolicy()
 
     async def strategy(self, inv: Invocation, messages: list[Message]) -> Outcome:
         """One ``compact`` pass: one summariser call."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.events import Message
 from agentlab.policies._base import Outcome
@@ -91,12 +91,9 @@ class InspectTrim(InspectMechanism):
     """inspect's ``CompactionTrim`` behind its ``compaction()`` handler, at the compaction stage."""
 
     policy_name: ClassVar[str] = "inspect_trim"
+    policy_class: ClassVar[type[Any]] = InspectTrimPolicy
+    source: ClassVar[str] = "inspect-ai==0.3.285 model/_compaction/trim.py"
     policy: InspectTrimPolicy
-
-    @classmethod
-    def default_policy(cls) -> InspectTrimPolicy:
-        """Source defaults."""
-        return InspectTrimPolicy()
 
     async def strategy(self, inv: Invocation, messages: list[Message]) -> Outcome:
         """One ``compact`` pass."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message, ToolCall
@@ -123,13 +123,10 @@ class LangChainClearToolUses(PeerMechanism):
     """LangChain's ``ClearToolUsesEdit`` at the compaction stage (stateless: edits each request afresh)."""
 
     policy_name: ClassVar[str] = "langchain_clear_tool_uses"
+    policy_class: ClassVar[type[Any]] = LangChainClearToolUsesPolicy
+    source: ClassVar[str] = "langchain==1.5.2 agents/middleware/context_editing.py"
     stage: ClassVar[Stage] = COMPACT
     policy: LangChainClearToolUsesPolicy
-
-    @classmethod
-    def default_policy(cls) -> LangChainClearToolUsesPolicy:
-        """Source defaults."""
-        return LangChainClearToolUsesPolicy()
 
     async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Clear old tool results when the history is over the trigger."""

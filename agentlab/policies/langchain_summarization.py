@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from agentlab.core.projection import RequestDraft, Stage
 from agentlab.events import Message
@@ -306,14 +306,12 @@ class LangChainSummarization(PeerMechanism):
     """LangChain's ``SummarizationMiddleware`` at :data:`PEER_SUMMARY`; the projection carries over."""
 
     policy_name: ClassVar[str] = "langchain_summarization"
+    policy_class: ClassVar[type[Any]] = LangChainSummarizationPolicy
+    source: ClassVar[str] = "langchain==1.5.2 agents/middleware/summarization.py"
+    needs_model: ClassVar[str] = "SummarizationMiddleware replaces old messages with a model-written summary"
     stage: ClassVar[Stage] = PEER_SUMMARY
     carries_over: ClassVar[bool] = True
     policy: LangChainSummarizationPolicy
-
-    @classmethod
-    def default_policy(cls) -> LangChainSummarizationPolicy:
-        """Source defaults (which never trigger: set a trigger)."""
-        return LangChainSummarizationPolicy()
 
     async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Summarise the messages before the kept tail when a trigger is met."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.core.projection import RequestDraft, Stage
 from agentlab.events import Message
@@ -206,6 +206,9 @@ class LangMemSummarize(PeerMechanism):
     """LangMem's ``summarize_messages`` at :data:`PEER_SUMMARY`, its running summary kept per session view."""
 
     policy_name: ClassVar[str] = "langmem_summarize"
+    policy_class: ClassVar[type[Any]] = LangMemSummarizePolicy
+    source: ClassVar[str] = "langchain-ai/langmem@b5dbe4aa (0.0.30) short_term/summarization.py"
+    needs_model: ClassVar[str] = "summarize_messages keeps a model-written running summary"
     stage: ClassVar[Stage] = PEER_SUMMARY
     sees_system: ClassVar[bool] = True
     policy: LangMemSummarizePolicy
@@ -213,11 +216,6 @@ class LangMemSummarize(PeerMechanism):
     def __init__(self, policy: LangMemSummarizePolicy | None = None, *, summarizer: Summarizer | None = None) -> None:
         super().__init__(policy, summarizer=summarizer)
         self._running: dict[tuple[str, str], RunningSummary] = {}
-
-    @classmethod
-    def default_policy(cls) -> LangMemSummarizePolicy:
-        """The preset (LangMem's defaults; half the window for the budget it has no default for)."""
-        return LangMemSummarizePolicy()
 
     async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Summarise up to the cutoff, extending the running summary; show it with the tail."""

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message
@@ -153,15 +153,13 @@ class LettaSlidingWindow(PeerMechanism):
     """Letta's sliding-window compaction at the compaction stage; its in-context list carries over."""
 
     policy_name: ClassVar[str] = "letta_sliding_window"
+    policy_class: ClassVar[type[Any]] = LettaSlidingWindowPolicy
+    source: ClassVar[str] = "letta-ai/letta@63d3146f letta/services/summarizer/summarizer_sliding_window.py"
+    needs_model: ClassVar[str] = "Letta evicts the oldest messages into a model-written summary"
     stage: ClassVar[Stage] = COMPACT
     sees_system: ClassVar[bool] = True
     carries_over: ClassVar[bool] = True
     policy: LettaSlidingWindowPolicy
-
-    @classmethod
-    def default_policy(cls) -> LettaSlidingWindowPolicy:
-        """Source defaults."""
-        return LettaSlidingWindowPolicy()
 
     async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Evict the oldest messages into a summary when the request is over the trigger."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentlab.core.projection import COMPACT, RequestDraft, Stage
 from agentlab.events import Message
@@ -100,13 +100,11 @@ class SweAgentMasking(PeerMechanism):
     """``LastNObservations`` at the compaction stage, stateless (it recomputes the cut every call)."""
 
     policy_name: ClassVar[str] = "swe_agent_masking"
+    policy_class: ClassVar[type[Any]] = SweAgentMaskingPolicy
+    source: ClassVar[str] = (
+        "SWE-agent/SWE-agent@3ea751c0 sweagent/agent/history_processors.py LastNObservations (n = 10)")
     stage: ClassVar[Stage] = COMPACT
     policy: SweAgentMaskingPolicy
-
-    @classmethod
-    def default_policy(cls) -> SweAgentMaskingPolicy:
-        """``n = 10`` (the paper), ``polling = 1`` (the source)."""
-        return SweAgentMaskingPolicy()
 
     async def decide(self, inv: Invocation, messages: list[Message], draft: RequestDraft) -> Outcome:
         """Mask all but the last ``n`` observations."""

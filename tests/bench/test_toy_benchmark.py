@@ -3,7 +3,9 @@
 The test writes a task module, its settings file and a tiny dataset file into ``tmp_path``, names
 the module in ``$AGENTLAB_EXTENSIONS`` (by path), and runs every command a benchmark has on it:
 ``list``, a dry run, ``run`` on the local OpenAI-compatible test server, ``league``, ``retention``
-and ``report``. The same module registers a lossy arm of its own. The task implements the capability
+and ``report``. The same module registers a lossy arm of its own, which the proxy serves too:
+``python -m agentlab.serve --arm toy_keep_last_two`` with ``$AGENTLAB_EXTENSIONS`` naming the module,
+in front of the test server. The task implements the capability
 interface of :class:`agentlab.bench.tasks.Task` and nothing else: ``load_cases``, ``history``, ``run_case``, ``score``, ``dry_run_prompts`` and
 ``retention_groups`` (its gold evidence: the one fact each question asks about).
 """
@@ -14,9 +16,12 @@ import json
 import re
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from cli_helpers import run_cli
 
@@ -25,6 +30,7 @@ from agentlab.bench.store import ResultStore
 from agentlab.bench.tasks import TASKS
 from agentlab.extensions import EXTENSIONS_ENV, LEGACY_ENV
 from agentlab.testing.openai_server import OpenAITestServer
+from agentlab.testing.served import served_proxy
 
 NAME = "toybench"
 MODULE = "toybench_ext"
@@ -203,3 +209,36 @@ def test_a_capability_the_task_lacks_is_one_error_line_and_the_league_still_runs
     assert "has no dry run" in err  # the window check before the run is skipped, and said so
     rows = {r["arm"]: r for r in json.loads(out)["rows"] if r["metric"] == "contains"}
     assert rows["long_context"]["n_ok"] == 3 and rows["long_context"]["evidence_kept"] is None
+
+
+def recorded_calls(base_url: str, n: int, wait: float = 30.0) -> list[dict[str, Any]]:
+    """The proxy's call log (``GET /v1/agentlab/calls``) once it holds ``n`` rows: a row is written off the answer's path."""
+    deadline = time.monotonic() + wait
+    while True:
+        calls = httpx.get(base_url + "/agentlab/calls", timeout=60).json()["data"]
+        if len(calls) >= n or time.monotonic() > deadline:
+            return calls
+        time.sleep(0.1)
+
+
+def test_the_toy_arm_is_served_by_the_proxy(toybench: Path) -> None:
+    """The module's own arm, by name, from ``python -m agentlab.serve``: its projection reaches the upstream."""
+    told = facts(4)
+    env = {EXTENSIONS_ENV: str(toybench / f"{MODULE}.py")}
+    with OpenAITestServer(record_requests=True) as upstream, \
+            served_proxy(upstream.base_url, "toy_keep_last_two", toybench / "serve.duckdb", env=env) as base_url:
+        messages: list[dict[str, str]] = [{"role": "system", "content": "You remember facts about boxes."}]
+        for fact in told:
+            messages.append({"role": "user", "content": fact})
+            answer = httpx.post(base_url + "/chat/completions", json={"model": "test-model", "messages": messages},
+                                timeout=60)
+            assert answer.status_code == 200 and answer.headers["x-agentlab-arm"] == "toy_keep_last_two", answer.text
+            messages.append({"role": "assistant", "content": answer.json()["choices"][0]["message"]["content"]})
+        calls = recorded_calls(base_url, len(told))
+    # The client sent every turn; the arm kept the last two history events and the new fact, so the
+    # upstream never saw the first two facts in the last call.
+    sent = [m["content"] for m in upstream.received[-1]["messages"]]
+    assert sent[-1] == told[-1] and told[2] in sent and told[0] not in sent and told[1] not in sent
+    assert [(c["arm"], c["status"], c["purpose"]) for c in calls] == [("toy_keep_last_two", 200, "answer")] * 4
+    assert (calls[-1]["client_messages"], calls[-1]["upstream_messages"]) == (len(messages) - 1, len(sent))
+    assert calls[-1]["upstream_prompt_tokens"] < calls[-1]["client_prompt_tokens"]

@@ -68,3 +68,83 @@ def test_every_peer_policy_runs_after_the_current_input_is_in_place() -> None:
     for name in POLICIES:
         assert mechanism(name).stage.order > CURRENT_INPUT.order, name
     assert CURRENT_INPUT.order < PEER_SUMMARY.order < COMPACT.order
+
+
+#: The registry as it was restated by hand, captured by running the code of commit d44d926 (before
+#: the facts moved onto the mechanism classes): (name, policy class, mechanism class, source), in order.
+REGISTRY_AT_D44D926 = [
+    ("langchain_clear_tool_uses", "langchain_clear_tool_uses.LangChainClearToolUsesPolicy",
+     "langchain_clear_tool_uses.LangChainClearToolUses", "langchain==1.5.2 agents/middleware/context_editing.py"),
+    ("langchain_summarization", "langchain_summarization.LangChainSummarizationPolicy",
+     "langchain_summarization.LangChainSummarization", "langchain==1.5.2 agents/middleware/summarization.py"),
+    ("inspect_edit", "inspect_edit.InspectEditPolicy", "inspect_edit.InspectEdit",
+     "inspect-ai==0.3.285 model/_compaction/edit.py"),
+    ("inspect_trim", "inspect_trim.InspectTrimPolicy", "inspect_trim.InspectTrim",
+     "inspect-ai==0.3.285 model/_compaction/trim.py"),
+    ("inspect_summary", "inspect_summary.InspectSummaryPolicy", "inspect_summary.InspectSummary",
+     "inspect-ai==0.3.285 model/_compaction/summary.py"),
+    ("langmem_summarize", "langmem_summarize.LangMemSummarizePolicy", "langmem_summarize.LangMemSummarize",
+     "langchain-ai/langmem@b5dbe4aa (0.0.30) short_term/summarization.py"),
+    ("adk_compaction", "adk_compaction.AdkCompactionPolicy", "adk_compaction.AdkCompaction",
+     "google-adk==2.13.0 apps/compaction.py (token threshold), flows/llm_flows/context/_compaction.py"),
+    ("anthropic_clear_tool_uses", "anthropic_clear_tool_uses.AnthropicClearToolUsesPolicy",
+     "anthropic_clear_tool_uses.AnthropicClearToolUses",
+     "Anthropic context editing docs; anthropic-sdk-python@009b0353 beta_clear_tool_uses_20250919_edit_param.py"),
+    ("codex_compaction", "codex_compaction.CodexCompactionPolicy", "codex_compaction.CodexCompaction",
+     "openai/codex@0100b103 codex-rs/core/src/compact.rs; utils/string/src/truncate.rs@b24d7f3c"),
+    ("letta_sliding_window", "letta_sliding_window.LettaSlidingWindowPolicy",
+     "letta_sliding_window.LettaSlidingWindow",
+     "letta-ai/letta@63d3146f letta/services/summarizer/summarizer_sliding_window.py"),
+    ("swe_agent_masking", "swe_agent_masking.SweAgentMaskingPolicy", "swe_agent_masking.SweAgentMasking",
+     "SWE-agent/SWE-agent@3ea751c0 sweagent/agent/history_processors.py LastNObservations (n = 10)"),
+]
+#: ``agentlab.bench.arms.PEER_SUMMARISERS`` at d44d926, captured the same way.
+SUMMARISERS_AT_D44D926 = {
+    "langchain_summarization": "SummarizationMiddleware replaces old messages with a model-written summary",
+    "inspect_summary": "CompactionSummary asks a model for the summary",
+    "langmem_summarize": "summarize_messages keeps a model-written running summary",
+    "adk_compaction": "ADK's token-threshold compaction summarises old events with a model",
+    "codex_compaction": "Codex auto-compaction at 90 % of the window writes a handoff summary with a model",
+    "letta_sliding_window": "Letta evicts the oldest messages into a model-written summary",
+}
+
+
+def _qualname(cls: type) -> str:
+    assert cls.__module__.startswith("agentlab.policies."), cls
+    return f"{cls.__module__.removeprefix('agentlab.policies.')}.{cls.__qualname__}"
+
+
+def test_the_registry_facts_are_the_ones_it_had_when_they_were_restated_by_hand() -> None:
+    from agentlab.bench import arms
+    from agentlab.policies import PolicyEntry
+
+    assert [(e.name, _qualname(e.policy_class), _qualname(e.factory), e.source) for e in POLICIES.values()] \
+        == REGISTRY_AT_D44D926
+    assert all(isinstance(e, PolicyEntry) for e in POLICIES.values())
+    assert arms.PEER_SUMMARISERS == SUMMARISERS_AT_D44D926
+    assert list(arms.PEER_SUMMARISERS) == list(SUMMARISERS_AT_D44D926)
+    for name, _, _, source in REGISTRY_AT_D44D926:
+        # Every mechanism's default is its policy class's defaults, and the peer arms say the same as before.
+        assert POLICIES[name].factory.default_policy() == POLICIES[name].policy_class(), name
+        arm = arms.ARMS[name]
+        assert (arm.role, arm.sections, arm.description, arm.needs_model) == \
+            ("lossy", (name,), f"peer policy {name} ({source})", SUMMARISERS_AT_D44D926.get(name, "")), name
+
+
+def test_every_peer_mechanism_class_is_registered_and_states_its_facts() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import agentlab.policies
+    from agentlab.policies import MECHANISMS
+
+    found = set()
+    for info in pkgutil.iter_modules(agentlab.policies.__path__, "agentlab.policies."):
+        module = importlib.import_module(info.name)
+        found |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(c, PeerMechanism) and c is not PeerMechanism and c.__module__ == info.name
+                  and "policy_name" in vars(c)}
+    assert found == set(MECHANISMS) and len(MECHANISMS) == len(POLICIES)
+    for cls in MECHANISMS:
+        assert {"policy_class", "source"} <= set(vars(cls)) and cls.source, cls

@@ -260,21 +260,11 @@ def _readme_policy() -> str:
 
 
 def test_the_readme_policy_arm_is_served_by_the_proxy(tmp_path, upstream) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
+    from agentlab.testing.served import served_proxy
 
     (tmp_path / "my_policy.py").write_text(_readme_policy(), encoding="utf-8")
-    env = {**os.environ, "AGENTLAB_EXTENSIONS": str(tmp_path / "my_policy.py")}
-    command = [sys.executable, "-m", "agentlab.serve", "--upstream", upstream.base_url, "--arm", "keep_last",
-               "--port", "0", "--db", str(tmp_path / "serve.duckdb"), "--no-fsync"]
-    served = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert served.stdout is not None
-        line = served.stdout.readline()
-        assert line.startswith("serving http://127.0.0.1:"), (line, served.stderr.read() if served.stderr else "")
-        base_url = line.split()[1]
+    env = {"AGENTLAB_EXTENSIONS": str(tmp_path / "my_policy.py")}
+    with served_proxy(upstream.base_url, "keep_last", tmp_path / "serve.duckdb", env=env) as base_url:
         client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
         messages: list[dict[str, Any]] = [SYSTEM]
         for turn in range(3):
@@ -285,9 +275,6 @@ def test_the_readme_policy_arm_is_served_by_the_proxy(tmp_path, upstream) -> Non
         # The arm kept the last two history events and the question: the last request went up shorter.
         sent = upstream.received[-1]["messages"]
         assert len(sent) < len(messages) - 1 and sent[-1] == messages[-2]
-    finally:
-        served.send_signal(signal.SIGTERM)
-        served.wait(30)
 
 
 def test_an_extension_that_cannot_be_imported_is_one_error_line(tmp_path, upstream) -> None:
