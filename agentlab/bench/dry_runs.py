@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentlab.bench.config import Settings
 from agentlab.bench.run_identity import select
 from agentlab.bench.tasks import CaseSelection, Task
 from agentlab.model import tokens
 
+if TYPE_CHECKING:
+    from agentlab.bench.arms import Arm
+
 
 def dry_run(task: Task, mode: str, settings: Settings, *, limit: int | None = None,
             selection: CaseSelection | None = None, encoding: str | None = None,
-            context_budget: int | None = None) -> dict[str, Any]:
+            context_budget: int | None = None, arm: Arm | None = None) -> dict[str, Any]:
     """Select cases and count the tokens of every prompt the mode would send; no model is called.
 
     ``avg_prompt_tokens`` is the mean over cases of the summed prompt tokens of the case's prompts
     (for a single-call mode: the answer prompt); chat-format overheads are included. A generic
     arm's mechanisms see ``context_budget`` as their window (``--context-budget``; ``None``: 128k).
+    ``arm``: the mode's arm as the caller resolved it (default: the task's).
     """
-    task.arm(mode)  # an unknown arm is a LookupError naming the known ones
+    if arm is None:
+        arm = task.arm(mode)  # an unknown arm is a LookupError naming the known ones
     selection = selection or task.load_cases(settings)
     cases = select(selection, limit)
     per_case: list[int] = []
@@ -48,11 +53,10 @@ def dry_run(task: Task, mode: str, settings: Settings, *, limit: int | None = No
         out.update({f"{k}_prompt_tokens": v for k, v in percentiles([float(x) for x in per_case]).items()})
     if context_budget is not None:
         out["context_budget"] = context_budget
-        if not task.arm(mode).generic:
+        if not arm.generic:
             out["context_budget_note"] = (f"not applied to the dry run of the task mode {mode!r}: it plans its "
                                           "prompts with the benchmark's published window; a run uses the budget")
     return out
-
 
 
 __all__ = ["dry_run"]

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
@@ -67,6 +67,9 @@ from agentlab.bench.tasks import Case, CaseSelection, RunContext, Task
 from agentlab.model.base import CallRecord, Model
 from agentlab.model.cache import CallCache
 from agentlab.progress import Progress, observe_progress
+
+if TYPE_CHECKING:
+    from agentlab.bench.arms import Arm
 
 
 @dataclass
@@ -235,15 +238,20 @@ class CaseWriter:
 async def run_task(task: Task, request: RunRequest, *, model: Model, store: ResultStore,
                    judge: Judge | None = None, selection: CaseSelection | None = None,
                    session_service_factory: Callable[[], Any] | None = None,
-                   executor: Executor | None = None) -> RunSummary:
-    """Run (or resume) one benchmark mode and store every case. See the module docstring."""
-    arm = task.arm(request.mode)  # an unknown arm is a LookupError naming the known ones
+                   executor: Executor | None = None, arm: Arm | None = None) -> RunSummary:
+    """Run (or resume) one benchmark mode and store every case. See the module docstring.
+
+    ``arm``: the mode's arm as the caller resolved it (a :class:`~agentlab.bench.spec.RunSpec`'s);
+    default: the task's.
+    """
+    if arm is None:
+        arm = task.arm(request.mode)  # an unknown arm is a LookupError naming the known ones
     executor = executor or InProcessExecutor()
     # Resolved before anything is stored: a model whose window nobody states stops the run here.
     info = model.info
     selection = selection or task.load_cases(request.settings)
     cases = select(selection, request.limit)
-    config = run_config(task, request, selection.dataset_sha256, info)
+    config = run_config(task, request, selection.dataset_sha256, info, arm=arm)
     run_id = config_hash(config)
     store.start_run(RunInfo(
         run_id=run_id, benchmark=request.benchmark, mode=request.mode, config=config, model=request.model_spec,

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentlab.bench.config import Settings, variant_name
 from agentlab.bench.judge import Judge, judge_versions
 from agentlab.bench.tasks import Case, CaseSelection, Task
 from agentlab.model.base import Model, ModelInfo
 from agentlab.model.cache import CallCache
+
+if TYPE_CHECKING:
+    from agentlab.bench.arms import Arm
 
 
 @dataclass(frozen=True)
@@ -73,11 +76,13 @@ def build_models(request: RunRequest, cache: CallCache | bool = True) -> tuple[M
     return model, Judge(judge_model, request.judge_spec)
 
 
-def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: ModelInfo | None = None) -> dict[str, Any]:
+def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: ModelInfo | None = None, *,
+               arm: Arm | None = None) -> dict[str, Any]:
     """The config a run id is the hash of (stored in ``runs.config``).
 
     ``info``: the answer model's resolved info; its context window and where it came from are part
-    of the run (a window decides which prompts fit and how a summary is split).
+    of the run (a window decides which prompts fit and how a summary is split). ``arm``: the
+    mode's arm as the caller resolved it (default: the task's).
     """
     config: dict[str, Any] = {
         "benchmark": request.benchmark,
@@ -90,7 +95,7 @@ def run_config(task: Task, request: RunRequest, dataset_sha256: str, info: Model
     }
     # Only for an arm that declares an identity (``<lossy>+recall``'s hidden scope): every other
     # arm's id is as it was.
-    arm_identity = _arm_identity(task, request.mode)
+    arm_identity = dict(arm.identity) if arm is not None else _arm_identity(task, request.mode)
     if arm_identity:
         config["arm"] = arm_identity
     if request.judge_spec is not None and task.judge_templates:
