@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from agentlab.bench.call_costs import with_run_costs
 from agentlab.bench.cli_common import SMOKE_LABEL, CliError, _banner, _print_json, _records
 from agentlab.bench.store import ResultStore
-from agentlab.bench.tasks import UnknownBenchmark, get_task
+from agentlab.bench.tasks import Task, UnknownBenchmark, get_task
 
 #: The report sections a run with baselines ends with (``report`` prints every section).
 COMPARISON_SECTIONS = ("token_savings", "quality_loss", "recovery", "own")
@@ -88,11 +88,13 @@ def _narrow(df: Any, run_ids: set[str] | None, variants: set[str] | None,
 
 
 def _report_payload(benchmark: str, db: Path, frames: bool = False, between: Sequence[str] | None = None,
-                    run_ids: set[str] | None = None, variants: set[str] | None = None) -> dict[str, Any]:
+                    run_ids: set[str] | None = None, variants: set[str] | None = None,
+                    task: Task | None = None) -> dict[str, Any]:
     """Rebuild the derived tables and read them back: DataFrames with ``frames``, else JSON records.
 
     ``run_ids``/``variants`` (``report --run/--variant``) also choose which run stands for a mode in
     the task's own tables (:meth:`ResultStore.select_runs`); the caller narrows the other tables.
+    ``task``: the benchmark's task when the caller has it (a run's report), not looked up again.
     """
     from agentlab.bench import analysis
 
@@ -114,7 +116,7 @@ def _report_payload(benchmark: str, db: Path, frames: bool = False, between: Seq
         tables["prompt_cache"], cache_notes = with_run_costs(runs[["run_id", "mode", "variant", "model"]], store.query)
         if run_ids is not None or variants is not None:
             store.select_runs(run_ids, variants)
-        own = _benchmark_tables(benchmark, store)
+        own = _benchmark_tables(benchmark, store, task)
     smoke = bool(runs["smoke_test"].fillna(False).any())
     head = {"benchmark": benchmark, "smoke_test": smoke, "smoke_label": SMOKE_LABEL if smoke else None, "db": str(db),
             "rules": REPORT_RULES, "variants": sorted(set(runs["variant"].fillna("legacy"))),
@@ -246,12 +248,13 @@ def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] 
         out.write(SMOKE_LABEL + "\n")
 
 
-def _benchmark_tables(benchmark: str, store: ResultStore) -> dict[str, Any]:
+def _benchmark_tables(benchmark: str, store: ResultStore, task: Task | None = None) -> dict[str, Any]:
     """A task's own report tables (``Task.report_tables``), also written to the store as ``<benchmark>_<name>``."""
-    try:
-        task = get_task(benchmark)
-    except UnknownBenchmark:
-        return {}
+    if task is None:
+        try:
+            task = get_task(benchmark)
+        except UnknownBenchmark:
+            return {}
     tables = {f"{benchmark}_{name}": df for name, df in task.report_tables(store).items() if df is not None}
     for name, df in tables.items():
         if len(df.columns):

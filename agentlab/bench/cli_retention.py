@@ -48,9 +48,8 @@ from agentlab.bench.retention import (
     PEER_TRIGGER_FRACTION,
     RetentionSummary,
     aggregate,
-    model_arms,
-    retention_arms,
     retention_settings,
+    split_arms,
 )
 from agentlab.bench.retention_cache import ranking_differences, rankings, with_cache
 from agentlab.bench.store import DEFAULT_DB
@@ -95,7 +94,7 @@ def _delivery(settings: Any) -> Delivery:
 
 def _pick_arms(names: str, task: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """(the arms to run, the skipped ones with their reasons): views over the arms registry for ``task``."""
-    free, needing = retention_arms(task), model_arms(task)
+    free, needing = split_arms(task)
     if names.strip() == "all":
         return free, {name: s.reason for name, s in needing.items()}
     chosen = [n.strip() for n in names.split(",") if n.strip()]

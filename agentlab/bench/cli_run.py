@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO, cast
 
 from agentlab.bench.cli_common import (
@@ -36,7 +36,7 @@ from agentlab.bench.spec import (
     write_smoke_banner,
 )
 from agentlab.bench.store import DEFAULT_DB, RUN_MEANS_SQL, ResultStore
-from agentlab.bench.tasks import Task, get_task
+from agentlab.bench.tasks import Task
 
 # ------------------------------------------------------------------------------- settings
 
@@ -113,22 +113,22 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     check that can refuse the run happens before the results file is opened.
     """
     spec = spec_of(args)
-    task = spec.task if spec.task is not None else get_task(spec.benchmark)
-    _check_unit(task, args)
+    _check_unit(spec.task, args)
     if spec.action == "run":
         write_smoke_banner(spec, out if not args.json else sys.stderr)
     return run_spec(spec, out, json_output=args.json, db=args.db, executor_args=args,
                     unit=args.unit, retriever=args.retriever)
 
 
-def spec_of(args: argparse.Namespace) -> RunSpec:
+def spec_of(args: argparse.Namespace, task: Task | None = None) -> RunSpec:
     """The :class:`RunSpec` of the run command's flags (:func:`~agentlab.bench.spec.spec_from_args`).
 
     This module's ``load_settings`` and ``code_version`` are looked up at each call, so tests can
-    point them at another settings folder or version.
+    point them at another settings folder or version. ``task``: the command's task, when it has
+    one (a sweep's points share it and the arms it looked up).
     """
     return spec_from_args(args, loader=lambda name, schema: load_settings(name, schema),
-                          version=lambda: code_version())
+                          version=lambda: code_version(), task=task)
 
 
 def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any = DEFAULT_DB,
@@ -142,11 +142,10 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
     """
     from agentlab.bench import executor
 
-    task = spec.task if spec.task is not None else get_task(spec.benchmark)
-    mode, settings = spec.mode, spec.settings
+    task, mode, settings = spec.task, spec.mode, spec.settings
     if spec.action == "dry_run":
         result = executor.dry_run(task, mode, settings, limit=spec.limit, selection=load_selection(task, settings),
-                                  context_budget=spec.context_budget)
+                                  context_budget=spec.context_budget, arm=spec.arm(mode))
         if json_output:
             _print_json(result, out)
         else:
@@ -218,7 +217,7 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
             sys.stderr.write(f"{line}\n")
     try:
         summaries = asyncio.run(run_with_baselines(task, requests, model=model, store=store, judge=judge,
-                                                   selection=selection, executor=chosen))
+                                                   selection=selection, executor=chosen, arms=spec.arms))
     except (KeyboardInterrupt, asyncio.CancelledError):
         marks = ", ".join("?" for _ in modes)
         rows = store.query("SELECT r.mode, c.run_id, count(*) FILTER (WHERE c.status = 'ok'), count(*) FROM cases c "
@@ -242,7 +241,7 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
         payload: dict[str, Any] = {**runs[-1], "selection": rule or "published"}
         if len(runs) > 1:
             payload["runs"] = runs
-            payload["report"] = _report_payload(task.name, db)
+            payload["report"] = _report_payload(task.name, db, task=task)
         _print_json(payload, out)
         return 0
     if spec.smoke_test:
@@ -253,21 +252,23 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
         out.write(f"  executor: {chosen.name}, {len(workers)} worker{'s' if len(workers) != 1 else ''} "
                   f"({', '.join(workers)})\n")
     if len(modes) > 1:
-        _write_report(_report_payload(task.name, db, frames=True), out, sections=COMPARISON_SECTIONS)
+        _write_report(_report_payload(task.name, db, frames=True, task=task), out, sections=COMPARISON_SECTIONS)
     else:
         out.write(f"  stored in {db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
     return 0
 
 
 async def run_with_baselines(task: Task, requests: Sequence[Any], *, model: Any, store: ResultStore,
-                             judge: Any = None, selection: Any = None, executor: Any = None) -> list[Any]:
+                             judge: Any = None, selection: Any = None, executor: Any = None,
+                             arms: Mapping[str, Any] | None = None) -> list[Any]:
     """Run (or resume) each request's mode on the same cases, one after another; their summaries.
 
     These are ordinary runs: the baseline a ``recall`` run brings along has the same id as the
     one ``--mode long_context`` makes with the same settings, so either command reuses the other's
     stored cases, and the call cache replays any request already made. ``executor`` runs the cases
-    (default in-process; it is not part of the run id). SIGTERM (a CI timeout, ``kill``) stops the
-    runs as cleanly as Ctrl-C does.
+    (default in-process; it is not part of the run id). ``arms``: mode -> arm as resolved (a
+    :class:`~agentlab.bench.spec.RunSpec`'s; default: the task's). SIGTERM (a CI timeout, ``kill``)
+    stops the runs as cleanly as Ctrl-C does.
     """
     from agentlab.bench.executor import run_task
 
@@ -278,7 +279,7 @@ async def run_with_baselines(task: Task, requests: Sequence[Any], *, model: Any,
     selection = selection or task.load_cases(requests[0].settings)
     try:
         return [await run_task(task, request, model=model, store=store, judge=judge, selection=selection,
-                               executor=executor)
+                               executor=executor, arm=(arms or {}).get(request.mode))
                 for request in requests]
     finally:
         # An HTTP client must close in the loop that opened it: left to the garbage collector, it

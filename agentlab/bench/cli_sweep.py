@@ -66,7 +66,7 @@ def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -
     # Every step is resolved (settings, policies, budget, variant) before the first model call.
     steps = [parser.parse_args([task.name, *run_flags, *point_flags, "--mode", step_mode, "--json", "--no-baselines"])
              for step_mode, point_flags in plan]
-    specs = [spec_of(step_args) for step_args in steps]
+    specs = [spec_of(step_args, task) for step_args in steps]  # one task: each arm looked up once
     results = []
     for step, ((step_mode, point_flags), step_args, spec) in enumerate(zip(plan, steps, specs, strict=True), 1):
         buffer = io.StringIO()

@@ -270,7 +270,7 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         return resolve_run(benchmark, mode=mode, model=model, limit=limit, context_window=context_window,
                            context_budget=context_budget, overrides=overrides, concurrency=concurrency,
                            progress=progress, seeding=seeding if task.arm(mode).generic else None,
-                           published_settings=published_settings, judge_model=judge_model)
+                           published_settings=published_settings, judge_model=judge_model, task=task)
 
     specs = {name: resolve(name) for name in names}
     first = specs[names[0]]
@@ -320,6 +320,7 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
     # The runs in order: the baseline once, then each arm (a recovered arm after its partner).
     league_arms: list[LeagueArm] = []
     requests: dict[str, Any] = {}
+    run_arms: dict[str, Any] = {}  # run id -> the arm its spec resolved
     baseline_id = ""
     for name in names:
         spec = bound[name]
@@ -332,7 +333,8 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
             if ids[mode] not in requests:
                 request = spec.request(mode)
                 requests[ids[mode]] = dataclasses.replace(request, limit=run_limit)
-        arm = task.arm(name)
+                run_arms[ids[mode]] = spec.arm(mode)
+        arm = spec.arm(name)
         league_arms.append(LeagueArm(name, arm.role, arm.partner, ids[name], spec))
     header = bound[names[0]]
     budget_line = (f", context budget {header.context_budget} tokens" if header.context_budget is not None
@@ -358,7 +360,8 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         with observe_calls(count):
             for run_id, request in requests.items():
                 before = dict(calls)
-                summary = await run_task(task, request, model=built, store=active, judge=judge, selection=selection)
+                summary = await run_task(task, request, model=built, store=active, judge=judge, selection=selection,
+                                         arm=run_arms[run_id])
                 runs[run_id] = {"mode": request.mode, "cases_run_now": summary.attempted,
                                 "cases_reused": summary.already_done, "failed_now": summary.failed,
                                 "calls_sent": calls["sent"] - before["sent"],

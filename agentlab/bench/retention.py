@@ -140,12 +140,24 @@ def retention_arms(task: Any = None) -> dict[str, Arm]:
     ``compaction_recall`` (with ``session_search`` / ``session_load``), ``codex_truncation`` and the
     peers' tool clearing — and their ``+recall``; with ``task``, only the arms it runs.
     """
-    return {a.name: a for a in _registry_arms(task) if not a.needs_model}
+    return split_arms(task)[0]
 
 
 def model_arms(task: Any = None) -> dict[str, SkippedArm]:
     """The registered arms that need a summariser (a model), with the registry's reason: what a "no model" run skips."""
-    return {a.name: SkippedArm(a.name, a.needs_model) for a in _registry_arms(task) if a.needs_model}
+    return split_arms(task)[1]
+
+
+def split_arms(task: Any = None) -> tuple[dict[str, Arm], dict[str, SkippedArm]]:
+    """(:func:`retention_arms`, :func:`model_arms`) from one pass over the registry: each arm looked up once."""
+    free: dict[str, Arm] = {}
+    needing: dict[str, SkippedArm] = {}
+    for arm in _registry_arms(task):
+        if arm.needs_model:
+            needing[arm.name] = SkippedArm(arm.name, arm.needs_model)
+        else:
+            free[arm.name] = arm
+    return free, needing
 
 
 def summarising_arm(name: str, **fields: Any) -> Arm:
@@ -433,6 +445,7 @@ __all__ = [
     "request_texts",
     "retention_arms",
     "retention_settings",
+    "split_arms",
     "rouge_l_recall",
     "search_left_out",
     "summarising_arm",

@@ -3,8 +3,10 @@
 ``python -m agentlab.bench <benchmark> ...`` used to resolve a run piece by piece as it went (load
 the file, apply ``[smoke]``, apply ``--set``, name the variant, choose the judge, the limit, the
 compared modes, the window, the id). :func:`resolve_run` does all of it in one place, in one
-order, and returns a frozen :class:`RunSpec`; the run command, ``sweep`` and the notebook helpers
-(which call the CLI) all start from it, and the executor gets its per-mode :class:`RunRequest`.
+order, and returns a frozen :class:`RunSpec`; the run command, ``sweep``, ``league`` and the
+notebook helpers (which call the CLI) all start from it, and the executor gets its per-mode
+:class:`RunRequest` and arm. The task is looked up once per command (``resolve_run(task=...)``
+reuses a league's or a sweep's instance) and each arm once per task instance (:meth:`Task.arm`).
 
 Two steps, because two facts are known only once the model and the data are at hand:
 
@@ -29,7 +31,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from agentlab.bench.cli_common import _VARIANT_NAME, EMBEDDED_DEFAULT_LIMIT, CliError, _banner
 from agentlab.bench.config import (
@@ -47,6 +49,9 @@ from agentlab.bench.executor import RunRequest, run_config
 from agentlab.bench.tasks import Task, discover, get_task
 from agentlab.model.base import ModelInfo
 
+if TYPE_CHECKING:
+    from agentlab.bench.arms import Arm
+
 #: What a resolved run does: answer and score cases, only count prompt tokens, or only measure retrieval.
 Action = Literal["run", "dry_run", "retrieval_only"]
 #: The ``variant_settings`` key a context budget is listed under (it is not a settings field).
@@ -63,11 +68,17 @@ class RunSpec:
 
     Built by :func:`resolve_run`; :meth:`bind` adds the model's window and the dataset fingerprint,
     after which :meth:`run_ids` names every run. Frozen (its mappings are read-only views): what
-    was resolved is what runs.
+    was resolved is what runs. It carries what it looked up — the task instance, each mode's
+    :class:`~agentlab.bench.arms.Arm` and the settings — so the commands that carry it out (run,
+    ``--dry-run``, ``league``, ``sweep``) take them from here instead of looking them up again.
     """
 
     #: The benchmark's registered name.
     benchmark: str
+    #: The task it was resolved with (one instance per command: it looks each arm up once).
+    task: Task = field(compare=False, repr=False)
+    #: Mode -> its arm, for every mode of :attr:`modes`, as looked up when the spec was resolved.
+    arms: Mapping[str, Arm] = field(compare=False, repr=False)
     #: The mode asked for.
     mode: str
     #: The modes that run, in order: its baseline [, lossy], then ``mode`` (just ``mode`` without baselines).
@@ -112,10 +123,12 @@ class RunSpec:
     dataset_sha256: str = ""
     #: ``--seeding``: how a generic arm's history reaches its session (``forced``: all at once).
     seeding: str = "forced"
-    #: The task instance (not part of equality).
-    task: Task | None = field(default=None, compare=False, repr=False)
 
     # ------------------------------------------------------------------------------- derived
+
+    def arm(self, mode: str) -> Arm:
+        """The arm of ``mode`` (one of :attr:`modes`), as resolved."""
+        return self.arms[mode]
 
     @property
     def variant_label(self) -> str:
@@ -162,9 +175,8 @@ class RunSpec:
         """The configuration the run id of ``mode`` hashes (stored as ``runs.config``); needs :meth:`bind`."""
         if not self.bound:
             raise ValueError("the run ids need the model's window and the data: call bind(info, dataset_sha256)")
-        assert self.task is not None
         info = ModelInfo(self.model_spec, self.context_window, self.context_window_source)
-        return run_config(self.task, self.request(mode), self.dataset_sha256, info)
+        return run_config(self.task, self.request(mode), self.dataset_sha256, info, arm=self.arm(mode))
 
     def run_ids(self) -> dict[str, str]:
         """Mode → run id, for every mode of the spec (needs :meth:`bind`)."""
@@ -275,19 +287,25 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
                 overrides: Sequence[str] = (), published_settings: bool = False, variant: str | None = None,
                 baselines: bool = True, concurrency: int | None = None, action: Action = "run",
                 progress: bool = True, loader: Loader = load_settings,
-                version: Callable[[], str] = code_version, seeding: str | None = None) -> RunSpec:
+                version: Callable[[], str] = code_version, seeding: str | None = None,
+                task: Task | None = None) -> RunSpec:
     """Flags + the benchmark's settings file + the mode → the run's :class:`RunSpec` (not yet bound).
 
     The keyword arguments are the run command's flags (``limit=0`` = all cases, ``None`` = the
     default: all, or :data:`~agentlab.bench.cli_common.EMBEDDED_DEFAULT_LIMIT` on the embedded model).
     Every user error is a :class:`~agentlab.bench.cli_common.CliError` (or a settings / dataset
     error) with one line; nothing is stored and no model is called. ``loader`` reads the settings
-    file and ``version`` names the code (tests replace them).
+    file and ``version`` names the code (tests replace them). ``task``: the command's instance of the
+    benchmark's task, when it has one already (a league's arms, a sweep's points): the spec reuses
+    it and the arms it looked up instead of looking the benchmark up again.
     """
     from agentlab.model.registry import default_spec
 
     _check_numbers(limit, concurrency, context_window, context_budget)
-    task = get_task(benchmark)
+    if task is None:
+        task = get_task(benchmark)
+    elif task.name != benchmark:
+        raise ValueError(f"resolve_run({benchmark!r}, task=...): the task given is {task.name!r}")
     if task.tool_delivery_inapplicable and any(o.partition("=")[0].strip() == DELIVERY_KEY for o in overrides):
         raise CliError(f"{task.name}: --set {DELIVERY_KEY} does not apply: {task.tool_delivery_inapplicable}")
     model_spec = model or default_spec()
@@ -342,18 +360,20 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
         demo_selection=smoke_test and limit is None,
         concurrency=concurrency or int(settings.get("run", "concurrency", 4)), variant=variant,
         variant_settings=MappingProxyType(diff), progress=progress, code_version=version() if calls_model else "",
-        seeding=seeding or "forced", task=task)
+        seeding=seeding or "forced", task=task, arms=MappingProxyType({name: task.arm(name) for name in modes}))
 
 
-def spec_from_args(args: Any, *, loader: Loader = load_settings, version: Callable[[], str] = code_version) -> RunSpec:
-    """:func:`resolve_run` of the run command's parsed flags (``argparse.Namespace``)."""
+def spec_from_args(args: Any, *, loader: Loader = load_settings, version: Callable[[], str] = code_version,
+                   task: Task | None = None) -> RunSpec:
+    """:func:`resolve_run` of the run command's parsed flags (``argparse.Namespace``); ``task`` as there."""
     action: Action = "dry_run" if args.dry_run else "retrieval_only" if args.retrieval_only else "run"
     return resolve_run(
         args.benchmark, mode=args.mode, model=args.model, judge_model=args.judge_model, limit=args.limit,
         context_window=args.context_window, context_budget=getattr(args, "context_budget", None),
         overrides=args.overrides, published_settings=args.published_settings, variant=args.variant,
         baselines=not args.no_baselines, concurrency=args.concurrency, action=action,
-        progress=not args.no_progress, loader=loader, version=version, seeding=getattr(args, "seeding", None))
+        progress=not args.no_progress, loader=loader, version=version, seeding=getattr(args, "seeding", None),
+        task=task)
 
 
 def smoke_banner(benchmark: str, changes: Mapping[str, tuple[Any, Any]]) -> str:

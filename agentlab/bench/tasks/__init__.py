@@ -252,11 +252,17 @@ class Task(ABC):
     def arm(self, name: str) -> Arm:
         """The arm ``name`` of this task: one of its modes, or a generic arm that applies to it.
 
-        ``LookupError`` naming the known arms (or the task's reason an arm does not apply).
+        ``LookupError`` naming the known arms (or the task's reason an arm does not apply). Looked
+        up once per instance (:func:`get_task` makes a fresh one per command), so the checks, the
+        run id and every case of a command see the same :class:`~agentlab.bench.arms.Arm`; an
+        unknown name is not remembered.
         """
         from agentlab.bench.arms import get_arm
 
-        return get_arm(name, self)
+        known: dict[str, Arm] = self.__dict__.setdefault("_looked_up_arms", {})
+        if name not in known:
+            known[name] = get_arm(name, self)
+        return known[name]
 
     def arm_names(self) -> list[str]:
         """Every arm this task runs: its modes, then the generic arms it did not declare inapplicable."""
