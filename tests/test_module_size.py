@@ -16,8 +16,6 @@ ROOT = Path(agentlab.__file__).resolve().parent
 
 # ---- the exceptions: REMOVE each entry when its split merges -------------------------------------
 NOT_YET_SPLIT: dict[str, str] = {
-    "session/duckdb.py": "issue 34: not split yet (one DuckDB lifecycle with memory/duckdb.py goes with it)",
-    "bench/store.py": "issue 34: not split yet",
     "bench/distributed.py": "issue 34: not split yet",
     "bench/executor.py": "issue 34: not split yet",
 }
