@@ -16,7 +16,6 @@ ROOT = Path(agentlab.__file__).resolve().parent
 
 # ---- the exceptions: REMOVE each entry when its split merges -------------------------------------
 NOT_YET_SPLIT: dict[str, str] = {
-    "bench/distributed.py": "issue 34: not split yet",
     "bench/executor.py": "issue 34: not split yet",
 }
 # ---------------------------------------------------------------------------------------------------
