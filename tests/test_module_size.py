@@ -1,8 +1,8 @@
 """No module of ``agentlab/`` is over 600 lines (issue 34): a module that long does several things.
 
-:data:`NOT_YET_SPLIT` names the modules still over the limit, each with who splits it; the
-coordinator removes an entry when the split merges, and an entry whose module is back under the
-limit fails too, so the list cannot go stale.
+There are no exceptions: split a module that grows past the limit by what its parts do (the
+issue-34 splits — ``serve/proxy.py``, ``bench/league.py``, ``session/duckdb.py``, ``bench/store.py``,
+``bench/distributed.py``, ``bench/executor.py`` — show how, each keeping its old import paths).
 """
 
 from __future__ import annotations
@@ -14,14 +14,6 @@ import agentlab
 LIMIT = 600
 ROOT = Path(agentlab.__file__).resolve().parent
 
-# ---- the exceptions: REMOVE each entry when its split merges -------------------------------------
-NOT_YET_SPLIT: dict[str, str] = {
-    "session/duckdb.py": "issue 34: not split yet (one DuckDB lifecycle with memory/duckdb.py goes with it)",
-    "bench/store.py": "issue 34: not split yet",
-    "bench/distributed.py": "issue 34: not split yet",
-}
-# ---------------------------------------------------------------------------------------------------
-
 
 def line_counts() -> dict[str, int]:
     """``path relative to agentlab/`` → its number of lines, for every module of the package."""
@@ -32,11 +24,5 @@ def line_counts() -> dict[str, int]:
 def test_no_module_is_over_600_lines() -> None:
     counts = line_counts()
     assert len(counts) > 100  # the package was found
-    over = [f"{path}: {n} lines" for path, n in counts.items() if n > LIMIT and path not in NOT_YET_SPLIT]
+    over = [f"{path}: {n} lines" for path, n in counts.items() if n > LIMIT]
     assert over == [], f"split these by what their parts do (limit {LIMIT}): {over}"
-
-
-def test_every_exception_is_still_needed() -> None:
-    counts = line_counts()
-    stale = [path for path in NOT_YET_SPLIT if counts.get(path, 0) <= LIMIT]
-    assert stale == [], f"remove these from NOT_YET_SPLIT, they are within {LIMIT} lines now: {stale}"

@@ -136,7 +136,7 @@ def with_current_runs(select_sql: str, benchmark: str,
 # ----------------------------------------------------------------------- how runs are compared
 
 #: Every run with its variant and comparison partners (``report_runs``, written by
-#: :func:`~agentlab.bench.store.pair_runs`), as the CTE ``paired_runs``: the one place that decides
+#: :func:`~agentlab.bench.pairing.pair_runs`), as the CTE ``paired_runs``: the one place that decides
 #: which runs the derived tables compare.
 PAIRED_RUNS_CTE = """
 paired_runs AS (

@@ -17,17 +17,15 @@ its whole duration, so it is atomic with respect to this service.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import json
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from agentlab.duckdb_files import DuckDBService
 from agentlab.memory.service import (
     Memory,
     MemoryHit,
@@ -42,7 +40,6 @@ from agentlab.memory.service import (
 if TYPE_CHECKING:
     from agentlab.recall.embed import Embedder
 
-_T = TypeVar("_T")
 _Connection = duckdb.DuckDBPyConnection
 
 _SCHEMA = """
@@ -71,39 +68,21 @@ def _row_values(memory: Memory) -> list[Any]:
             json.dumps(memory.to_dict(), ensure_ascii=False)]
 
 
-class DuckDBMemoryService:
+class DuckDBMemoryService(DuckDBService):
     """A ``MemoryService`` persisted in one DuckDB file (``":memory:"`` also works).
 
     Use ``async with DuckDBMemoryService(path) as memories: ...`` or call :meth:`close`, so the
-    file is released for other processes. A closed service reopens the file on its next call.
+    file is released for other processes. A closed service reopens the file on its next call
+    (the connection's lifecycle is :class:`~agentlab.duckdb_files.DuckDBService`'s).
     """
 
+    what = "memory database"
+    schema = (_SCHEMA,)
+
     def __init__(self, path: str | Path, embedder: Embedder | str | None = None) -> None:
-        self.path = path if str(path) == ":memory:" else Path(path)
-        self._connection: _Connection | None = None
-        self._db_lock = threading.Lock()
+        super().__init__(path)
         self._indexes = UserIndexes(resolve_embedder(embedder))
         self._last_write = 0.0
-
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    async def __aenter__(self) -> DuckDBMemoryService:
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Release the file for other processes (the database call runs in a worker thread)."""
-        await asyncio.to_thread(self.close_sync)
-
-    def close_sync(self) -> None:
-        """Close the connection from synchronous code (atexit, finalisers); a later call reopens the file."""
-        with self._db_lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
 
     @property
     def embedder(self) -> Embedder | None:
@@ -241,24 +220,3 @@ class DuckDBMemoryService:
         """Cosine between ``text`` and each stored memory of ``memory_ids`` (needs an embedder)."""
         return await self._indexes.similarities(app_name, user_id, text, memory_ids,
                                                  load=lambda: self._load(app_name, user_id))
-
-    # -- internals -----------------------------------------------------------------------------
-
-    def _open(self) -> _Connection:
-        if self._connection is None:
-            if isinstance(self.path, Path):
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                con = duckdb.connect(str(self.path))
-            except duckdb.Error as exc:
-                raise RuntimeError(f"cannot open memory database {self.path}: {exc}") from None
-            con.execute(_SCHEMA)
-            self._connection = con
-        return self._connection
-
-    def _locked(self, work: Callable[[_Connection], _T]) -> _T:
-        with self._db_lock:
-            return work(self._open())
-
-    async def _run(self, work: Callable[[_Connection], _T]) -> _T:
-        return await asyncio.to_thread(self._locked, work)

@@ -3,14 +3,16 @@
 Imported lazily, so ``python -m agentlab.testing.openai_server`` runs its module only once.
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentlab._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from agentlab.testing.openai_server import OpenAITestServer
 
 __all__ = ["OpenAITestServer"]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "OpenAITestServer":
-        from agentlab.testing.openai_server import OpenAITestServer
-
-        return OpenAITestServer
-    raise AttributeError(name)
+__getattr__, __dir__ = lazy_exports("agentlab.testing", {"OpenAITestServer": "agentlab.testing.openai_server"},
+                                    globals())
