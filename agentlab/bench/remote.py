@@ -7,7 +7,7 @@ the scheduler with a fake backend.
 
 * **Workers.** Each worker holds its own model (the embedded llama.cpp server started once per
   worker, or a client of a remote endpoint), its own judge, its own :class:`RunContext` (so
-  :meth:`RunContext.once` work is per worker) and its own in-memory call cache, seeded at start
+  :meth:`RunContext.once` work is per worker; the run's arm is looked up once in it) and its own in-memory call cache, seeded at start
   with the answers the driver's cache already holds for the run's models: a replay is free on the
   cluster too, and a task reading earlier answers from the cache (MT-Bench-101's summary mode
   reading its baseline) finds them. A worker runs a whole case (the embedded server listens on
@@ -29,6 +29,7 @@ the scheduler with a fake backend.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections import deque
@@ -235,7 +236,9 @@ class RemoteExecutor:
 
 
 class CaseWorker:
-    """One remote worker: its own models, judge, run context and in-memory call cache."""
+    """One remote worker: its own models, judge, run context (with the run's arm, looked up once) and
+    in-memory call cache.
+    """
 
     def __init__(self, task: Task, request: RunRequest, run_id: str, seed: list[CacheEntry]) -> None:
         self.task = task
@@ -246,6 +249,11 @@ class CaseWorker:
         self.ctx = RunContext(benchmark=request.benchmark, mode=request.mode, model=model, settings=request.settings,
                               model_spec=request.model_spec, judge=judge, run_id=run_id,
                               context_budget=request.context_budget, seeding=request.seeding)
+        if self.mode not in task.modes:  # a generic arm: looked up once here, shared by every case
+            # Not found here (an arm the driver registered itself): left unset, so each case fails
+            # with the lookup's error, as before.
+            with contextlib.suppress(LookupError):
+                self.ctx.arm = task.arm(self.mode)
 
     async def ready(self) -> str:
         """``host:pid`` of this worker, reported once it has built its models."""

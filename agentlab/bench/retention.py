@@ -88,6 +88,7 @@ from agentlab.core.project import ProjectionResult, replaced_in_request
 from agentlab.core.tools import Tool
 from agentlab.events import Event
 from agentlab.model.base import Model, ModelInfo, ModelRequest
+from agentlab.policies import POLICIES
 from agentlab.policies import mechanism as peer_mechanism
 from agentlab.recall import RecallMechanism, RecallPolicy
 from agentlab.session.base import Session
@@ -118,9 +119,10 @@ class SkippedArm:
 #: fire here (their ``trigger_fraction`` variant), so that they act inside the retention budget;
 #: 0.9 is the share inspect, Codex and Letta use by default.
 PEER_TRIGGER_FRACTION = 0.9
-#: Those peers: retention builds them with ``trigger_fraction`` = :data:`PEER_TRIGGER_FRACTION`
-#: unless the settings carry their own section (the command states it in its output).
-FRACTION_TRIGGERED_PEERS: tuple[str, ...] = ("langchain_clear_tool_uses", "anthropic_clear_tool_uses")
+#: Those peers (the registry's with a ``trigger_fraction_field``, in its order): retention builds them
+#: with that field = :data:`PEER_TRIGGER_FRACTION` unless the settings carry their own section (the
+#: command states it in its output).
+FRACTION_TRIGGERED_PEERS: tuple[str, ...] = tuple(e.name for e in POLICIES.values() if e.trigger_fraction_field)
 #: The baseline's name in the retention table (no mechanism: everything stays).
 FULL_HISTORY = "long_context"
 
@@ -170,20 +172,19 @@ def summarising_arm(name: str, **fields: Any) -> Arm:
 
 
 def retention_settings(settings: Any) -> Any:
-    """``settings`` with the :data:`FRACTION_TRIGGERED_PEERS` sections at :data:`PEER_TRIGGER_FRACTION`.
+    """``settings`` with the :data:`FRACTION_TRIGGERED_PEERS` sections' fraction field at :data:`PEER_TRIGGER_FRACTION`.
 
     Only where the run left the section at the source's defaults (or has none): a section the user set is kept.
     """
     from agentlab.bench.config import Settings
-    from agentlab.policies import POLICIES
 
     if settings is None:
         settings = Settings()
     sections = {name: settings.section(name) for name in settings.sections()}
     for name in FRACTION_TRIGGERED_PEERS:
-        policy_class = POLICIES[name].policy_class
-        if sections.get(name, policy_class()) == policy_class():
-            sections[name] = policy_class(trigger_fraction=PEER_TRIGGER_FRACTION)
+        entry = POLICIES[name]
+        if sections.get(name, entry.policy_class()) == entry.policy_class():
+            sections[name] = entry.policy_class(**{entry.trigger_fraction_field: PEER_TRIGGER_FRACTION})
     return Settings(sections, settings.published, settings.source, settings.smoke, settings.benchmark)
 
 

@@ -7,7 +7,7 @@ core over the request's events — a projection: the ledger is never rewritten, 
 never shown without its result.
 
 Each mechanism class states the peer's registry facts (``policy_name``, ``policy_class``,
-``source``, ``needs_model``); the registry is derived from the classes :data:`MECHANISMS` lists and
+``source``, ``needs_model``, ``trigger_fraction_field``); the registry is derived from the classes :data:`MECHANISMS` lists and
 maps a name to its policy class and mechanism factory, for the benchmark arms::
 
     from agentlab.policies import POLICIES, mechanism
@@ -45,12 +45,17 @@ class PolicyEntry:
     source: str
     #: What the peer calls a model for (the benchmark arm's ``needs_model``); ``""``: none.
     needs_model: str = ""
+    #: The policy field that puts the source's absolute token trigger at a share of the context
+    #: window (a variant); ``""``: none.
+    trigger_fraction_field: str = ""
 
 
 def _entry(mechanism_class: type[PeerMechanism]) -> PolicyEntry:
-    """The entry of one peer: the facts its mechanism class states (name, policy class, source, model use)."""
+    """The entry of one peer: the facts its mechanism class states (name, policy class, source, model
+    use, fraction trigger).
+    """
     return PolicyEntry(mechanism_class.policy_name, mechanism_class.policy_class, mechanism_class,
-                       mechanism_class.source, mechanism_class.needs_model)
+                       mechanism_class.source, mechanism_class.needs_model, mechanism_class.trigger_fraction_field)
 
 
 #: The peers' mechanism classes, in the order the README lists them: each states its own facts.

@@ -217,8 +217,9 @@ class PeerProcessor:
 class PeerMechanism(ContextMechanism):
     """A peer policy as a context mechanism: its core runs over the request's events at :attr:`stage`.
 
-    Subclasses set the peer's registry facts — ``policy_name``, ``policy_class``, ``source`` and
-    (for a peer that calls a model) ``needs_model``, which :data:`agentlab.policies.POLICIES` and
+    Subclasses set the peer's registry facts — ``policy_name``, ``policy_class``, ``source``,
+    (for a peer that calls a model) ``needs_model`` and (for a peer with a fraction variant of an
+    absolute trigger) ``trigger_fraction_field``, which :data:`agentlab.policies.POLICIES` and
     the benchmark arms read from here — and ``stage``, ``sees_system`` and ``carries_over``, and
     implement :meth:`decide`. ``summarizer`` replaces the model call of summarising policies
     (a scripted reply in tests); by default the agent's own model writes the summary.
@@ -233,6 +234,10 @@ class PeerMechanism(ContextMechanism):
     #: What the peer calls a model for (the summary it writes); ``""``: it calls none. The
     #: benchmark arm's ``needs_model``, so the LLM-free ``retention`` command skips the arm with it.
     needs_model: ClassVar[str] = ""
+    #: The policy field (a variant, not in the source) that puts the source's absolute token trigger
+    #: at that share of the run's context window instead; ``""``: the peer has none. The LLM-free
+    #: ``retention`` command sets it, so that the peer acts inside the retention budget.
+    trigger_fraction_field: ClassVar[str] = ""
     #: Where in the request chain the core runs.
     stage: ClassVar[Stage] = COMPACT
     #: Whether the core sees the request's system text as a leading system message (peers that

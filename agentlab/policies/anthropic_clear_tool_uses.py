@@ -175,6 +175,7 @@ class AnthropicClearToolUses(PeerMechanism):
     policy_class: ClassVar[type[Any]] = AnthropicClearToolUsesPolicy
     source: ClassVar[str] = (
         "Anthropic context editing docs; anthropic-sdk-python@009b0353 beta_clear_tool_uses_20250919_edit_param.py")
+    trigger_fraction_field: ClassVar[str] = "trigger_fraction"
     stage: ClassVar[Stage] = COMPACT
     sees_system: ClassVar[bool] = True
     policy: AnthropicClearToolUsesPolicy

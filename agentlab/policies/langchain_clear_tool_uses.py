@@ -125,6 +125,7 @@ class LangChainClearToolUses(PeerMechanism):
     policy_name: ClassVar[str] = "langchain_clear_tool_uses"
     policy_class: ClassVar[type[Any]] = LangChainClearToolUsesPolicy
     source: ClassVar[str] = "langchain==1.5.2 agents/middleware/context_editing.py"
+    trigger_fraction_field: ClassVar[str] = "trigger_fraction"
     stage: ClassVar[Stage] = COMPACT
     policy: LangChainClearToolUsesPolicy
 

@@ -212,7 +212,7 @@ class ServeApp:
         await self.http.close()
         await self.backend.close()
         await self.sessions.close()
-        self.store.close()
+        await self.store.close()
         self.writer.shutdown(wait=False)
 
     def _authorised(self, request: HTTPRequest) -> bool:

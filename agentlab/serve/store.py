@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 import duckdb
 
 import agentlab.serve.keys as keys
+from agentlab.duckdb_files import DuckDBService
 
 _T = TypeVar("_T")
 
@@ -186,28 +187,31 @@ def duckdb_config(fsync: bool) -> dict[str, str | bool | int | float | list[str]
     return {"fsync_mode": "STANDARD" if fsync else "NONE"}
 
 
-class ServeStore:
-    """Conversations, the prefix index and the call log, on one connection guarded by a lock."""
+class ServeStore(DuckDBService):
+    """Conversations, the prefix index and the call log, on one connection guarded by a lock.
+
+    The connection's lifecycle is :class:`~agentlab.duckdb_files.DuckDBService`'s, except that the
+    file is opened by the constructor: a server fails at start-up, not on its first request, when
+    the file is held by another process, and the filter of what is on disk is read before any lookup.
+    Close it (:meth:`close`, or :meth:`close_sync` without an event loop) after :meth:`flush`, or
+    queued writes are lost. A closed store reopens the file on its next call, with the index it
+    had: what another process wrote while it was closed is not in :attr:`on_disk`.
+    """
+
+    what = "the serve database"
+    # A file written before a column existed gets it (NULL in old rows).
+    schema = (*_SCHEMA, *(f"ALTER TABLE serve_calls ADD COLUMN IF NOT EXISTS {name} {sql_type}"
+                          for name, sql_type in CALL_COLUMNS))
 
     def __init__(self, path: str | Path, *, fsync: bool = True, flush_interval: float = FLUSH_INTERVAL,
                  write_executor: Executor | None = None) -> None:
         if flush_interval < 0:
             raise ValueError(f"flush_interval must be >= 0 seconds, got {flush_interval}")
-        self.path = str(path)
+        super().__init__(path)
+        self.fsync = fsync
         self.flush_interval = flush_interval
         #: Where the background writer's commits run (default: asyncio's default executor).
         self.write_executor = write_executor
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._con = duckdb.connect(self.path, config=duckdb_config(fsync))
-        except duckdb.Error as exc:
-            raise RuntimeError(f"cannot open the serve database {self.path}: {str(exc).splitlines()[0]}") from None
-        for statement in _SCHEMA:
-            self._con.execute(statement)
-        for name, sql_type in CALL_COLUMNS:  # a file written before a column existed gets it (NULL in old rows)
-            self._con.execute(f"ALTER TABLE serve_calls ADD COLUMN IF NOT EXISTS {name} {sql_type}")
-        self._lock = threading.Lock()
         self._calls: list[list[Any]] = []
         self._exchanges: list[list[Any]] = []
         self._prefix_rows: list[tuple[str, str, str, int]] = []
@@ -231,27 +235,22 @@ class ServeStore:
         self.conversations: dict[tuple[str, str], str] = {}
         #: Conversations and prefixes that are only on disk (stored before this start, or evicted).
         self.on_disk = KeyFilter()
+        self._locked(self._read_on_disk)  # opens the file now (see the class docstring)
+
+    def _read_on_disk(self, con: duckdb.DuckDBPyConnection) -> None:
         for sql, key_of in (("SELECT tenant, conversation_id FROM serve_conversations", _conversation_key),
                             ("SELECT DISTINCT tenant, chain_hash FROM serve_prefixes", _prefix_key)):
-            cursor = self._con.execute(sql)
+            cursor = con.execute(sql)
             while rows := cursor.fetchmany(10_000):
                 for tenant, name in rows:
                     self.on_disk.add(key_of(tenant, name))
 
-    def close(self) -> None:
-        """Close the connection (after :meth:`flush`, or queued writes are lost)."""
-        with self._lock:
-            self._con.close()
-
-    def _locked(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
-        with self._lock:
-            return work(self._con)
+    def _config(self) -> dict[str, str | bool | int | float | list[str]]:
+        return duckdb_config(self.fsync)
 
     async def run(self, work: Callable[[duckdb.DuckDBPyConnection], _T], executor: Executor | None = None) -> _T:
         """Run ``work(connection)`` in a worker thread (of ``executor``, else asyncio's default), under the lock."""
-        if executor is None:
-            return await asyncio.to_thread(self._locked, work)
-        return await asyncio.get_running_loop().run_in_executor(executor, self._locked, work)
+        return await self._run(work, executor)
 
     def _wake(self) -> None:
         if self._writer is None or self._writer.done():

@@ -10,6 +10,8 @@ counted: the task must be looked up once, and each arm once per (task, arm name)
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
 import sys
 from collections import Counter
@@ -22,6 +24,9 @@ from test_toy_arm import TOY, qmsum_selection
 
 from agentlab.bench import arms
 from agentlab.bench import tasks as tasks_mod
+from agentlab.bench.config import load_settings
+from agentlab.bench.remote import CaseWorker
+from agentlab.bench.run_identity import RunRequest
 from agentlab.bench.tasks import CaseSelection, get_task
 from agentlab.testing.openai_server import OpenAITestServer
 
@@ -165,3 +170,45 @@ def test_a_task_instance_looks_an_arm_up_once_and_a_fresh_instance_again(lookups
         with pytest.raises(LookupError, match="nosuch"):
             task.arm("nosuch")
     assert lookups.arms[("qmsum", "nosuch")] == 2
+
+
+def test_a_remote_worker_looks_its_arm_up_once_not_once_per_case(lookups: Lookups, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CaseWorker, what each Ray worker runs, driven in-process: each worker gets its own copy of the
+    # task (as Ray unpickles one per worker) and runs every case of the toy meeting with its slots.
+    asked: Counter[str] = Counter()
+    original = tasks_mod.Task.arm
+
+    def counting(self: tasks_mod.Task, name: str) -> arms.Arm:
+        asked[name] += 1
+        return original(self, name)
+
+    monkeypatch.setattr(tasks_mod.Task, "arm", counting)
+    cases = qmsum_selection().cases
+    with OpenAITestServer(context_window=32_768) as server:
+        task = get_task("qmsum")
+        request = RunRequest(benchmark="qmsum", mode="toy_keep_last", model_spec=server.model_spec,
+                             settings=load_settings("qmsum", task.default_settings()), progress=False)
+        lookups.reset()
+
+        async def run_workers() -> list[str]:
+            workers = [CaseWorker(copy.deepcopy(task), request, "run-id", []) for _ in range(2)]
+            outcomes = await asyncio.gather(*(w.run(i, c) for w in workers for i, c in enumerate(cases)))
+            return [o.record.status for o in outcomes]
+
+        statuses = asyncio.run(run_workers())
+    assert len(cases) > 1 and statuses == ["ok"] * (2 * len(cases))
+    assert asked == {"toy_keep_last": 2}  # once per worker, not once per case
+    assert lookups.arms == {("qmsum", "toy_keep_last"): 2} and lookups.tasks == {}
+
+
+def test_a_remote_worker_that_cannot_find_its_arm_still_starts_and_fails_each_case(lookups: Lookups) -> None:
+    # As before the arm was looked up once per worker: every case is stored failed with the lookup's error.
+    cases = qmsum_selection().cases
+    with OpenAITestServer(context_window=32_768) as server:
+        task = get_task("qmsum")
+        request = RunRequest(benchmark="qmsum", mode="nosuch", model_spec=server.model_spec,
+                             settings=load_settings("qmsum", task.default_settings()), progress=False)
+        worker = CaseWorker(task, request, "run-id", [])
+        records = [asyncio.run(worker.run(i, c)).record for i, c in enumerate(cases)]
+    assert [r.status for r in records] == ["failed"] * len(cases)
+    assert all(r.error_code == "UnknownArm" and "unknown mode 'nosuch'" in (r.error or "") for r in records)

@@ -107,6 +107,9 @@ SUMMARISERS_AT_D44D926 = {
     "codex_compaction": "Codex auto-compaction at 90 % of the window writes a handoff summary with a model",
     "letta_sliding_window": "Letta evicts the oldest messages into a model-written summary",
 }
+#: ``agentlab.bench.retention.FRACTION_TRIGGERED_PEERS`` at d44d926 (then a literal), in order; each
+#: was built with ``trigger_fraction=PEER_TRIGGER_FRACTION``.
+FRACTION_TRIGGERED_AT_D44D926 = ("langchain_clear_tool_uses", "anthropic_clear_tool_uses")
 
 
 def _qualname(cls: type) -> str:
@@ -115,7 +118,7 @@ def _qualname(cls: type) -> str:
 
 
 def test_the_registry_facts_are_the_ones_it_had_when_they_were_restated_by_hand() -> None:
-    from agentlab.bench import arms
+    from agentlab.bench import arms, retention
     from agentlab.policies import PolicyEntry
 
     assert [(e.name, _qualname(e.policy_class), _qualname(e.factory), e.source) for e in POLICIES.values()] \
@@ -123,6 +126,12 @@ def test_the_registry_facts_are_the_ones_it_had_when_they_were_restated_by_hand(
     assert all(isinstance(e, PolicyEntry) for e in POLICIES.values())
     assert arms.PEER_SUMMARISERS == SUMMARISERS_AT_D44D926
     assert list(arms.PEER_SUMMARISERS) == list(SUMMARISERS_AT_D44D926)
+    assert retention.FRACTION_TRIGGERED_PEERS == FRACTION_TRIGGERED_AT_D44D926
+    assert {n: e.trigger_fraction_field for n, e in POLICIES.items() if e.trigger_fraction_field} \
+        == dict.fromkeys(FRACTION_TRIGGERED_AT_D44D926, "trigger_fraction")
+    settings = retention.retention_settings(None)
+    for name in FRACTION_TRIGGERED_AT_D44D926:
+        assert settings.section(name) == POLICIES[name].policy_class(trigger_fraction=retention.PEER_TRIGGER_FRACTION)
     for name, _, _, source in REGISTRY_AT_D44D926:
         # Every mechanism's default is its policy class's defaults, and the peer arms say the same as before.
         assert POLICIES[name].factory.default_policy() == POLICIES[name].policy_class(), name

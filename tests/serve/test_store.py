@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -42,7 +43,7 @@ def test_call_rows_wait_for_the_batch_and_a_flush_commits_them_in_one_go(tmp_pat
         await store.flush()
         after = int(store.query("SELECT count(*) AS n FROM serve_calls")["n"][0])
         exchanges = int(store.query("SELECT count(*) AS n FROM serve_exchanges")["n"][0])
-        store.close()
+        await store.close()
         assert len(statements) == 1  # one transaction for all five calls and their exchanges
         return before, after, exchanges
 
@@ -71,7 +72,7 @@ def test_a_forgotten_conversation_is_found_while_its_rows_are_being_written(tmp_
         await store.flush()
         after = (await store.session_of("t", "conv-a"), await store.match_prefix("t", ["h1", "h2", "h9"], 2),
                  await store.session_of("t", "conv-b"), await store.match_prefix("t", ["x1", "x2"], 2))
-        store.close()
+        await store.close()
         return during, after
 
     (session, match), (session_after, match_after, unknown, no_match) = asyncio.run(scenario())
@@ -88,13 +89,13 @@ def test_a_restarted_store_holds_nothing_in_memory_but_finds_everything(tmp_path
             store.save_conversation("t", f"conv-{i}", f"sess-{i}", "new")
             store.index_prefixes("t", f"conv-{i}", [f"a{i}", f"b{i}"])
         await store.flush()
-        store.close()
+        await store.close()
 
     async def read() -> tuple[Any, ...]:
         store = ServeStore(tmp_path / "s.duckdb", fsync=False)
         found = (store.conversations, store.prefixes, await store.session_of("t", "conv-7"),
                  (await store.match_prefix("t", ["a7", "b7", "c7"], 2)).conversation_id)
-        store.close()
+        await store.close()
         return found
 
     asyncio.run(write())
@@ -134,7 +135,7 @@ def test_conversations_go_in_as_one_statement_and_a_moved_one_keeps_its_first_ro
         await store.flush()
         rows = store.query("SELECT conversation_id, session_id, key_source FROM serve_conversations "
                            "ORDER BY conversation_id").itertuples(index=False, name=None)
-        store.close()
+        await store.close()
         return list(rows), sum("serve_conversations" in s for s in statements), queued
 
     rows, upserts, queued = asyncio.run(scenario())
@@ -212,9 +213,32 @@ def test_a_file_written_before_a_call_column_existed_gets_it_and_keeps_its_rows(
                            "status": 200})
         await store.flush()
         rows = store.query("SELECT call_id, status, summary_reused_events FROM serve_calls ORDER BY started_at")
-        store.close()
+        await store.close()
         return rows
 
     rows = asyncio.run(scenario())
     assert rows.to_dict("records")[0]["call_id"] == "old" and rows["summary_reused_events"].isna().iloc[0]
     assert rows.to_dict("records")[1] == {"call_id": "new", "status": 200, "summary_reused_events": 9}
+
+
+def test_a_file_that_cannot_be_opened_fails_the_constructor_with_its_name(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.duckdb"
+    garbage.write_text("this is not a duckdb file")
+    with pytest.raises(RuntimeError, match="^" + re.escape(f"cannot open the serve database {garbage}: ")):
+        ServeStore(garbage, fsync=False)  # at start-up, not on the first request
+
+
+def test_a_closed_store_reopens_its_file_on_the_next_call(tmp_path: Path) -> None:
+    async def scenario() -> tuple[str | None, list[tuple[Any, ...]]]:
+        store = ServeStore(tmp_path / "s.duckdb", fsync=False, flush_interval=0)
+        store.save_conversation("t", "c1", "s1", "explicit")
+        await store.flush()
+        await store.close()
+        store.forget("t", "c1")  # only on disk now: the lookup queries the reopened file
+        found = await store.session_of("t", "c1")
+        rows = [tuple(r) for r in store.query("SELECT conversation_id, session_id FROM serve_conversations")
+                .itertuples(index=False)]
+        await store.close()
+        return found, rows
+
+    assert asyncio.run(scenario()) == ("s1", [("c1", "s1")])

@@ -177,7 +177,7 @@ class RunContext:
         self.context_budget = context_budget
         #: ``--seeding``: how a generic arm's history reaches its session (``forced`` or ``lived``).
         self.seeding = seeding
-        #: The run's arm, resolved once by the executor (``None``: resolved per case from ``mode``).
+        #: The run's arm, resolved once by the executor or a remote worker (``None``: resolved per case from ``mode``).
         self.arm: Arm | None = None
         self._session_service_factory = session_service_factory
         self._memo: dict[Any, Any] = {}
