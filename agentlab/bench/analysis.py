@@ -164,6 +164,35 @@ def retention_df(benchmark: str | None = None, arm: str | None = None, *, delive
         return read_retention(s.conn, benchmark=benchmark, arm=arm, delivery=delivery)
 
 
+def trajectory_retention_df(dataset: str | None = None, arm: str | None = None, *, db: str | Path | None = None,
+                            store: ResultStore | None = None) -> pd.DataFrame:
+    """The rows of ``python -m agentlab.bench retention trajectories``: one per dataset, budget, arm and
+    recorded trajectory (columns in :mod:`agentlab.bench.trajectory_store`).
+
+    Empty, with the columns, when nothing was measured yet. ``hidden`` is a JSON list of
+    (step index, support text); ``n_hidden`` its length.
+    """
+    from agentlab.bench.trajectory_store import read_trajectory_retention
+
+    with _open(db, store) as s:
+        return read_trajectory_retention(s.conn, dataset=dataset, arm=arm)
+
+
+def prompt_cache_df(measure: str | None = None, arm: str | None = None, *, db: str | Path | None = None,
+                    store: ResultStore | None = None) -> pd.DataFrame:
+    """The prompt-cache figures of the retention rows measured with ``--cache-profile``: one per measure
+    (``retention`` or ``trajectories``), benchmark or dataset, delivery, budget, arm, case and profile
+    (columns in :mod:`agentlab.bench.cache_store`).
+
+    Empty, with the columns, when nothing was stored yet. ``chunk_turns`` is missing where it does
+    not apply; the costs are missing when no price was resolved.
+    """
+    from agentlab.bench.cache_store import read_prompt_cache
+
+    with _open(db, store) as s:
+        return read_prompt_cache(s.conn, measure=measure, arm=arm)
+
+
 def league_df(benchmark: str | None = None, *, league_id: str | None = None, db: str | Path | None = None,
               store: ResultStore | None = None) -> pd.DataFrame:
     """The stored league tables of ``python -m agentlab.bench league``: one row per league, arm and metric.

@@ -28,8 +28,10 @@ trigger is an absolute 100,000 tokens run at 0.9 of the budget here (stated in t
 (:mod:`agentlab.model.prompt_caching`) and prints a second table per arm: raw, cached, uncached and
 written tokens, cache-busting requests, and the raw and net cost at ``--price-model``'s price in
 ``data/prices.toml`` (default per profile, stated in the output; a model without a price gets the
-token columns only). The cache columns are printed and in ``--json``; the ``retention`` table does
-not store them.
+token columns only). The cache columns are printed and in ``--json``, and stored per case (per
+profile) in the ``prompt_cache`` table of ``--db`` (:mod:`agentlab.bench.cache_store`), beside the
+``retention`` rows and in the same transaction; ``analysis.prompt_cache_df()`` returns them.
+``--no-store`` writes neither table.
 """
 
 from __future__ import annotations
@@ -175,13 +177,27 @@ def resolve_price(cache_profile: str, price_model: str | None) -> tuple[Any, str
     return price, model, f"costs priced as {price.describe()} ({source}); input only, no output tokens"
 
 
+def stored_note(db: Path | None, counts: dict[str, int]) -> str:
+    """The end of a command's last line: how many rows each table of ``db`` got, or that nothing was stored.
+
+    ``counts`` maps each table to its rows, the measure's own table first.
+    """
+    kept = [(table, n) for table, n in counts.items() if n]
+    if not kept:
+        return "; nothing stored"
+    (table, n), *rest = kept
+    return f"; {n} rows stored in {db} (table {table})" + "".join(f" and {m} in table {t}" for t, m in rest)
+
+
 def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     """Measure, print and store the retention of every chosen arm over the benchmark's cases."""
+    from agentlab.bench.cache_store import store_with_cache
     from agentlab.bench.cli_run import _load
     from agentlab.bench.config import code_version
     from agentlab.bench.executor import select
     from agentlab.bench.loops import run_sync
-    from agentlab.bench.retention_store import write_retention
+    from agentlab.bench.retention import RETENTION_VERSION
+    from agentlab.bench.retention_store import RETENTION, retention_records
     from agentlab.bench.spec import load_selection
     from agentlab.bench.tasks import Unsupported, get_task
 
@@ -200,7 +216,8 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     budget_source = "--context-budget" if args.context_budget is not None else "the retention default"
     own = task.retention_report(arms, skipped, settings, context_budget=budget, budget_source=budget_source,
                                 limit=args.limit, as_json=args.json, out=out,
-                                cache_profile=args.cache_profile, price_model=args.price_model)
+                                cache_profile=args.cache_profile, price_model=args.price_model,
+                                db=None if args.no_store else args.db)
     if own is not None:  # a measure with a table of its own (e.g. per step of a recorded trajectory)
         return own
     delivery = _delivery(settings)
@@ -219,16 +236,22 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
         summaries = with_cache(summaries, rows, price)
     reads_in_chunks = isinstance(settings.get("dataset", "chunk_turns"), int)
     chunk = delivery.chunk_turns if (reads_in_chunks and delivery.delivery == "tool_results") else None
-    stored = 0
+    stored = cached = 0
     if not args.no_store:
-        stored = write_retention(args.db, rows, benchmark=args.benchmark, chunk_turns=chunk,
-                                 context_budget=budget, code_version=code_version())
+        version = code_version()
+        stored, cached = store_with_cache(
+            args.db, RETENTION, retention_records(rows, benchmark=args.benchmark, chunk_turns=chunk,
+                                                  context_budget=budget, code_version=version),
+            measure="retention", cases=(((args.benchmark, r.delivery, chunk, r.arm, r.case_id), r.cache) for r in rows),
+            context_budget=budget, cache_profile=profile, price=price, price_model=price_model,
+            retention_version=RETENTION_VERSION, code_version=version)
     wall = time.perf_counter() - started
     if args.json:
         _print_json({"benchmark": args.benchmark, "delivery": delivery.delivery, "chunk_turns": chunk,
                      "context_budget": budget, "context_budget_source": budget_source, "cases": len(cases),
                      "model": None, "summaries": [s.__dict__ for s in summaries], "skipped": skipped,
-                     "stored_rows": stored, "seconds": round(wall, 3), "cache_profile": profile,
+                     "stored_rows": stored, "stored_cache_rows": cached, "seconds": round(wall, 3),
+                     "cache_profile": profile,
                      "cache_profile_description": None if profile is None else get_profile(profile).description,
                      "price_model": price_model, "price": None if price is None else price.__dict__,
                      "price_note": price_line or None,
@@ -254,11 +277,10 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
         out.write("skipped (they need a model; this command calls none):\n")
         w = max(len(name) for name in skipped)
         out.write("".join(f"  {name:{w}s}  {reason}\n" for name, reason in skipped.items()))
-    where = f"; {stored} rows stored in {args.db} (table retention)" if stored else "; nothing stored"
-    out.write(f"measured in {wall:.1f} s{where}\n")
+    out.write(f"measured in {wall:.1f} s{stored_note(args.db, {'retention': stored, 'prompt_cache': cached})}\n")
     return 0
 
 
 __all__ = ["DEFAULT_PRICE_MODEL", "active_profile", "cmd_retention", "format_cache_table", "format_table", "resolve_price",
-           "retention_benchmarks", "retention_parser",
+           "retention_benchmarks", "retention_parser", "stored_note",
            "write_fraction_note"]

@@ -2,8 +2,12 @@
 
 Called by :func:`agentlab.bench.cli_retention.cmd_retention` once it has chosen the arms, parsed the
 settings and resolved the budget; this module only loads the trajectories, measures
-(:func:`agentlab.bench.trajectory_retention.measure_trajectories`) and prints. Rows are not
-stored in the DuckDB file (the ``retention`` table's columns are the evidence measure's).
+(:func:`agentlab.bench.trajectory_retention.measure_trajectories`), stores and prints. Rows are
+stored per trajectory and arm in the ``trajectory_retention`` table of ``--db``
+(:mod:`agentlab.bench.trajectory_store`; the ``retention`` table's columns are the evidence
+measure's), and with a cache profile their cache figures in the ``prompt_cache`` table
+(:mod:`agentlab.bench.cache_store`), both in one transaction; ``--no-store`` writes neither.
+``analysis.trajectory_retention_df()`` and ``analysis.prompt_cache_df("trajectories")`` read them.
 """
 
 from __future__ import annotations
@@ -11,13 +15,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any, TextIO
 
+from agentlab.bench.cache_store import PROMPT_CACHE, RECORDED, store_with_cache
 from agentlab.bench.cli_common import _print_json
 from agentlab.bench.cli_retention import (
     active_profile,
     format_cache_table,
     resolve_price,
+    stored_note,
     write_fraction_note,
 )
 from agentlab.bench.loops import run_sync
@@ -25,21 +32,26 @@ from agentlab.bench.retention import retention_settings
 from agentlab.bench.retention_cache import cache_means, ranking_differences
 from agentlab.bench.trajectory_retention import (
     DEFAULT_K,
+    TRAJECTORY_RETENTION_VERSION,
+    TrajectoryRow,
     aggregate_trajectories,
     format_trajectory_table,
     measure_trajectories,
 )
+from agentlab.bench.trajectory_store import TABLE, TRAJECTORY_RETENTION, trajectory_records
 from agentlab.model.prompt_caching import get_profile
 
 
 def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: dict[str, Any], skipped: dict[str, str],
                              settings: Any, budget: int, budget_source: str, as_json: bool, out: TextIO, *,
-                             cache_profile: str = "none", price_model: str | None = None) -> int:
-    """Measure every arm over ``trajectories`` (the chosen ``datasets``) and print the table.
+                             cache_profile: str = "none", price_model: str | None = None,
+                             db: Path | None = None) -> int:
+    """Measure every arm over ``trajectories`` (the chosen ``datasets``), store the rows in ``db`` and print the table.
 
     With a cache profile (``--cache-profile``; ``none`` with a ``--price-model`` prices every token
     uncached) each trajectory's step requests go through :mod:`agentlab.model.prompt_caching` and a
     second table per dataset gives raw, cached, uncached and written tokens, busts and cost.
+    ``db`` ``None`` (``--no-store``): nothing is stored.
     """
     started = time.perf_counter()
     profile = active_profile(cache_profile, price_model)
@@ -53,6 +65,7 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
     datasets_seen = list(dict.fromkeys(s.dataset for s in summaries))
     moved = {d: ranking_differences([s for s in summaries if s.dataset == d]) for d in datasets_seen} \
         if profile is not None else None
+    stored, cached = (0, 0) if db is None else _store(db, timed.rows, budget, profile, price, priced_model)
     wall = time.perf_counter() - started
     if as_json:
         _print_json({"benchmark": "trajectories", "datasets": datasets, "context_budget": budget,
@@ -62,7 +75,7 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
                      "cache_profile_description": None if profile is None else get_profile(profile).description,
                      "price_model": priced_model, "price": None if price is None else price.__dict__,
                      "price_note": price_line or None, "ranking_differs": moved,
-                     "stored_rows": 0, "seconds": round(wall, 3)}, out)
+                     "stored_rows": stored, "stored_cache_rows": cached, "seconds": round(wall, 3)}, out)
         return 0
     out.write(f"trajectories retention: {len(trajectories)} recorded trajectories ({datasets}), context budget {budget} "
               f"tokens ({budget_source}), no model called\n")
@@ -83,8 +96,22 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
         out.write("skipped (they need a model; this command calls none):\n")
         w = max(len(name) for name in skipped)
         out.write("".join(f"  {name:{w}s}  {reason}\n" for name, reason in skipped.items()))
-    out.write(f"measured in {wall:.1f} s; nothing stored\n")
+    out.write(f"measured in {wall:.1f} s{stored_note(db, {TABLE: stored, PROMPT_CACHE.name: cached})}\n")
     return 0
+
+
+def _store(db: Path, rows: Sequence[TrajectoryRow], budget: int, profile: str | None, price: Any,
+           price_model: str | None) -> tuple[int, int]:
+    """Store the rows (and, with a cache profile, their cache figures) in one transaction: (rows, cache rows)."""
+    from agentlab.bench.config import code_version
+
+    version = code_version()
+    return store_with_cache(db, TRAJECTORY_RETENTION, trajectory_records(rows, context_budget=budget,
+                                                                         code_version=version),
+                            measure="trajectories",
+                            cases=(((r.dataset, RECORDED, None, r.arm, r.traj_id), r.cache) for r in rows),
+                            context_budget=budget, cache_profile=profile, price=price, price_model=price_model,
+                            retention_version=TRAJECTORY_RETENTION_VERSION, code_version=version)
 
 
 __all__ = ["run_trajectory_retention"]

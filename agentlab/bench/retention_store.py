@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,90 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 KEY = ("benchmark", "delivery", "chunk_turns", "context_budget", "arm", "case_id")
 
 
-def _create(con: Any) -> None:
-    columns = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
-    con.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} ({columns}, PRIMARY KEY ({', '.join(KEY)}))")
+@dataclass(frozen=True)
+class KeyedTable:
+    """A results-file table whose rows are replaced by key: its name, its columns in order, its primary key."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    key: tuple[str, ...]
+
+    @property
+    def names(self) -> list[str]:
+        """The column names, in table order."""
+        return [name for name, _ in self.columns]
+
+    def create(self, con: Any) -> None:
+        """``CREATE TABLE IF NOT EXISTS`` with the columns and the primary key."""
+        columns = ", ".join(f"{name} {kind}" for name, kind in self.columns)
+        con.execute(f"CREATE TABLE IF NOT EXISTS {self.name} ({columns}, PRIMARY KEY ({', '.join(self.key)}))")
+
+
+RETENTION = KeyedTable(TABLE, COLUMNS, KEY)
+
+
+def replace_rows(db: str | Path, batches: Sequence[tuple[KeyedTable, Sequence[tuple[Any, ...]]]]) -> list[int]:
+    """Store each batch's records (tuples in its table's column order) in its table, replacing the rows
+    of the same key, all in one transaction; returns how many each batch wrote.
+
+    The tables are created when missing. A failure leaves the file as it was.
+    """
+    import pandas as pd
+
+    Path(db).parent.mkdir(parents=True, exist_ok=True)
+    con = connect(db, what="results file", fix="pass another --db")
+    try:
+        for table, records in batches:
+            table.create(con)
+            con.register(f"{table.name}_rows", pd.DataFrame.from_records(list(records), columns=table.names))
+        con.execute("BEGIN TRANSACTION")
+        try:
+            # INSERT OR REPLACE on the primary key: a re-measured row replaces its old one. One
+            # statement over a registered frame (a row-by-row executemany took a minute for LoCoMo).
+            for table, _ in batches:
+                con.execute(f"INSERT OR REPLACE INTO {table.name} SELECT * FROM {table.name}_rows")
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        return [len(records) for _, records in batches]
+    finally:
+        con.close()
+
+
+def read_rows(con: Any, table: KeyedTable, filters: Sequence[tuple[str, Any]]) -> Any:
+    """The rows of ``table`` whose columns equal the ``(column, value)`` filters given (``None``: any), in key order.
+
+    Empty, with the columns, when the table does not exist yet.
+    """
+    import pandas as pd
+
+    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if table.name not in tables:
+        return pd.DataFrame(columns=table.names)
+    where, params = [], []
+    for column, value in filters:
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    sql = f"SELECT * FROM {table.name}" + (f" WHERE {' AND '.join(where)}" if where else "")
+    return con.execute(sql + f" ORDER BY {', '.join(table.key)}", params).df()
+
+
+def retention_records(rows: Sequence[RetentionRow], *, benchmark: str, chunk_turns: int | None,
+                      context_budget: int, code_version: str) -> list[tuple[Any, ...]]:
+    """``rows`` as records of the ``retention`` table (the arguments as :func:`write_retention`'s)."""
+    now = time.time()
+    records = []
+    for r in rows:
+        flat = r.as_dict()
+        records.append((benchmark, r.delivery, chunk_turns if chunk_turns is not None else -1, context_budget,
+                        r.arm, r.case_id, r.n_units, r.n_missing, r.retained,
+                        flat.get("recoverable_at_5"), flat.get("recoverable_at_10"),
+                        r.peak_prompt_tokens, r.total_prompt_tokens, r.final_prompt_tokens, r.n_requests,
+                        r.n_hidden_events, r.evidence_rouge_recall, json.dumps(list(r.lost_units)),
+                        RETENTION_VERSION, code_version, now))
+    return records
 
 
 def write_retention(db: str | Path, rows: Sequence[RetentionRow], *, benchmark: str, chunk_turns: int | None,
@@ -47,36 +129,10 @@ def write_retention(db: str | Path, rows: Sequence[RetentionRow], *, benchmark: 
     ``chunk_turns`` is QMSum's turns per read in tool delivery (``None`` where it does not apply:
     turn delivery, or a benchmark that reads whole sessions). A failure leaves the file as it was.
     """
-    Path(db).parent.mkdir(parents=True, exist_ok=True)
-    con = connect(db, what="results file", fix="pass another --db")
-    try:
-        _create(con)
-        now = time.time()
-        records = []
-        for r in rows:
-            flat = r.as_dict()
-            records.append((benchmark, r.delivery, chunk_turns if chunk_turns is not None else -1, context_budget,
-                            r.arm, r.case_id, r.n_units, r.n_missing, r.retained,
-                            flat.get("recoverable_at_5"), flat.get("recoverable_at_10"),
-                            r.peak_prompt_tokens, r.total_prompt_tokens, r.final_prompt_tokens, r.n_requests,
-                            r.n_hidden_events, r.evidence_rouge_recall, json.dumps(list(r.lost_units)),
-                            RETENTION_VERSION, code_version, now))
-        import pandas as pd
-
-        frame = pd.DataFrame.from_records(records, columns=[name for name, _ in COLUMNS])
-        con.register("retention_rows", frame)
-        con.execute("BEGIN TRANSACTION")
-        try:
-            # INSERT OR REPLACE on the primary key: a re-measured case replaces its row. One
-            # statement over a registered frame (a row-by-row executemany took a minute for LoCoMo).
-            con.execute(f"INSERT OR REPLACE INTO {TABLE} SELECT * FROM retention_rows")
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-        return len(records)
-    finally:
-        con.close()
+    (stored,) = replace_rows(db, [(RETENTION, retention_records(rows, benchmark=benchmark, chunk_turns=chunk_turns,
+                                                                context_budget=context_budget,
+                                                                code_version=code_version))])
+    return stored
 
 
 def read_retention(con: Any, *, benchmark: str | None = None, arm: str | None = None,
@@ -85,20 +141,10 @@ def read_retention(con: Any, *, benchmark: str | None = None, arm: str | None = 
 
     ``chunk_turns`` reads as missing where it does not apply (stored as -1).
     """
-    import pandas as pd
-
-    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    if TABLE not in tables:
-        return pd.DataFrame(columns=[name for name, _ in COLUMNS])
-    where, params = [], []
-    for column, value in (("benchmark", benchmark), ("arm", arm), ("delivery", delivery)):
-        if value is not None:
-            where.append(f"{column} = ?")
-            params.append(value)
-    sql = f"SELECT * FROM {TABLE}" + (f" WHERE {' AND '.join(where)}" if where else "")
-    frame = con.execute(sql + f" ORDER BY {', '.join(KEY)}", params).df()
+    frame = read_rows(con, RETENTION, (("benchmark", benchmark), ("arm", arm), ("delivery", delivery)))
     frame["chunk_turns"] = frame["chunk_turns"].where(frame["chunk_turns"] >= 0)
     return frame
 
 
-__all__ = ["COLUMNS", "KEY", "TABLE", "read_retention", "write_retention"]
+__all__ = ["COLUMNS", "KEY", "RETENTION", "TABLE", "KeyedTable", "read_retention", "read_rows", "replace_rows",
+           "retention_records", "write_retention"]

@@ -44,6 +44,9 @@ from typing import Any
 
 from agentlab.events import Event
 
+#: The version of the definitions above (units, non-trivial, occurs, supports); stored with every
+#: row of the ``trajectory_retention`` table. Bump it when a definition changes.
+SUPPORTS_VERSION = "supports-v1"
 #: Shortest support, in characters.
 MIN_CHARS = 4
 #: Shortest code line counted as a unit, in characters (after stripping).
@@ -199,6 +202,7 @@ __all__ = [
     "MIN_CHARS",
     "MIN_LINE_CHARS",
     "STOP_WORDS",
+    "SUPPORTS_VERSION",
     "Step",
     "Support",
     "Unit",

@@ -45,7 +45,7 @@ from typing import Any
 from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.trajectories import Trajectory
 from agentlab.bench.retention import _recall_policy, _search_service, normalise, search_left_out
-from agentlab.bench.supports import Step, occurs, step_supports
+from agentlab.bench.supports import SUPPORTS_VERSION, Step, occurs, step_supports
 from agentlab.core import project
 from agentlab.core.project import ProjectionResult, replaced_in_request
 from agentlab.events import Event, Message
@@ -55,6 +55,9 @@ from agentlab.session.base import Session
 
 #: Search depth of ``recoverable``.
 DEFAULT_K = 5
+#: The version of this measure's definitions (the columns of the module docstring) and of the supports'
+#: (:data:`agentlab.bench.supports.SUPPORTS_VERSION`); stored with every ``trajectory_retention`` row.
+TRAJECTORY_RETENTION_VERSION = f"trajectory-retention-v1/{SUPPORTS_VERSION}"
 APP_NAME = "agentlab-trajectories"
 USER_ID = "trajectories"
 
@@ -327,6 +330,7 @@ def format_trajectory_table(summaries: Sequence[TrajectorySummary]) -> str:
 
 __all__ = [
     "DEFAULT_K",
+    "TRAJECTORY_RETENTION_VERSION",
     "Interval",
     "StepRequest",
     "Timed",

@@ -107,7 +107,8 @@ def test_retention_command_runs_the_trajectories_with_the_masking_arm() -> None:
 
     out = io.StringIO()
     code = main(["retention", "trajectories", "--arms", "long_context,swe_agent_masking,langchain_summarization",
-                 "--limit", "2", "--context-budget", "4096", "--json", "--set", "dataset.datasets=swe_agent"], out=out)
+                 "--limit", "2", "--context-budget", "4096", "--json", "--set", "dataset.datasets=swe_agent",
+                 "--no-store"], out=out)
     assert code == 0
     report = json.loads(out.getvalue())
     assert report["cases"] == 2 and report["context_budget"] == 4096 and report["model"] is None

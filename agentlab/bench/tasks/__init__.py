@@ -79,6 +79,7 @@ import importlib.util
 import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import agentlab.bench.facts as facts
@@ -228,13 +229,15 @@ class Task(ABC):
 
     def retention_report(self, arms: Mapping[str, Arm], skipped: Mapping[str, str], settings: Settings, *,
                          context_budget: int, budget_source: str, limit: int, as_json: bool, out: Any,
-                         cache_profile: str = "none", price_model: str | None = None) -> int | None:
+                         cache_profile: str = "none", price_model: str | None = None,
+                         db: Path | None = None) -> int | None:
         """A retention measure with a table of its own (not one row per question): measure, print, return the exit status.
 
         ``None`` (the default): the task's rows are :meth:`retention`'s, and the ``retention`` command
         averages, prints and stores them. A task whose unit is not a question (e.g. every step of a
         recorded agent trajectory) overrides this and prints its own table to ``out``; ``cache_profile``
-        and ``price_model`` are ``--cache-profile`` and ``--price-model`` as given.
+        and ``price_model`` are ``--cache-profile`` and ``--price-model`` as given, ``db`` the results
+        file to store its rows in (``None``: ``--no-store``, store nothing).
         """
         return None
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import agentlab.bench.arms as arms_registry
@@ -117,15 +118,16 @@ class TrajectoriesTask(Task):
 
     def retention_report(self, arms: Mapping[str, Any], skipped: Mapping[str, str], settings: Settings, *,
                          context_budget: int, budget_source: str, limit: int, as_json: bool, out: Any,
-                         cache_profile: str = "none", price_model: str | None = None) -> int:
-        """``retention trajectories``: the per-step support table (:mod:`agentlab.bench.cli_trajectories`)."""
+                         cache_profile: str = "none", price_model: str | None = None,
+                         db: Path | None = None) -> int:
+        """``retention trajectories``: the per-step support table (:mod:`agentlab.bench.cli_trajectories`), stored in ``db``."""
         from agentlab.bench.cli_trajectories import run_trajectory_retention
 
         trajectories = selected_trajectories(settings)
         return run_trajectory_retention(trajectories[:limit] if limit else trajectories,
                                         settings.of("dataset", TrajectoryDataset).datasets, dict(arms), dict(skipped),
                                         settings, context_budget, budget_source, as_json, out,
-                                        cache_profile=cache_profile, price_model=price_model)
+                                        cache_profile=cache_profile, price_model=price_model, db=db)
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
         """The trajectory's ``supported`` share (``None`` when it has no support)."""
