@@ -143,6 +143,10 @@ async def test_cancellation_marks_run_interrupted(tmp_path: Path, monkeypatch: p
         assert status == "interrupted" and 2 <= stored < 6
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_in_a_subprocess_then_rerun_completes_only_missing(tmp_path: Path, sig: signal.Signals) -> None:
     markers = tmp_path / "markers"
@@ -155,7 +159,11 @@ def test_signal_in_a_subprocess_then_rerun_completes_only_missing(tmp_path: Path
               "raise SystemExit(main())")
     cmd = [sys.executable, "-c", script, "demo", "--mode", "long_context", "--model", "openai:fake",
            "--limit", "0", "--concurrency", "1", "--db", str(db), "--no-progress", "--json"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell without job control starts its background commands with SIGINT ignored, and the
+    # child would inherit that (a run under `nohup ... &` rightly keeps ignoring ^C): give the
+    # child SIGINT's default, as a terminal's foreground command has it.
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
     deadline = time.time() + 30
     while len(list(markers.iterdir())) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.02)
