@@ -45,14 +45,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
-_R = TypeVar("_R")
 GOAL_P50_MS = 5.0
 GOAL_P99_MS = 25.0
 GOAL_CONCURRENCY = 16
@@ -92,11 +90,20 @@ def start(args: list[str], pattern: str) -> tuple[subprocess.Popen[str], str]:
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGINT)
+    """End a server as a supervisor does: SIGTERM (the proxy commits its queued writes), then wait.
+
+    Not SIGINT: a shell without job control (``nohup ... &``, a CI step's ``&``) starts its background
+    commands with SIGINT ignored, which the proxy then rightly keeps, so a SIGINT waited 30 s and
+    the kill after it left the file locked for the next read. A server that outlives 30 s is
+    killed and waited for, so its lock is gone when this returns.
+    """
+    proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
+        print(f"note: {' '.join(proc.args[1:3])} did not end 30 s after SIGTERM; killed", file=sys.stderr)
         proc.kill()
+        proc.wait()
 
 
 async def conversation(client: httpx.AsyncClient, url: str, index: int, turns: int, run: str,
@@ -136,31 +143,6 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def when_free(read: Callable[[str], _R], db: str, wait_s: float = 15.0) -> _R:
-    """``read(db)``, retried for up to ``wait_s`` while another process still holds the file's lock.
-
-    The proxy has exited when this is called, yet a read right after it was refused in 3 of 12 runs
-    refused because the file was "in use by another process"; the holder is printed (its command
-    line while it lives) so that the cause can be found, and the read is tried again.
-    """
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return read(db)
-        except Exception as exc:  # DatabaseFileError or duckdb.IOException, both naming the lock
-            locked = "lock" in str(exc).lower() or "in use" in str(exc).lower()
-            if not locked or time.monotonic() > deadline:
-                raise
-            pid = re.search(r"PID (\d+)", str(exc))
-            holder = pid.group(1) if pid else "?"
-            try:
-                cmd = Path(f"/proc/{holder}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
-            except OSError:
-                cmd = "gone"
-            print(f"note: {db} still locked by PID {holder} ({cmd}); retrying", file=sys.stderr)
-            time.sleep(0.5)
 
 
 def ledger_commits(db: str) -> tuple[int, int]:
@@ -240,8 +222,8 @@ def main() -> int:
                     finally:
                         stop(proxy)
                     # The warm-up calls left out; a bare relay logs nothing (its own time is not known).
-                    inside = [math.nan] if relay else when_free(in_proxy_ms, db)[4:]
-                    events, commits = (0, 0) if relay else when_free(ledger_commits, db)
+                    inside = [math.nan] if relay else in_proxy_ms(db)[4:]
+                    events, commits = (0, 0) if relay else ledger_commits(db)
                     added50 = percentile(proxied, 0.5) - percentile(direct, 0.5)
                     added99 = percentile(proxied, 0.99) - percentile(direct, 0.99)
                     rows.append(
