@@ -23,8 +23,8 @@ no change to the ``retention`` table's primary key. The key:
 The figures are :class:`~agentlab.model.prompt_caching.CacheTotals`' over the row's requests, in
 order: ``n_requests``, ``prompt_tokens`` (raw), ``cached_tokens``, ``cache_write_tokens``,
 ``uncached_tokens``, ``n_busts`` and ``hit_rate`` (cached over raw; missing for no prompt).
-``price_model`` is the model whose price the costs use (as ``--json`` names it; missing without
-one), ``raw_cost_usd`` (every token billed as uncached input) and ``net_cost_usd`` (with the
+``price_model`` is the model named for the prices (as ``--json`` names it, kept even when it has
+no price), ``raw_cost_usd`` (every token billed as uncached input) and ``net_cost_usd`` (with the
 cache) are :func:`agentlab.model.prices.raw_cost` and :func:`~agentlab.model.prices.net_cost` at
 that price — their means per arm are the printed cost columns — and missing when no price was
 resolved. Measuring again at another price model replaces the row (the price is not in the key).
@@ -38,7 +38,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentlab.bench.retention_store import KeyedTable, read_rows, replace_rows
+from agentlab.bench.retention_store import (
+    KeyedTable,
+    chunk_turns_missing,
+    read_rows,
+    replace_rows,
+    stored_chunk,
+)
 from agentlab.model.prices import Price, net_cost, raw_cost
 from agentlab.model.prompt_caching import CacheTotals
 
@@ -71,7 +77,7 @@ def cache_records(measure: str, cases: Iterable[tuple[CaseKey, CacheTotals | Non
     for (benchmark, delivery, chunk_turns, arm, case_id), c in cases:
         if c is None:
             continue
-        records.append((measure, benchmark, delivery, -1 if chunk_turns is None else chunk_turns, context_budget,
+        records.append((measure, benchmark, delivery, stored_chunk(chunk_turns), context_budget,
                         arm, case_id, cache_profile, c.n_requests, c.prompt_tokens, c.cached_tokens,
                         c.cache_write_tokens, c.uncached_tokens, c.n_busts, c.hit_rate, price_model,
                         None if price is None else raw_cost(c.prompt_tokens, price),
@@ -102,9 +108,7 @@ def read_prompt_cache(con: Any, *, measure: str | None = None, arm: str | None =
 
     ``chunk_turns`` reads as missing where it does not apply (stored as -1).
     """
-    frame = read_rows(con, PROMPT_CACHE, (("measure", measure), ("arm", arm)))
-    frame["chunk_turns"] = frame["chunk_turns"].where(frame["chunk_turns"] >= 0)
-    return frame
+    return chunk_turns_missing(read_rows(con, PROMPT_CACHE, (("measure", measure), ("arm", arm))))
 
 
 __all__ = ["COLUMNS", "KEY", "PROMPT_CACHE", "RECORDED", "TABLE", "CaseKey", "cache_records", "read_prompt_cache",

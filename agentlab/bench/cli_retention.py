@@ -191,7 +191,7 @@ def stored_note(db: Path | None, counts: dict[str, int]) -> str:
 
 def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     """Measure, print and store the retention of every chosen arm over the benchmark's cases."""
-    from agentlab.bench.cache_store import store_with_cache
+    from agentlab.bench.cache_store import PROMPT_CACHE, store_with_cache
     from agentlab.bench.cli_run import _load
     from agentlab.bench.config import code_version
     from agentlab.bench.executor import select
@@ -277,7 +277,7 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
         out.write("skipped (they need a model; this command calls none):\n")
         w = max(len(name) for name in skipped)
         out.write("".join(f"  {name:{w}s}  {reason}\n" for name, reason in skipped.items()))
-    out.write(f"measured in {wall:.1f} s{stored_note(args.db, {'retention': stored, 'prompt_cache': cached})}\n")
+    out.write(f"measured in {wall:.1f} s{stored_note(args.db, {RETENTION.name: stored, PROMPT_CACHE.name: cached})}\n")
     return 0
 
 

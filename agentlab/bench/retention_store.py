@@ -56,6 +56,19 @@ class KeyedTable:
 
 
 RETENTION = KeyedTable(TABLE, COLUMNS, KEY)
+#: ``chunk_turns`` as stored where it does not apply (a key column cannot be NULL); read back as missing.
+NO_CHUNK = -1
+
+
+def stored_chunk(chunk_turns: int | None) -> int:
+    """``chunk_turns`` as a key column stores it: :data:`NO_CHUNK` for ``None`` (it does not apply)."""
+    return NO_CHUNK if chunk_turns is None else chunk_turns
+
+
+def chunk_turns_missing(frame: Any) -> Any:
+    """``frame`` (rows read back) with its stored :data:`NO_CHUNK` ``chunk_turns`` as missing."""
+    frame["chunk_turns"] = frame["chunk_turns"].where(frame["chunk_turns"] != NO_CHUNK)
+    return frame
 
 
 def replace_rows(db: str | Path, batches: Sequence[tuple[KeyedTable, Sequence[tuple[Any, ...]]]]) -> list[int]:
@@ -113,7 +126,7 @@ def retention_records(rows: Sequence[RetentionRow], *, benchmark: str, chunk_tur
     records = []
     for r in rows:
         flat = r.as_dict()
-        records.append((benchmark, r.delivery, chunk_turns if chunk_turns is not None else -1, context_budget,
+        records.append((benchmark, r.delivery, stored_chunk(chunk_turns), context_budget,
                         r.arm, r.case_id, r.n_units, r.n_missing, r.retained,
                         flat.get("recoverable_at_5"), flat.get("recoverable_at_10"),
                         r.peak_prompt_tokens, r.total_prompt_tokens, r.final_prompt_tokens, r.n_requests,
@@ -141,10 +154,9 @@ def read_retention(con: Any, *, benchmark: str | None = None, arm: str | None = 
 
     ``chunk_turns`` reads as missing where it does not apply (stored as -1).
     """
-    frame = read_rows(con, RETENTION, (("benchmark", benchmark), ("arm", arm), ("delivery", delivery)))
-    frame["chunk_turns"] = frame["chunk_turns"].where(frame["chunk_turns"] >= 0)
-    return frame
+    return chunk_turns_missing(read_rows(con, RETENTION, (("benchmark", benchmark), ("arm", arm),
+                                                          ("delivery", delivery))))
 
 
-__all__ = ["COLUMNS", "KEY", "RETENTION", "TABLE", "KeyedTable", "read_retention", "read_rows", "replace_rows",
-           "retention_records", "write_retention"]
+__all__ = ["COLUMNS", "KEY", "NO_CHUNK", "RETENTION", "TABLE", "KeyedTable", "chunk_turns_missing", "read_retention",
+           "read_rows", "replace_rows", "retention_records", "stored_chunk", "write_retention"]
