@@ -8,7 +8,8 @@ Three signals, each read from the events alone (no model), as the seed's evoluti
 * **user correction** — a user message that follows an assistant reply (in the delta or before
   it) and says the approach was wrong: it contains one of ``correction_cues``;
 * **recovery after a failed call** — a tool call that failed (the runtime's ``tool_error``, or a
-  result starting ``error:``), then a successful tool call, then a final answer.
+  result starting ``error:``), then a successful tool call, then a final answer, with no failure
+  after that success.
 
 A delta with none of them is weak: the evolution service skips it without calling the model.
 """
@@ -99,13 +100,12 @@ def user_correction(delta: Sequence[Event], before: Sequence[Event], cues: Seque
 
 
 def recovery_after_failure(delta: Sequence[Event]) -> Signal | None:
-    """A failed tool call followed by a successful one and then a final answer."""
+    """A failed tool call followed by a successful one and then a final answer (no failure in between)."""
     failed: Event | None = None
     recovered: Event | None = None
     for event in delta:
-        if tool_failed(event):
-            if recovered is None:
-                failed = event
+        if tool_failed(event):  # a failure after a recovery starts over: the run must end recovered
+            failed, recovered = event, None
         elif event.is_tool_result() and failed is not None and recovered is None:
             recovered = event
         elif recovered is not None and event.is_final_response():
