@@ -6,8 +6,6 @@
 * :class:`SkillsMechanism` and :class:`SkillsPolicy` (:mod:`~agentlab.skills.mechanism`) —
   progressive disclosure: a listing of names and descriptions in the model view, ``skill_load``,
   ``skill_read`` and (profile ``workspace``) ``skill_run``; loaded skills recorded in session state.
-* :mod:`~agentlab.skills.economy` — the token economy of listing + on-demand loading against
-  every skill in the system prompt, with no model (``python -m agentlab.skills.economy``).
 * :class:`EvolutionMechanism`, :class:`EvolutionPolicy`, :class:`EvolutionService`
   (:mod:`~agentlab.skills.evolution`) — post-run review of the session delta: evidence gate,
   reviewer, reconciliation, optional gates, publication of a new revision. Never writes memory.
