@@ -143,3 +143,20 @@ async def test_an_empty_repository_adds_no_listing_and_no_tools(tmp_path: Path) 
     model, _, _ = await _run(SkillRepository(tmp_path), ["Hello."])
     assert model.requests[0].tools == []
     assert "Skills you can use" not in _system(model.requests[0])
+
+
+async def test_the_loaded_state_survives_a_new_process_on_duckdb(tmp_path: Path) -> None:
+    """The state delta is durable: a Runner on the reopened file knows the skill was loaded."""
+    from agentlab.session.duckdb import DuckDBSessionService
+
+    repo = _repo(tmp_path / "skills")
+    db = tmp_path / "sessions.duckdb"
+    for replies in ([ScriptedModel.tool_call("skill_load", {"name": "tls-triage"}), "one"],
+                    [ScriptedModel.tool_call("skill_load", {"name": "tls-triage"}), "two"]):
+        svc = DuckDBSessionService(db)
+        model = ScriptedModel(replies)
+        agent = LLMAgent("support", model, mechanisms=[SkillsMechanism(repo)])
+        await Runner("app", agent, svc).ask("u", "s", "TLS fails.")
+        await svc.close()
+    assert "Already loaded in this conversation" in _system(model.requests[0])
+    assert "already loaded" in model.requests[1].messages[-1].content
