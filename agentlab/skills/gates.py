@@ -9,7 +9,7 @@ with none, a proposal is published directly). The human gate is not a check: it 
   instructions within the length limit.
 * :func:`safety_check` — the skill carries no secret (API keys, private keys, passwords, bearer
   tokens) and no fact private to the user whose run it came from: the user id, and the e-mail
-  addresses, phone numbers, long numbers and host names the user wrote in the delta.
+  addresses, phone numbers, long numbers, host names and own name the user wrote in the delta.
 * :func:`effectiveness_check` — the run the evidence came from worked: it ended with a final
   answer, and no tool call failed after the last successful one.
 
@@ -64,6 +64,8 @@ _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
 _PHONE = re.compile(r"\+?\d[\d ()-]{7,}\d")
 _LONG_NUMBER = re.compile(r"\b\d{5,}\b")
 _HOST = re.compile(r"\b(?:[a-z0-9-]+\.)+[a-z]{2,}\b", re.IGNORECASE)
+#: A name the user gives for themselves ("my name is Alice", "I'm Alice Martin").
+_OWN_NAME = re.compile(r"\b(?:[Mm]y name is|I am|I'm)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
 
 
 def private_values(delta: Sequence[Event], user_id: str = "") -> set[str]:
@@ -75,6 +77,7 @@ def private_values(delta: Sequence[Event], user_id: str = "") -> set[str]:
         text = event.text
         for pattern in (_EMAIL, _PHONE, _LONG_NUMBER, _HOST):
             found.update(m.group(0).strip().lower() for m in pattern.finditer(text))
+        found.update(m.group(1).lower() for m in _OWN_NAME.finditer(text))
     return {v for v in found if v}
 
 

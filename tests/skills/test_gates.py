@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from agentlab.events import user_event
 from agentlab.model.scripted import ScriptedModel
 from agentlab.skills import CURSOR_KEY, PENDING_KEY, EvolutionPolicy
 from agentlab.skills.gates import effectiveness_check, safety_check, spec_check
@@ -69,6 +70,19 @@ def test_gate_functions_directly() -> None:
     assert safety_check(good, [], "alice").passed
     assert not safety_check(Proposal("create", "x", "For alice only.", "steps"), [], "alice").passed
     assert not effectiveness_check([]).passed  # no final answer
+    said = [user_event("Hi, my name is Carla Diaz and TLS fails.")]
+    refused = safety_check(Proposal("create", "x", "TLS.", "1. Greet Carla Diaz first."), said, "u1")
+    assert not refused.passed and "carla diaz" in refused.reason
+    assert safety_check(Proposal("create", "x", "TLS.", "1. Greet the user."), said, "u1").passed
+
+
+def test_the_policies_round_trip_through_json() -> None:
+    from agentlab.skills import SkillsPolicy
+
+    for policy in (EvolutionPolicy(spec_check=True, correction_cues=("nope",)), SkillsPolicy(profile="workspace")):
+        assert type(policy).from_json(policy.to_json()) == policy
+    with pytest.raises(ValueError, match="coordination_repeats must be at least 2"):
+        EvolutionPolicy(coordination_repeats=1)
 
 
 async def test_an_unconfigured_check_does_not_run(tmp_path: Path) -> None:
