@@ -199,7 +199,7 @@ LAYERS: dict[str, int] = {
     "agentlab.model": 2, "agentlab.session": 2,
     "agentlab.core": 3, "agentlab.projection": 3,  # the older path re-exports the core
     "agentlab.summary": 4, "agentlab.compaction": 4, "agentlab.recall": 4, "agentlab.memory": 4,
-    "agentlab.policies": 4,
+    "agentlab.policies": 4, "agentlab.skills": 4,
     "agentlab.runtime": 5,
     "agentlab.bench": 6, "agentlab.testing": 6, "agentlab.serve": 6,
     "agentlab.notebooks": 7, "agentlab.examples": 7,
