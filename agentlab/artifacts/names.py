@@ -24,8 +24,8 @@ import re
 USER_PREFIX = "user:"
 #: Longest accepted name, in characters.
 MAX_NAME_LENGTH = 255
-#: Longest accepted app, user or session id, in characters.
-MAX_ID_LENGTH = 128
+#: Longest accepted app, user or session id, in characters (a folder name's limit on common file systems).
+MAX_ID_LENGTH = 255
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
