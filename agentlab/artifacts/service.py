@@ -2,7 +2,9 @@
 
 An artifact is a file kept out of the event text: bytes with a MIME type, stored under
 (app, user, session, name) with integer revisions — the first save of a name is revision 0 and
-each later save adds one (the seed's artifact service counts the same way). ``save`` returns the
+each later save adds one, as the seed's artifact service counts them
+(``trpc-group/trpc-agent-go@19d50feb``, ``artifact/service.go`` and ``artifact/inmemory/service.go``,
+which also gives the ``user:`` prefix its meaning). ``save`` returns the
 new revision's :class:`ArtifactInfo`; ``load`` reads a revision or the latest (``None``: no such
 name); ``list`` gives the latest revision of every name the session sees (its own and the
 user-scoped ones, :mod:`agentlab.artifacts.names`); ``versions`` lists a name's revisions and
