@@ -198,6 +198,8 @@ class CodeExecutor:
             raise WorkspaceError("CodeExecutor.run: give argv (a list) or code, exactly one")
         if isinstance(argv, str):
             raise WorkspaceError("CodeExecutor.run: argv is a list of arguments, not a shell string")
+        if (timeout is not None and timeout <= 0) or (max_output_bytes is not None and max_output_bytes <= 0):
+            raise WorkspaceError("CodeExecutor.run: timeout and max_output_bytes must be > 0")
         if code is not None and language not in LANGUAGES:
             raise WorkspaceError(f"CodeExecutor.run: unknown language {language!r}; one of {', '.join(LANGUAGES)}")
         wanted = dict(outputs) if isinstance(outputs, Mapping) else {p: p for p in outputs}

@@ -80,6 +80,8 @@ async def test_bad_requests_are_refused_before_anything_runs() -> None:
     scoped = CodeExecutor(workspace_opt_in=True, artifacts=ArtifactScope(InMemoryArtifactService(), "a", "u", "s"))
     with pytest.raises(WorkspaceError, match="no artifact named 'missing.txt'"):
         await scoped.run(["true"], inputs={"x": ArtifactRef("missing.txt")})
+    with pytest.raises(WorkspaceError, match="must be > 0"):
+        await executor.run(["true"], timeout=0)
     with pytest.raises(WorkspaceError, match="cannot start"):
         await executor.run(["/nonexistent/program"])
 
