@@ -455,6 +455,22 @@ register_arm(Arm("compaction_recall", "recovered", _compaction_recall, partner="
                  description="compaction, with session_search / session_load offered (the placeholder points there)"))
 register_arm(Arm("codex_truncation", "lossy", _codex_truncation, sections=(),
                  description="Codex's tool-output truncation only (10,000 tokens x 1.2); auto-compaction off"))
+
+
+def _artifact_offload(settings: Any, model: Any) -> list[ContextMechanism]:
+    """Tool results over the threshold offloaded at arrival, from ``[artifact_offload]`` (defaults without one)."""
+    from agentlab.artifacts.offload import ArtifactOffload, ArtifactOffloadPolicy
+
+    section = settings.section("artifact_offload") if settings is not None and "artifact_offload" in settings else None
+    return [ArtifactOffload(section if isinstance(section, ArtifactOffloadPolicy) else ArtifactOffloadPolicy())]
+
+
+#: Offloading at arrival (the seed's artifacts as a context policy): a tool result over
+#: ``[artifact_offload] threshold_tokens`` is saved as an artifact and shown as a handle with its head
+#: and tail; ``artifact_load`` pages it back. It never rewrites what a request already showed.
+register_arm(Arm("artifact_offload", "lossy", _artifact_offload, sections=("artifact_offload",),
+                 description="tool results over [artifact_offload] threshold_tokens saved as artifacts at arrival; "
+                             "a head+tail handle stays, artifact_load pages them back"))
 _register_peers()
 
 __all__ = [

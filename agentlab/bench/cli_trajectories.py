@@ -82,7 +82,8 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
     write_fraction_note(out, arms, settings)
     out.write(format_trajectory_table(summaries))
     out.write(f"(supported: share of step supports visible in the step's request, 95% bootstrap interval over "
-              f"trajectories; +recall: with session_search top {DEFAULT_K} over what was hidden, for arms that have it)\n")
+              f"trajectories; +recall: with session_search top {DEFAULT_K} over what was hidden, for arms that have it; "
+              f"artifact_load of a handle's artifact, for artifact_offload)\n")
     if profile is not None and moved is not None:
         out.write(f"prompt cache: {get_profile(profile).description}; means per trajectory over its step requests\n"
                   f"{price_line}\n")

@@ -87,6 +87,7 @@ EXECUTION_SECTIONS = frozenset({"run"})
 LATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "compaction": None,                           # [compaction]: the seed's defaults (issue 21)
     "dataset": ("delivery", "chunk_turns"),       # turns | tool_results delivery (issue 21)
+    "artifact_offload": None,                     # [artifact_offload]: the offload arm's threshold and preview
 }
 #: Fields added to a peer policy after its section first counted in run ids: left out of the identity
 #: while at their default, so that a run with another field of that section set keeps its id.
@@ -111,11 +112,13 @@ def peer_sections() -> dict[str, type[Any]]:
 
 def arm_sections() -> dict[str, type[Any]]:
     """The sections every benchmark has for the generic arms: ``[compaction]`` (the seed's
-    compaction, :class:`~agentlab.compaction.CompactionPolicy`) and :func:`peer_sections`.
+    compaction, :class:`~agentlab.compaction.CompactionPolicy`), ``[artifact_offload]``
+    (:class:`~agentlab.artifacts.offload.ArtifactOffloadPolicy`) and :func:`peer_sections`.
     """
+    from agentlab.artifacts.offload import ArtifactOffloadPolicy
     from agentlab.compaction import CompactionPolicy
 
-    return {"compaction": CompactionPolicy, **peer_sections()}
+    return {"compaction": CompactionPolicy, "artifact_offload": ArtifactOffloadPolicy, **peer_sections()}
 
 
 def _listed(names: Iterable[str]) -> str:

@@ -29,6 +29,8 @@ Definitions (the columns of :class:`RetentionRow`):
   counted at event granularity: in tool delivery one result holds a whole chunk or session, so a
   hit recovers every unit in it, and with ~25 reads per history ``k = 10`` hits cover a large share
   of the history — an optimistic figure there, stricter in turn delivery (one turn per event).
+  For an arm offering ``artifact_load`` (``artifact_offload``), a piece in an event the request
+  shows as an offload handle counts as found at every ``k``: the handle names the artifact.
 * **peak_prompt_tokens** — the largest prompt of the case, over every request a live agent sends
   (ACON's peak: each tool round is one request). In tool delivery that is the request before each
   scripted read (the agent decides the next read) and the final answer request; in turn delivery
@@ -72,6 +74,7 @@ from agentlab.bench.delivery import (
     question_event,
 )
 from agentlab.bench.metrics import normalize_tokens
+from agentlab.bench.offload_measure import offers_paging, paged_back
 from agentlab.bench.retention_rows import (
     HistoryGroup,
     Question,
@@ -364,17 +367,20 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
                  if e.id in by_id and not replaced_in_request(e, by_id[e.id])}
         left_out = history_ids - shown
         recall = _recall_policy(mechanisms)
+        paged = paged_back(result.draft) if offers_paging([result.draft]) else None  # offload handles
         recoverable: dict[int, float | None] = {}
         for k in ks:
-            if recall is None or n == 0:
+            if (recall is None and paged is None) or n == 0:
                 recoverable[k] = None
                 continue
             if all(present):
                 recoverable[k] = 1.0
                 continue
-            if service is None:
-                service = await _search_service(session)
-            hits = set(await search_left_out(service, session_id, recall, q.text, left_out, k))
+            hits = set(paged or ())
+            if recall is not None:
+                if service is None:
+                    service = await _search_service(session)
+                hits |= set(await search_left_out(service, session_id, recall, q.text, left_out, k))
             found = [ok or all(_piece_in(p.text, texts) or p.event_id in hits for p in unit.pieces)
                      for ok, unit in zip(present, q.evidence.units, strict=True)]
             recoverable[k] = sum(found) / n

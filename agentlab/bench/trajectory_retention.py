@@ -20,7 +20,9 @@ The supports of each step are :func:`agentlab.bench.supports.step_supports`'. Co
   over the events the projection hid or replaced (:func:`agentlab.bench.retention.search_left_out`,
   as ``retention`` runs it), with the latest user message before the step as the query (what the
   agent was answering; it does not use the step's own words, which would contain the support).
-  ``None`` without a search tool.
+  ``None`` without a search tool. For an arm that offers ``artifact_load`` (``artifact_offload``):
+  the share visible *or* held by an event the request shows as an offload handle — the handle
+  names the artifact, so one ``artifact_load`` pages it back (:mod:`agentlab.bench.offload_measure`).
 * **refetch_steps** — steps with at least one hidden support: a live agent would have to call a
   tool again (or ask) before it could act as recorded. **refetch_tokens** — the tokens of the tool
   results to fetch again: per such step, the latest source result of each hidden support, counted
@@ -44,6 +46,7 @@ from typing import Any
 
 from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.trajectories import Trajectory
+from agentlab.bench.offload_measure import offers_paging, paged_back
 from agentlab.bench.retention import _recall_policy, _search_service, normalise, search_left_out
 from agentlab.bench.supports import SUPPORTS_VERSION, Step, occurs, step_supports
 from agentlab.core import project
@@ -185,6 +188,7 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
     n_supports = visible = recovered = refetch_steps = refetch_tokens = 0
     hidden: list[tuple[int, str]] = []
     policy = _recall_policy(arm.mechanisms(settings, model))
+    pages = offers_paging(r.draft for _, r, _ in replayed)
     for step, result, left_out in replayed:
         texts = request_texts(result)
         missing = [s for s in step.supports if not _visible(s.text, s.kind, texts)]
@@ -195,6 +199,9 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
         refetch_steps += 1
         refetch_tokens += sum(tokens_of[i] for i in {s.sources[-1] for s in missing})
         hidden += [(step.index, s.text) for s in missing]
+        if pages:  # an offload handle names its artifact: artifact_load pages it back, no search needed
+            paged = paged_back(result.draft)
+            recovered += sum(1 for s in missing if paged.intersection(s.sources))
         if policy is None:
             continue
         query = _current_user(traj.events[:step.index])
@@ -208,7 +215,7 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
         traj_id=traj.traj_id, dataset=traj.dataset, arm=arm.name, n_steps=len(steps),
         n_support_steps=sum(1 for s in steps if s.supports), n_supports=n_supports,
         supported=visible / n_supports if n_supports else None,
-        recoverable=(visible + recovered) / n_supports if n_supports and policy is not None else None,
+        recoverable=(visible + recovered) / n_supports if n_supports and (policy is not None or pages) else None,
         refetch_steps=refetch_steps, refetch_tokens=refetch_tokens,
         peak_prompt_tokens=max(prompts), total_prompt_tokens=sum(prompts), final_prompt_tokens=prompts[-1],
         recorded_reward=traj.reward, hidden=tuple(hidden),

@@ -29,7 +29,8 @@ class Runner:
 
     The agent's context mechanisms (``agent.context_mechanisms()``, when it has them) take part
     through their hooks: :meth:`~agentlab.core.ContextMechanism.open` here, with the Runner's
-    typed :attr:`services` (the session service, ``memory_service``, anything in ``services``);
+    typed :attr:`services` (the session service, ``memory_service``, ``artifact_service``, anything
+    in ``services``);
     ``on_event_appended`` after every persisted event; ``on_run_completed`` after a completed
     run; ``close`` from :meth:`close`. The summary mechanism's worker and the memory mechanism's
     extraction attach that way; the Runner names no mechanism. ``after_append`` / ``after_run``
@@ -43,6 +44,7 @@ class Runner:
         session_service: SessionService,
         *,
         memory_service: Any = None,
+        artifact_service: Any = None,
         summary_worker: Any = None,
         memory_worker: Any = None,
         services: Sequence[Any] | ServiceRegistry = (),
@@ -62,6 +64,8 @@ class Runner:
         self.services.add(session_service, as_type=SessionService)
         if memory_service is not None:
             self.services.add(memory_service)
+        if artifact_service is not None:  # found by the artifact tools and the offload arm (inv.services)
+            self.services.add(artifact_service)
         # Workers handed in explicitly are the Runner's to close, as the ones mechanisms create are.
         if summary_worker is not None:
             self.services.add(summary_worker, as_type=SummaryService, owned=True)

@@ -13,6 +13,7 @@ import json
 import pytest
 from cli_helpers import run_cli
 
+from agentlab.artifacts.offload import ArtifactOffloadPolicy
 from agentlab.bench.config import SettingsError, apply_overrides, arm_sections, load_settings, peer_sections
 from agentlab.bench.spec import resolve_run
 from agentlab.bench.tasks import get_task
@@ -29,11 +30,14 @@ def run_ids(benchmark: str, arm: str, *overrides: str) -> dict[str, str]:
 @pytest.mark.parametrize("benchmark", ["qmsum", "locomo", "longmemeval", "mtbench101"])
 def test_every_peer_section_is_there_with_the_sources_defaults_and_out_of_the_identity(benchmark: str) -> None:
     settings = load_settings(benchmark, get_task(benchmark).default_settings())
-    assert set(peer_sections()) == set(POLICIES) and set(arm_sections()) == {"compaction", *POLICIES}
+    assert set(peer_sections()) == set(POLICIES)
+    assert set(arm_sections()) == {"compaction", "artifact_offload", *POLICIES}
     assert "compaction" not in get_task(benchmark).default_settings()  # one home: config.arm_sections
     for name, entry in POLICIES.items():
         assert settings.section(name) == entry.policy_class()
         assert name not in settings.identity()
+    assert settings.section("artifact_offload") == ArtifactOffloadPolicy()
+    assert "artifact_offload" not in settings.identity()
 
 
 def test_a_changed_peer_setting_reaches_the_arm_and_its_run_id_only() -> None:

@@ -196,10 +196,10 @@ def test_the_lazy_model_package_still_exports_its_names() -> None:
 LAYERS: dict[str, int] = {
     "agentlab.events": 1, "agentlab.policy": 1, "agentlab.progress": 1, "agentlab._lazy": 1,
     "agentlab.duckdb_files": 1, "agentlab.extensions": 1,
-    "agentlab.model": 2, "agentlab.session": 2,
+    "agentlab.model": 2, "agentlab.session": 2, "agentlab.artifacts": 2, "agentlab.executor": 2,
     "agentlab.core": 3, "agentlab.projection": 3,  # the older path re-exports the core
     "agentlab.summary": 4, "agentlab.compaction": 4, "agentlab.recall": 4, "agentlab.memory": 4,
-    "agentlab.policies": 4, "agentlab.skills": 4,
+    "agentlab.policies": 4, "agentlab.skills": 4, "agentlab.artifacts.tools": 4, "agentlab.artifacts.offload": 4,
     "agentlab.runtime": 5,
     "agentlab.bench": 6, "agentlab.testing": 6, "agentlab.serve": 6,
     "agentlab.notebooks": 7, "agentlab.examples": 7,
