@@ -14,8 +14,8 @@
   conversation (``reload=true`` fetches them again, e.g. after a summary cut them away).
 * **Profiles** decide the tool surface (:class:`SkillsPolicy.profile`): ``read_only`` gets
   ``skill_load`` and ``skill_read`` (guidance only); ``workspace`` adds ``skill_run``, which runs
-  one of a skill's scripts through :func:`agentlab.skills.scripts.run_script` (a subprocess with a
-  timeout and an output cap, until the code workspace exists). A skill is only guidance unless
+  one of a skill's scripts through :func:`agentlab.skills.scripts.run_script` (the code
+  workspace, :class:`agentlab.executor.CodeExecutor`: a timeout, an output cap, no sandbox). A skill is only guidance unless
   the agent was explicitly given the workspace.
 
 This follows trpc-agent-go's skill tools (docs/sources.md#skills-and-evolution); the text of the listing and
