@@ -264,11 +264,15 @@ class Event:
         )
 
     def has_valid_content(self) -> bool:
-        """Whether the message carries text or tool calls (an empty reply carries neither)."""
+        """Whether the message carries text or tool calls (an empty reply carries neither).
+
+        A tool result is valid when empty: a tool that returned nothing still answers its call
+        (tau-bench's ``think``), and a request that dropped it would orphan the call.
+        """
         m = self.message
         if m is None:
             return False
-        return bool(m.content) or bool(m.tool_calls)
+        return bool(m.content) or bool(m.tool_calls) or (m.role == "tool" and bool(m.tool_call_id))
 
     def qualifies(self) -> bool:
         """Whether a runner persists this event: a state delta, or a complete valid response."""

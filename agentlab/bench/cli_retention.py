@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from agentlab.bench.arms import arm_names, get_arm
 from agentlab.bench.cli_common import CliError, _print_json
 from agentlab.bench.delivery import Delivery
 from agentlab.bench.retention import (
@@ -55,6 +56,7 @@ from agentlab.bench.retention import (
 )
 from agentlab.bench.retention_cache import ranking_differences, rankings, with_cache
 from agentlab.bench.store import DEFAULT_DB
+from agentlab.bench.summary_bounds import DEFAULT_SUMMARY_TOKENS, MIN_SUMMARY_TOKENS
 from agentlab.model.prices import PriceFileError, no_price_note, price_for
 from agentlab.model.prompt_caching import PROFILES, get_profile
 
@@ -84,6 +86,9 @@ def retention_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--price-model", default=None,
                    help="the model of data/prices.toml the cost columns use (default per profile: "
                         + ", ".join(f"{k} -> {v}" for k, v in DEFAULT_PRICE_MODEL.items()) + ")")
+    p.add_argument("--summary-tokens", type=int, default=None, metavar="N",
+                   help="benchmarks that bound summarising arms (trajectories): the summary length their cost is "
+                        f"stated at, in tokens (default {DEFAULT_SUMMARY_TOKENS}, stated in the output)")
     p.add_argument("--no-store", action="store_true", help="print only; write nothing to --db")
     return p
 
@@ -95,8 +100,14 @@ def _delivery(settings: Any) -> Delivery:
 
 
 def _pick_arms(names: str, task: Any) -> tuple[dict[str, Any], dict[str, str]]:
-    """(the arms to run, the skipped ones with their reasons): views over the arms registry for ``task``."""
+    """(the arms to run, the skipped ones with their reasons): views over the arms registry for ``task``.
+
+    A task with ``summary_bounds`` runs the summarising arms too (as bounds); any other skips them.
+    """
     free, needing = split_arms(task)
+    if task.summary_bounds:
+        bounded = {**free, **{name: get_arm(name, task) for name in needing}}
+        free, needing = {n: bounded[n] for n in _registry_order(task) if n in bounded}, {}
     if names.strip() == "all":
         return free, {name: s.reason for name, s in needing.items()}
     chosen = [n.strip() for n in names.split(",") if n.strip()]
@@ -115,6 +126,13 @@ def _pick_arms(names: str, task: Any) -> tuple[dict[str, Any], dict[str, str]]:
         raise CliError(f"--arms {names}: every arm named needs a model ({'; '.join(skipped.values())}); "
                        "this command calls none")
     return picked, skipped
+
+
+def _registry_order(task: Any) -> list[str]:
+    """The retention arms' names in the registry's order (the baseline first)."""
+    from agentlab.bench.retention import FULL_HISTORY
+
+    return [FULL_HISTORY, *(n for n in arm_names(task) if n not in task.modes)]
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -207,6 +225,12 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     if budget < 1:
         raise CliError(f"--context-budget must be >= 1, got {budget}")
     task = get_task(args.benchmark)
+    if args.summary_tokens is not None and args.summary_tokens < MIN_SUMMARY_TOKENS:
+        raise CliError(f"--summary-tokens must be >= {MIN_SUMMARY_TOKENS} (the summary's marker), "
+                       f"got {args.summary_tokens}")
+    if args.summary_tokens is not None and not task.summary_bounds:
+        raise CliError(f"--summary-tokens: {args.benchmark} skips the summarising arms (they need a model); "
+                       "drop the flag, or measure a benchmark that bounds them (trajectories)")
     if not task.has_retention():
         raise CliError(f"retention {args.benchmark!r}: its task marks no gold evidence (it implements neither "
                        "Task.retention_groups nor Task.retention); benchmarks with retention: "
@@ -217,7 +241,9 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     own = task.retention_report(arms, skipped, settings, context_budget=budget, budget_source=budget_source,
                                 limit=args.limit, as_json=args.json, out=out,
                                 cache_profile=args.cache_profile, price_model=args.price_model,
-                                db=None if args.no_store else args.db)
+                                db=None if args.no_store else args.db,
+                                summary_tokens=(args.summary_tokens or DEFAULT_SUMMARY_TOKENS)
+                                if task.summary_bounds else None)
     if own is not None:  # a measure with a table of its own (e.g. per step of a recorded trajectory)
         return own
     delivery = _delivery(settings)

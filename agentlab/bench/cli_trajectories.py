@@ -30,6 +30,7 @@ from agentlab.bench.cli_retention import (
 from agentlab.bench.loops import run_sync
 from agentlab.bench.retention import retention_settings
 from agentlab.bench.retention_cache import cache_means, ranking_differences
+from agentlab.bench.summary_bounds import DEFAULT_SUMMARY_TOKENS, format_summary_costs, with_summary_costs
 from agentlab.bench.trajectory_retention import (
     DEFAULT_K,
     TRAJECTORY_RETENTION_VERSION,
@@ -45,23 +46,35 @@ from agentlab.model.prompt_caching import get_profile
 def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: dict[str, Any], skipped: dict[str, str],
                              settings: Any, budget: int, budget_source: str, as_json: bool, out: TextIO, *,
                              cache_profile: str = "none", price_model: str | None = None,
-                             db: Path | None = None) -> int:
+                             db: Path | None = None, summary_tokens: int | None = None) -> int:
     """Measure every arm over ``trajectories`` (the chosen ``datasets``), store the rows in ``db`` and print the table.
 
     With a cache profile (``--cache-profile``; ``none`` with a ``--price-model`` prices every token
     uncached) each trajectory's step requests go through :mod:`agentlab.model.prompt_caching` and a
     second table per dataset gives raw, cached, uncached and written tokens, busts and cost.
-    ``db`` ``None`` (``--no-store``): nothing is stored.
+    ``db`` ``None`` (``--no-store``): nothing is stored. ``summary_tokens`` (``--summary-tokens``)
+    replays the summarising arms among ``arms`` with no model, as bounds at that summary length
+    (:mod:`agentlab.bench.summary_bounds`); their summariser calls are in the cache table's tokens and,
+    at the output price, in its costs.
     """
     started = time.perf_counter()
+    bounding = [name for name, arm in arms.items() if arm.needs_model]
+    bounds_line = (f"summarising arms ({len(bounding)}) replayed with no model: supported = their summaries keep "
+                   f"none of what they cover, sup hi = all of it; summ = summariser calls per trajectory, each "
+                   f"sent what the arm sends and answered with {summary_tokens} tokens (--summary-tokens, default "
+                   f"{DEFAULT_SUMMARY_TOKENS})") if bounding and summary_tokens is not None else ""
     profile = active_profile(cache_profile, price_model)
     price, priced_model, price_line = resolve_price(cache_profile, price_model) if profile is not None else (None, None, "")
     timed = run_sync(measure_trajectories(trajectories, list(arms.values()), context_window=budget,
-                                          settings=retention_settings(settings), cache_profile=profile))
+                                          settings=retention_settings(settings), cache_profile=profile,
+                                          summary_tokens=summary_tokens))
     summaries = aggregate_trajectories(timed.rows, budget)
     if profile is not None:
-        summaries = [replace(s, extra={**s.extra, **cache_means(
-            [r for r in timed.rows if r.dataset == s.dataset and r.arm == s.arm], price)}) for s in summaries]
+        def group(s: Any) -> list[TrajectoryRow]:
+            return [r for r in timed.rows if r.dataset == s.dataset and r.arm == s.arm]
+
+        summaries = [replace(s, extra=with_summary_costs({**s.extra, **cache_means(group(s), price)}, group(s), price))
+                     for s in summaries]
     datasets_seen = list(dict.fromkeys(s.dataset for s in summaries))
     moved = {d: ranking_differences([s for s in summaries if s.dataset == d]) for d in datasets_seen} \
         if profile is not None else None
@@ -71,6 +84,7 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
         _print_json({"benchmark": "trajectories", "datasets": datasets, "context_budget": budget,
                      "context_budget_source": budget_source, "cases": len(trajectories), "model": None,
                      "recall_top_k": DEFAULT_K, "summaries": [asdict(s) for s in summaries], "skipped": skipped,
+                     "summary_tokens": summary_tokens, "summary_tokens_note": bounds_line or None,
                      "cache_profile": profile,
                      "cache_profile_description": None if profile is None else get_profile(profile).description,
                      "price_model": priced_model, "price": None if price is None else price.__dict__,
@@ -80,6 +94,8 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
     out.write(f"trajectories retention: {len(trajectories)} recorded trajectories ({datasets}), context budget {budget} "
               f"tokens ({budget_source}), no model called\n")
     write_fraction_note(out, arms, settings)
+    if bounds_line:
+        out.write(bounds_line + "\n")
     out.write(format_trajectory_table(summaries))
     out.write(f"(supported: share of step supports visible in the step's request, 95% bootstrap interval over "
               f"trajectories; +recall: with session_search top {DEFAULT_K} over what was hidden, for arms that have it; "
@@ -87,10 +103,15 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
     if profile is not None and moved is not None:
         out.write(f"prompt cache: {get_profile(profile).description}; means per trajectory over its step requests\n"
                   f"{price_line}\n")
+        if bounds_line:
+            out.write("(summarising arms: their summariser requests are in the token columns, in the order sent; "
+                      "with a price, each summary's output tokens are in raw $ and net $ at the output price)\n")
         basis = "net cost" if price is not None else "uncached tokens"
         for dataset in datasets_seen:
             out.write(f"{dataset}:\n")
             out.write(format_cache_table([s for s in summaries if s.dataset == dataset]))
+            if bounds_line:
+                out.write(format_summary_costs([s for s in summaries if s.dataset == dataset]))
             out.write(f"ranked by {basis} instead of raw tokens (1 = cheapest), these arms move: "
                       f"{', '.join(moved[dataset]) or 'none'}\n")
     if skipped:

@@ -50,9 +50,15 @@ class KeyedTable:
         return [name for name, _ in self.columns]
 
     def create(self, con: Any) -> None:
-        """``CREATE TABLE IF NOT EXISTS`` with the columns and the primary key."""
+        """``CREATE TABLE IF NOT EXISTS`` with the columns and the primary key, then ``ADD COLUMN`` for any it lacks."""
         columns = ", ".join(f"{name} {kind}" for name, kind in self.columns)
         con.execute(f"CREATE TABLE IF NOT EXISTS {self.name} ({columns}, PRIMARY KEY ({', '.join(self.key)}))")
+        # A file made before columns were added to the table gets them (NULL in its old rows).
+        have = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+                                          [self.name]).fetchall()}
+        for name, kind in self.columns:
+            if name not in have:
+                con.execute(f"ALTER TABLE {self.name} ADD COLUMN {name} {kind}")
 
 
 RETENTION = KeyedTable(TABLE, COLUMNS, KEY)
@@ -90,7 +96,8 @@ def replace_rows(db: str | Path, batches: Sequence[tuple[KeyedTable, Sequence[tu
             # INSERT OR REPLACE on the primary key: a re-measured row replaces its old one. One
             # statement over a registered frame (a row-by-row executemany took a minute for LoCoMo).
             for table, _ in batches:
-                con.execute(f"INSERT OR REPLACE INTO {table.name} SELECT * FROM {table.name}_rows")
+                names = ", ".join(table.names)
+                con.execute(f"INSERT OR REPLACE INTO {table.name} ({names}) SELECT {names} FROM {table.name}_rows")
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")

@@ -24,13 +24,28 @@ enough (``Found`` is prose, ``HAT001`` and ``missingColon`` are not).
 A unit **occurs** in a text when it is a substring of it whose neighbours are not letters, digits
 or ``_`` (for code lines: a substring after collapsing whitespace runs to one space on both
 sides). The **supports** of a step are the non-trivial units of the tool results *before* the step
-that occur in the step's used text and occur in none of the user messages before the step nor in
-the system prompt: what the agent acted on that only a tool had told it. Each support keeps the
-ids of the earlier results it occurs in (its *sources*).
+that occur in the step's used text and that only a tool had told the agent:
 
-What this leaves out: a value the agent re-derived in other words (a date written differently, a
-price summed from two results), a value read but not repeated (a decision not to rebook) and a
-value both a tool and the user gave (not a support: the user's words would keep it).
+1. **Not the user's.** The unit occurs in none of the user messages before the step nor in the
+   system prompt, in any surface form :func:`user_forms` normalises: case aside (the user typed
+   ``hat229``, the tool returned ``HAT229``), and an ISO date ``YYYY-MM-DD`` whose month and day
+   the user gave in words or digits ("May 27", "27th of May", "5/27"; with the year when the user
+   gave one) — ``2024-05-27`` after "I fly on May 27" is the user's date, not the tool's.
+2. **Not the agent's own first.** The unit does not occur in the used text of an assistant step
+   before the first tool result that holds it: a file the agent created (``reproduce.py``), a code
+   line it wrote in an edit and later saw in a file view, a value it put in a call itself
+   (``one_way``) and the tool echoed back are the agent's, not the tool's.
+3. **Once per text.** A text a tool gave in several forms (a JSON value of one result, an
+   identifier-like token of another) is one support, its sources merged; the first form seen
+   decides how it is matched (a code line by its whitespace-normalised text, any other unit at
+   word boundaries).
+
+Each support keeps the ids of the earlier results it occurs in (its *sources*).
+
+What this leaves out: a value the agent re-derived in other words (a price summed from two
+results), a value read but not repeated (a decision not to rebook) and a value both a tool and the
+user gave (not a support: the user's words would keep it). The user's forms cover dates and case;
+a number the user spelled out ("two bags") is not normalised.
 """
 
 from __future__ import annotations
@@ -46,7 +61,7 @@ from agentlab.events import Event
 
 #: The version of the definitions above (units, non-trivial, occurs, supports); stored with every
 #: row of the ``trajectory_retention`` table. Bump it when a definition changes.
-SUPPORTS_VERSION = "supports-v1"
+SUPPORTS_VERSION = "supports-v2"
 #: Shortest support, in characters.
 MIN_CHARS = 4
 #: Shortest code line counted as a unit, in characters (after stripping).
@@ -175,25 +190,133 @@ def used_text(event: Event) -> str:
     return "\n".join(parts)
 
 
-def step_supports(events: Sequence[Event], instruction: str = "") -> list[Step]:
+_MONTHS = {name: i + 1 for i, names in enumerate((
+    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
+    ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"), ("november", "nov"),
+    ("december", "dec"))) for name in names}
+_MONTH = r"(?P<{g}>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<{g}>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?:,?\s+(?P<{g}>(?:19|20)\d\d))?"
+#: Dates in words or digits: "May 27", "May 27th, 2024", "27 May", "27th of May", "5/27", "5/27/2024".
+_USER_DATES = (
+    re.compile(r"\b" + _MONTH.format(g="m") + r"\s+" + _DAY.format(g="d") + r"\b" + _YEAR.format(g="y"),
+               re.IGNORECASE),
+    re.compile(r"\b" + _DAY.format(g="d") + r"\s+(?:of\s+)?" + _MONTH.format(g="m") + r"\b" + _YEAR.format(g="y"),
+               re.IGNORECASE),
+    re.compile(r"\b(?P<m>1[0-2]|0?[1-9])/(?P<d>[0-3]?\d)(?:/(?P<y>(?:19|20)\d\d))?\b"),
+)
+_ISO_DATE = re.compile(r"(?<![\d-])((?:19|20)\d\d)-([01]\d)-([0-3]\d)(?![\d-])")
+
+
+def user_dates(text: str) -> set[tuple[int | None, int, int]]:
+    """The dates a user's text gives in words or digits, as (year or ``None``, month, day)."""
+    out: set[tuple[int | None, int, int]] = set()
+    for pattern in _USER_DATES:
+        for m in pattern.finditer(text):
+            month = m.group("m")
+            month_n = int(month) if month.isdigit() else _MONTHS[month.lower()]
+            day = int(m.group("d"))
+            if 1 <= day <= 31:
+                out.add((int(m.group("y")) if m.group("y") else None, month_n, day))
+    return out
+
+
+@dataclass
+class UserForms:
+    """What the user (and the system prompt) said so far, in the forms :func:`said_by_user` compares."""
+
+    texts: list[str]
+    lowered: list[str]
+    dates: set[tuple[int | None, int, int]]
+
+    @staticmethod
+    def of(texts: Sequence[str]) -> UserForms:
+        """The forms of ``texts``."""
+        forms = UserForms([], [], set())
+        for t in texts:
+            forms.add(t)
+        return forms
+
+    def add(self, text: str) -> None:
+        """One more user message."""
+        self.texts.append(text)
+        self.lowered.append(text.lower())
+        self.dates |= user_dates(text)
+
+
+def user_forms(texts: Sequence[str]) -> UserForms:
+    """:class:`UserForms` of the user's messages (and the system prompt)."""
+    return UserForms.of(texts)
+
+
+def said_by_user(text: str, kind: str, forms: UserForms) -> bool:
+    """Whether the user gave ``text``: verbatim, case aside, or (an ISO date) its month and day in words."""
+    low = text.lower()
+    if any(occurs(low, u, kind) for u in forms.lowered):
+        return True
+    if forms.dates:
+        for m in _ISO_DATE.finditer(text):
+            year, month, day = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            if (None, month, day) in forms.dates or (year, month, day) in forms.dates:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Which of the module docstring's rules :func:`step_supports` applies (all, by default).
+
+    Switching one off gives what it removes (``benchmarks/supports_rules.py`` counts them); all off
+    is the definition before them (``supports-v1``).
+    """
+
+    #: Rule 1's normalised forms (off: only the user's verbatim text, case kept).
+    user_forms: bool = True
+    #: Rule 2 (off: a value the agent wrote first still counts).
+    agent_first: bool = True
+    #: Rule 3 (off: a text in two forms is two supports).
+    once_per_text: bool = True
+
+
+def step_supports(events: Sequence[Event], instruction: str = "", rules: Rules = Rules()) -> list[Step]:
     """The supports of every assistant step of a ledger (definitions in the module docstring)."""
     steps: list[Step] = []
-    units: dict[tuple[str, str], list[str]] = {}  # (text, kind) -> result event ids
-    user_texts: list[str] = [instruction] if instruction else []
+    units: dict[tuple[str, str], list[str]] = {}  # (text, kind or "") -> result event ids
+    kinds: dict[tuple[str, str], str] = {}
+    first_at: dict[tuple[str, str], int] = {}  # -> ledger index of the first result holding it
+    forms = UserForms.of([instruction] if instruction else [])
+    agent: list[tuple[int, str]] = []  # (ledger index, used text) of the assistant steps so far
     for i, event in enumerate(events):
         message = event.message
         if message is None:
             continue
         if message.role == "user":
-            user_texts.append(message.content)
+            forms.add(message.content)
         elif message.role == "tool":
             for unit in result_units(message.content):
-                units.setdefault((unit.text, unit.kind), []).append(event.id)
+                key = (unit.text, "" if rules.once_per_text else unit.kind)
+                ids = units.setdefault(key, [])
+                if not ids:
+                    kinds[key], first_at[key] = unit.kind, i
+                if not ids or ids[-1] != event.id:
+                    ids.append(event.id)
         elif message.role == "assistant":
             used = used_text(event)
-            found = tuple(Support(text, kind, tuple(ids)) for (text, kind), ids in units.items()
-                          if occurs(text, used, kind) and not any(occurs(text, u, kind) for u in user_texts))
-            steps.append(Step(i, event.id, found))
+            found = []
+            for key, ids in units.items():
+                text, kind = key[0], kinds[key]
+                if not occurs(text, used, kind):
+                    continue
+                if rules.user_forms:
+                    if said_by_user(text, kind, forms):
+                        continue
+                elif any(occurs(text, u, kind) for u in forms.texts):
+                    continue
+                if rules.agent_first and any(j < first_at[key] and occurs(text, t, kind) for j, t in agent):
+                    continue
+                found.append(Support(text, kind, tuple(ids)))
+            steps.append(Step(i, event.id, tuple(found)))
+            agent.append((i, used))
     return steps
 
 
@@ -203,13 +326,18 @@ __all__ = [
     "MIN_LINE_CHARS",
     "STOP_WORDS",
     "SUPPORTS_VERSION",
+    "Rules",
     "Step",
     "Support",
     "Unit",
+    "UserForms",
     "json_scalars",
     "non_trivial",
     "occurs",
     "result_units",
+    "said_by_user",
     "step_supports",
     "used_text",
+    "user_dates",
+    "user_forms",
 ]

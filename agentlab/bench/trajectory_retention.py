@@ -28,7 +28,13 @@ The supports of each step are :func:`agentlab.bench.supports.step_supports`'. Co
   results to fetch again: per such step, the latest source result of each hidden support, counted
   once per step.
 * **peak / total / final prompt tokens** — the largest, the sum and the last of the step requests'
-  prompt tokens (agentlab's tokeniser; prompt caching not modelled).
+  prompt tokens (agentlab's tokeniser; what a provider's prompt cache serves of them is ``cache``).
+* **supported_lo / supported_hi** — a summarising arm replayed with no model
+  (:mod:`agentlab.bench.summary_bounds`, ``summary_tokens`` its stated summary length): the share
+  when its summaries keep none of what they cover (= ``supported``) and when they keep all of it.
+  Both equal ``supported`` for any other arm; ``summary_tokens`` is then ``None``. **summary_calls /
+  summary_input_tokens / summary_output_tokens** — its summariser calls and their tokens (the
+  input goes through ``cache`` with the step requests, in the order sent).
 * **reward** — the recording's own reward for the trajectory (tau-bench: 1.0 = the task was
   solved in that run; SWE-agent: none recorded). It is a column of the data, not a prediction.
 
@@ -48,6 +54,7 @@ from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.trajectories import Trajectory
 from agentlab.bench.offload_measure import offers_paging, paged_back
 from agentlab.bench.retention import _recall_policy, _search_service, normalise, search_left_out
+from agentlab.bench.summary_bounds import PlaceholderSummariser, SummaryCosts, calls_before, covered_by
 from agentlab.bench.supports import SUPPORTS_VERSION, Step, occurs, step_supports
 from agentlab.core import project
 from agentlab.core.project import ProjectionResult, replaced_in_request
@@ -60,7 +67,7 @@ from agentlab.session.base import Session
 DEFAULT_K = 5
 #: The version of this measure's definitions (the columns of the module docstring) and of the supports'
 #: (:data:`agentlab.bench.supports.SUPPORTS_VERSION`); stored with every ``trajectory_retention`` row.
-TRAJECTORY_RETENTION_VERSION = f"trajectory-retention-v1/{SUPPORTS_VERSION}"
+TRAJECTORY_RETENTION_VERSION = f"trajectory-retention-v2/{SUPPORTS_VERSION}"
 APP_NAME = "agentlab-trajectories"
 USER_ID = "trajectories"
 
@@ -99,8 +106,17 @@ class TrajectoryRow:
     recorded_reward: float | None
     #: (step index, support text) of every support the step's request hid.
     hidden: tuple[tuple[int, str], ...] = ()
-    #: The step requests through a prompt cache, in order (``None`` without a cache profile).
+    #: The step requests (and a summarising arm's summariser requests) through a prompt cache, in the
+    #: order sent (``None`` without a cache profile).
     cache: CacheTotals | None = None
+    #: A summarising arm's bounds (its summaries keep none / all of what they cover); ``supported`` otherwise.
+    supported_lo: float | None = None
+    supported_hi: float | None = None
+    #: The summary length the arm was replayed at (``None``: not a summarising arm replayed with no model).
+    summary_tokens: int | None = None
+    summary_calls: int = 0
+    summary_input_tokens: int = 0
+    summary_output_tokens: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``hidden`` as lists)."""
@@ -144,6 +160,8 @@ async def _replay(traj: Trajectory, arm: Arm, steps: Sequence[Step], *, context_
     by_id = {e.id: e for e in traj.events}
     out = []
     for step in steps:
+        if isinstance(model, PlaceholderSummariser):
+            model.at_step = step.index
         prefix = traj.events[:step.index]
         result = await project(_session(traj, prefix), mechanisms, _current_user(prefix), info, model=model,
                                instruction=traj.instruction, context_window=context_window,
@@ -173,19 +191,24 @@ def _check(arm: Arm, model: Model | None) -> None:
 
 async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int, settings: Any = None,
                              k: int = DEFAULT_K, model: Model | None = None,
-                             cache_profile: str | None = None) -> TrajectoryRow:
+                             cache_profile: str | None = None, summary_tokens: int | None = None) -> TrajectoryRow:
     """One :class:`TrajectoryRow`: ``traj`` replayed under ``arm`` at ``context_window`` tokens.
 
     ``model`` is only the summariser of a summarising arm (``arm.needs_model``); no step is re-generated.
-    ``cache_profile`` (a :data:`agentlab.model.prompt_caching.PROFILES` name) fills ``cache`` with the
-    step requests, in order, through that provider's prompt cache.
+    Without one, ``summary_tokens`` replays such an arm with a placeholder summariser of that length
+    and fills its bounds (:mod:`agentlab.bench.summary_bounds`). ``cache_profile`` (a
+    :data:`agentlab.model.prompt_caching.PROFILES` name) fills ``cache`` with the requests, in the
+    order sent, through that provider's prompt cache.
     """
+    placeholder = None
+    if arm.needs_model and model is None and summary_tokens is not None:
+        model = placeholder = PlaceholderSummariser(summary_tokens, context_window)
     _check(arm, model)
     steps = step_supports(traj.events, traj.instruction)
     replayed = await _replay(traj, arm, steps, context_window=context_window, settings=settings, model=model)
     tokens_of = {e.id: e.token_count or 0 for e in traj.events}
     service: Any = None
-    n_supports = visible = recovered = refetch_steps = refetch_tokens = 0
+    n_supports = visible = upper = recovered = refetch_steps = refetch_tokens = 0
     hidden: list[tuple[int, str]] = []
     policy = _recall_policy(arm.mechanisms(settings, model))
     pages = offers_paging(r.draft for _, r, _ in replayed)
@@ -194,6 +217,8 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
         missing = [s for s in step.supports if not _visible(s.text, s.kind, texts)]
         n_supports += len(step.supports)
         visible += len(step.supports) - len(missing)
+        covered = covered_by(placeholder, texts) if placeholder is not None and missing else []
+        upper += len(step.supports) - sum(1 for s in missing if not any(occurs(s.text, c, s.kind) for c in covered))
         if not missing:
             continue
         refetch_steps += 1
@@ -211,16 +236,23 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
                                          query.text if query is not None else "", set(left_out), k))
         recovered += sum(1 for s in missing if hits.intersection(s.sources))
     prompts = [r.prompt_tokens for _, r, _ in replayed] or [0]
+    sent: list[tuple[Any, Any]] = []
+    for step, r, _ in replayed:
+        sent += [(c.messages, c.tools) for c in calls_before(placeholder, step.index)]
+        sent.append((r.request.messages, r.request.tools))
+    costs = SummaryCosts.of(placeholder)
+    supported = visible / n_supports if n_supports else None
     return TrajectoryRow(
         traj_id=traj.traj_id, dataset=traj.dataset, arm=arm.name, n_steps=len(steps),
-        n_support_steps=sum(1 for s in steps if s.supports), n_supports=n_supports,
-        supported=visible / n_supports if n_supports else None,
+        n_support_steps=sum(1 for s in steps if s.supports), n_supports=n_supports, supported=supported,
         recoverable=(visible + recovered) / n_supports if n_supports and (policy is not None or pages) else None,
         refetch_steps=refetch_steps, refetch_tokens=refetch_tokens,
         peak_prompt_tokens=max(prompts), total_prompt_tokens=sum(prompts), final_prompt_tokens=prompts[-1],
         recorded_reward=traj.reward, hidden=tuple(hidden),
-        cache=None if cache_profile is None else totals(cache_sequence(
-            [(r.request.messages, r.request.tools) for _, r, _ in replayed], cache_profile)))
+        cache=None if cache_profile is None else totals(cache_sequence(sent, cache_profile)),
+        supported_lo=supported, supported_hi=upper / n_supports if n_supports else None,
+        summary_tokens=None if placeholder is None else summary_tokens, summary_calls=costs.calls,
+        summary_input_tokens=costs.input_tokens, summary_output_tokens=costs.output_tokens)
 
 
 @dataclass(frozen=True)
@@ -232,11 +264,12 @@ class Timed:
 
 
 async def measure_trajectories(trajectories: Sequence[Trajectory], arms: Sequence[Arm], *, context_window: int,
-                               settings: Any = None, k: int = DEFAULT_K, cache_profile: str | None = None) -> Timed:
+                               settings: Any = None, k: int = DEFAULT_K, cache_profile: str | None = None,
+                               summary_tokens: int | None = None) -> Timed:
     """:func:`measure_trajectory` for every trajectory and arm, timed."""
     started = time.perf_counter()
     rows = [await measure_trajectory(t, a, context_window=context_window, settings=settings, k=k,
-                                     cache_profile=cache_profile)
+                                     cache_profile=cache_profile, summary_tokens=summary_tokens)
             for t in trajectories for a in arms]
     return Timed(rows, time.perf_counter() - started)
 
@@ -284,6 +317,12 @@ class TrajectorySummary:
     recorded_reward: float | None
     n_over_budget: int
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The upper bound of a summarising arm replayed with no model (its ``supported`` is the lower one);
+    #: ``supported`` again for any other arm.
+    supported_hi: Interval | None = None
+    #: The stated summary length of such an arm (``None`` otherwise) and its summariser calls per trajectory.
+    summary_tokens: int | None = None
+    mean_summary_calls: float = 0.0
 
 
 def aggregate_trajectories(rows: Sequence[TrajectoryRow], context_window: int) -> list[TrajectorySummary]:
@@ -305,7 +344,9 @@ def aggregate_trajectories(rows: Sequence[TrajectoryRow], context_window: int) -
             mean_total_prompt_tokens=sum(r.total_prompt_tokens for r in g) / n,
             mean_final_prompt_tokens=sum(r.final_prompt_tokens for r in g) / n,
             recorded_reward=sum(rewards) / len(rewards) if rewards else None,
-            n_over_budget=sum(1 for r in g if r.peak_prompt_tokens > context_window)))
+            n_over_budget=sum(1 for r in g if r.peak_prompt_tokens > context_window),
+            supported_hi=interval([r.supported if r.supported_hi is None else r.supported_hi for r in g]),
+            summary_tokens=g[0].summary_tokens, mean_summary_calls=sum(r.summary_calls for r in g) / n))
     return out
 
 
@@ -323,12 +364,15 @@ def format_trajectory_table(summaries: Sequence[TrajectorySummary]) -> str:
         lines.append(f"{dataset}: {group[0].n_trajectories} trajectories, "
                      f"{group[0].supported.n} with supports; recorded reward (the recording's, not predicted): "
                      f"{_fmt(reward)}")
-        lines.append(f"  {'arm':{w}s} {'supported':>9s} {'95% interval':>13s} {'+recall':>7s} {'refetch':>7s} "
-                     f"{'refetch tok':>11s} {'peak':>7s} {'max peak':>8s} {'>budget':>7s} {'total sent':>10s} "
+        lines.append(f"  {'arm':{w}s} {'supported':>9s} {'95% interval':>13s} {'sup hi':>6s} {'summ':>5s} "
+                     f"{'+recall':>7s} {'refetch':>7s} {'refetch tok':>11s} {'peak':>7s} {'max peak':>8s} {'>budget':>7s} {'total sent':>10s} "
                      f"{'final':>7s}")
         for s in group:
             ci = f"{_fmt(s.supported.low, 2)}-{_fmt(s.supported.high, 2)}"
-            lines.append(f"  {s.arm:{w}s} {_fmt(s.supported.mean):>9s} {ci:>13s} {_fmt(s.recoverable.mean):>7s} "
+            hi = s.supported_hi.mean if s.supported_hi is not None else s.supported.mean
+            summ = f"{s.mean_summary_calls:5.1f}" if s.summary_tokens is not None else f"{'-':>5s}"
+            lines.append(f"  {s.arm:{w}s} {_fmt(s.supported.mean):>9s} {ci:>13s} {_fmt(hi):>6s} {summ} "
+                         f"{_fmt(s.recoverable.mean):>7s} "
                          f"{s.mean_refetch_steps:7.2f} {s.mean_refetch_tokens:11.0f} {s.mean_peak_prompt_tokens:7.0f} "
                          f"{s.max_peak_prompt_tokens:8d} {s.n_over_budget:7d} {s.mean_total_prompt_tokens:10.0f} "
                          f"{s.mean_final_prompt_tokens:7.0f}")

@@ -6,7 +6,10 @@ with :func:`agentlab.bench.retention_store.replace_rows`) into the results file,
 one :class:`~agentlab.bench.trajectory_retention.TrajectoryRow` (definitions in
 :mod:`agentlab.bench.trajectory_retention`) and is keyed by what its figures depend on — the
 dataset, the context budget the mechanisms saw, the arm and the trajectory — so measuring again
-replaces the rows of that key, and rows measured under another budget stay beside them. ``hidden``
+replaces the rows of that key, and rows measured under another budget stay beside them. A
+summarising arm measured with no model has its bounds (``supported_lo``, ``supported_hi``), the
+stated ``summary_tokens`` and its summariser calls and tokens; any other arm has both bounds equal
+to ``supported`` and ``summary_tokens`` NULL. ``hidden``
 is the row's list of (step index, support text) as JSON, ``n_hidden`` its length. Each row also
 keeps the definitions' version (:data:`~agentlab.bench.trajectory_retention.TRAJECTORY_RETENTION_VERSION`,
 which names the supports' :data:`~agentlab.bench.supports.SUPPORTS_VERSION`) and the code version
@@ -35,6 +38,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("final_prompt_tokens", "INTEGER"), ("recorded_reward", "DOUBLE"), ("n_hidden", "INTEGER"),
     ("hidden", "VARCHAR"), ("retention_version", "VARCHAR"), ("code_version", "VARCHAR"),
     ("measured_at", "DOUBLE"),
+    # Added with trajectory-retention-v2 (at the end: a file made before gets them as new columns).
+    ("supported_lo", "DOUBLE"), ("supported_hi", "DOUBLE"), ("summary_tokens", "INTEGER"),
+    ("summary_calls", "INTEGER"), ("summary_input_tokens", "INTEGER"), ("summary_output_tokens", "INTEGER"),
 )
 KEY = ("dataset", "context_budget", "arm", "traj_id")
 TRAJECTORY_RETENTION = KeyedTable(TABLE, COLUMNS, KEY)
@@ -47,7 +53,8 @@ def trajectory_records(rows: Sequence[TrajectoryRow], *, context_budget: int, co
     return [(r.dataset, context_budget, r.arm, r.traj_id, r.n_steps, r.n_support_steps, r.n_supports, r.supported,
              r.recoverable, k, r.refetch_steps, r.refetch_tokens, r.peak_prompt_tokens, r.total_prompt_tokens,
              r.final_prompt_tokens, r.recorded_reward, len(r.hidden), json.dumps([list(h) for h in r.hidden]),
-             TRAJECTORY_RETENTION_VERSION, code_version, now) for r in rows]
+             TRAJECTORY_RETENTION_VERSION, code_version, now, r.supported_lo, r.supported_hi, r.summary_tokens,
+             r.summary_calls, r.summary_input_tokens, r.summary_output_tokens) for r in rows]
 
 
 def read_trajectory_retention(con: Any, *, dataset: str | None = None, arm: str | None = None) -> Any:

@@ -33,6 +33,7 @@ from agentlab.policies.langchain_summarization import LangChainSummarization
 from agentlab.policies.langmem_summarize import LangMemSummarize
 from agentlab.policies.letta_sliding_window import LettaSlidingWindow
 from agentlab.policies.swe_agent_masking import SweAgentMasking
+from agentlab.policies.swe_agent_summary import SweAgentSummary
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def _entry(mechanism_class: type[PeerMechanism]) -> PolicyEntry:
 #: The peers' mechanism classes, in the order the README lists them: each states its own facts.
 MECHANISMS: tuple[type[PeerMechanism], ...] = (
     LangChainClearToolUses, LangChainSummarization, InspectEdit, InspectTrim, InspectSummary, LangMemSummarize,
-    AdkCompaction, AnthropicClearToolUses, CodexCompaction, LettaSlidingWindow, SweAgentMasking,
+    AdkCompaction, AnthropicClearToolUses, CodexCompaction, LettaSlidingWindow, SweAgentMasking, SweAgentSummary,
 )
 #: name -> entry, derived from :data:`MECHANISMS`.
 POLICIES: dict[str, PolicyEntry] = {e.name: e for e in map(_entry, MECHANISMS)}

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from agentlab.bench.supports import non_trivial, occurs, result_units, step_supports
+from typing import Any
+
+import pytest
+
+from agentlab.bench.supports import (
+    Rules,
+    non_trivial,
+    occurs,
+    result_units,
+    said_by_user,
+    step_supports,
+    user_dates,
+    user_forms,
+)
 from agentlab.events import Event, Message, ToolCall
 
 
@@ -62,3 +75,97 @@ def test_occurrence_needs_word_boundaries_and_units_a_minimum() -> None:
     assert not non_trivial("100") and not non_trivial("true") and not non_trivial("economy")
     assert non_trivial("1000") and non_trivial("New York") and non_trivial("credit_card_1")
     assert not non_trivial("Found", token=True) and non_trivial("missingColon", token=True)
+
+
+# ------------------------------------------------------------------- the rules of supports-v2
+
+def test_a_date_the_user_gave_in_words_is_not_a_support() -> None:
+    events = _ledger(
+        Message.user("I want to fly on May 27th, the 2nd of June also works"),
+        Message.tool("c1", "search", '[{"flight": "HAT041", "date": "2024-05-27"}, {"date": "2024-06-02"}]'),
+        Message.assistant("HAT041 leaves 2024-05-27; 2024-06-02 too"))
+    assert {s.text for s in step_supports(events)[0].supports} == {"HAT041"}
+    assert {s.text for s in step_supports(events, rules=Rules(user_forms=False))[0].supports} == {
+        "HAT041", "2024-05-27", "2024-06-02"}
+    # A year the user gave must match; case is not a form the user's words are kept in.
+    assert user_dates("on May 27, 2023 and 5/28") == {(2023, 5, 27), (None, 5, 28)}
+    forms = user_forms(["my code is hat229"])
+    assert said_by_user("HAT229", "value", forms) and not said_by_user("HAT230", "value", forms)
+    assert not said_by_user("2024-05-27", "value", user_forms(["on May 27, 2023"]))
+
+
+def test_a_value_the_agent_wrote_before_a_tool_held_it_is_not_a_support() -> None:
+    events = _ledger(
+        Message.user("ISSUE: crash"),
+        Message.assistant("", (ToolCall("c1", "create", '{"command": "create reproduce_bug.py"}'),)),
+        Message.tool("c1", "create", "[File: /repo/reproduce_bug.py (1 lines total)]"),
+        Message.tool("c2", "ls", "reproduce_bug.py\nsetup_helper.py"),
+        Message.assistant("", (ToolCall("c3", "python", '{"command": "python reproduce_bug.py setup_helper.py"}'),)))
+    assert {s.text for s in step_supports(events)[1].supports} == {"setup_helper.py"}
+    assert {s.text for s in step_supports(events, rules=Rules(agent_first=False))[1].supports} == {
+        "reproduce_bug.py", "setup_helper.py"}
+
+
+def test_a_text_given_in_two_forms_is_one_support_with_both_sources() -> None:
+    events = _ledger(
+        Message.user("hello"),
+        Message.tool("c1", "get", '{"flight": "HAT229"}'),
+        Message.tool("c2", "log", "booked HAT229 ok"),
+        Message.assistant("Your flight HAT229."))
+    (one,) = step_supports(events)[0].supports
+    assert (one.text, one.kind, one.sources) == ("HAT229", "value", ("e1", "e2"))
+    assert len(step_supports(events, rules=Rules(once_per_text=False))[0].supports) == 2
+
+
+# ------------------------------------------------------------ the rules on the recorded trajectories
+
+def _trajectory(traj_id: str) -> Any:
+    from agentlab.bench.datasets.base import DatasetError
+    from agentlab.bench.datasets.trajectories import load_trajectories
+
+    dataset = traj_id.split("/")[0]
+    try:
+        data = load_trajectories((dataset,), allow_download=False)
+    except DatasetError as exc:
+        pytest.skip(f"the {dataset} trajectories are not here: {exc}")
+    return next(t for t in data.trajectories if t.traj_id == traj_id)
+
+
+def _at(traj: Any, index: int, rules: Rules = Rules()) -> list[tuple[str, str]]:
+    step = next(s for s in step_supports(traj.events, traj.instruction, rules) if s.index == index)
+    return [(s.text, s.kind) for s in step.supports]
+
+
+def test_real_tau_bench_date_in_words_and_double_form() -> None:
+    traj = _trajectory("tau_bench/3-0")
+    assert ("2024-05-27", "value") in _at(traj, 23, Rules(False, False, False))
+    assert "2024-05-27" not in {t for t, _ in _at(traj, 23)}
+    old = [t for t, _ in _at(traj, 41, Rules(False, False, False))]
+    assert old.count("HAT229") == 2 and [t for t, _ in _at(traj, 41)].count("HAT229") == 1
+
+
+def test_real_tau_bench_one_way_the_agent_wrote_first() -> None:
+    traj = _trajectory("tau_bench/0-3")
+    assert ("one_way", "value") in _at(traj, 23, Rules(False, False, False))
+    assert "one_way" not in {t for t, _ in _at(traj, 23)}
+
+
+def test_real_swe_agent_code_lines_the_agent_wrote_first() -> None:
+    traj = _trajectory("swe_agent/tests_test_data_trajectories_gpt4__swe-bench-dev-easy_first_only__default__t-0.00"
+                       "__p-0.95__c-3.00__install-1_pydicom__pydicom-1458")
+    line = "required_elements.append('PixelRepresentation')"
+    assert line in {t for t, _ in _at(traj, 13, Rules(False, False, False))}
+    assert line not in {t for t, _ in _at(traj, 13)}
+
+
+def test_real_tau_bench_long_context_is_the_recorded_history() -> None:
+    import asyncio
+
+    from agentlab.bench.arms import full_history_arm
+    from agentlab.bench.trajectory_retention import step_requests
+
+    traj = _trajectory("tau_bench/0-0")
+    assert any(e.message is not None and e.message.name == "think" and not e.message.content for e in traj.events)
+    for r in asyncio.run(step_requests(traj, full_history_arm("long_context"), context_window=1 << 30)):
+        assert [m for m in r.messages if m.role != "system"] == [e.message for e in traj.events[:r.index]]
+        assert not r.left_out

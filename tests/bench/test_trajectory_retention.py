@@ -112,8 +112,12 @@ def test_retention_command_runs_the_trajectories_with_the_masking_arm() -> None:
     assert code == 0
     report = json.loads(out.getvalue())
     assert report["cases"] == 2 and report["context_budget"] == 4096 and report["model"] is None
-    assert {s["arm"] for s in report["summaries"]} == {"long_context", "swe_agent_masking"}
-    assert "langchain_summarization" in report["skipped"]
+    # The summarising arm is measured too, as bounds at the default summary length (stated).
+    assert {s["arm"] for s in report["summaries"]} == {"long_context", "swe_agent_masking", "langchain_summarization"}
+    assert report["skipped"] == {} and report["summary_tokens"] == 512 and "512 tokens" in report["summary_tokens_note"]
+    by_arm = {s["arm"]: s for s in report["summaries"]}
+    assert by_arm["langchain_summarization"]["summary_tokens"] == 512
+    assert by_arm["swe_agent_masking"]["summary_tokens"] is None
     baseline = next(s for s in report["summaries"] if s["arm"] == "long_context")
     assert baseline["supported"]["mean"] == 1.0 and baseline["mean_refetch_steps"] == 0
 

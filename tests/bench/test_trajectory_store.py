@@ -144,3 +144,35 @@ def test_readers_give_the_columns_on_a_file_without_the_tables(tmp_path: Path) -
     assert cache.empty and list(cache.columns) == [name for name, _ in CACHE_COLUMNS]
     assert {"supported", "hidden", "n_hidden", "code_version"} <= set(trajectories.columns)
     assert {"cached_tokens", "hit_rate", "net_cost_usd", "cache_profile"} <= set(cache.columns)
+
+
+def test_bounds_are_stored_and_a_file_made_before_them_gets_the_columns(tmp_path: Path) -> None:
+    import duckdb
+
+    from agentlab.bench.retention_store import replace_rows
+    from agentlab.bench.trajectory_retention import TrajectoryRow
+    from agentlab.bench.trajectory_store import TRAJECTORY_RETENTION, trajectory_records
+
+    db = tmp_path / "old.duckdb"
+    old = [c for c in TRAJECTORY_COLUMNS if c[0] not in {"supported_lo", "supported_hi", "summary_tokens",
+                                                           "summary_calls", "summary_input_tokens",
+                                                           "summary_output_tokens"}]
+    assert len(old) == len(TRAJECTORY_COLUMNS) - 6
+    con = duckdb.connect(str(db))
+    con.execute(f"CREATE TABLE trajectory_retention ({', '.join(f'{n} {k}' for n, k in old)}, "
+                "PRIMARY KEY (dataset, context_budget, arm, traj_id))")
+    key = {"dataset": "d", "context_budget": 1, "arm": "old_arm", "traj_id": "t0"}
+    con.execute(f"INSERT INTO trajectory_retention VALUES ({', '.join('?' for _ in old)})",
+                [key.get(n) for n, _ in old])
+    con.close()
+    row = TrajectoryRow("t1", "d", "summ", 3, 1, 2, 0.5, None, 1, 10, 1, 10, 5, 0.0, supported_lo=0.5,
+                        supported_hi=1.0, summary_tokens=40, summary_calls=1, summary_input_tokens=30,
+                        summary_output_tokens=40)
+    assert replace_rows(db, [(TRAJECTORY_RETENTION, trajectory_records([row], context_budget=1,
+                                                                       code_version="x"))]) == [1]
+    frame = analysis.trajectory_retention_df(db=db)
+    assert list(frame.columns) == [n for n, _ in TRAJECTORY_COLUMNS]
+    new = frame[frame["arm"] == "summ"].iloc[0]
+    assert (new["supported_lo"], new["supported_hi"], new["summary_tokens"], new["summary_calls"],
+            new["summary_input_tokens"], new["summary_output_tokens"]) == (0.5, 1.0, 40, 1, 30, 40)
+    assert frame[frame["arm"] == "old_arm"]["supported_hi"].isna().all()

@@ -33,7 +33,7 @@ print(len(agentlab.policies.POLICIES))
 
 
 def test_the_registry_lists_every_policy_with_a_typed_policy_and_a_mechanism() -> None:
-    assert names() == list(POLICIES) and len(POLICIES) == 11
+    assert names() == list(POLICIES) and len(POLICIES) == 12
     for name, entry in POLICIES.items():
         assert entry.name == name and entry.source
         policy = entry.policy_class()
@@ -97,6 +97,10 @@ REGISTRY_AT_D44D926 = [
      "letta-ai/letta@63d3146f letta/services/summarizer/summarizer_sliding_window.py"),
     ("swe_agent_masking", "swe_agent_masking.SweAgentMaskingPolicy", "swe_agent_masking.SweAgentMasking",
      "SWE-agent/SWE-agent@3ea751c0 sweagent/agent/history_processors.py LastNObservations (n = 10)"),
+    # Added after d44d926: "The Complexity Trap"'s LLM summary.
+    ("swe_agent_summary", "swe_agent_summary.SweAgentSummaryPolicy", "swe_agent_summary.SweAgentSummary",
+     "JetBrains-Research/the-complexity-trap (fork @ adfaa1a1) sweagent/agent/history_processors.py "
+     "SummarizeEveryNTurns (n = 21, keep_last_m_turns = 10)"),
 ]
 #: ``agentlab.bench.arms.PEER_SUMMARISERS`` at d44d926, captured the same way.
 SUMMARISERS_AT_D44D926 = {
@@ -106,6 +110,7 @@ SUMMARISERS_AT_D44D926 = {
     "adk_compaction": "ADK's token-threshold compaction summarises old events with a model",
     "codex_compaction": "Codex auto-compaction at 90 % of the window writes a handoff summary with a model",
     "letta_sliding_window": "Letta evicts the oldest messages into a model-written summary",
+    "swe_agent_summary": "SummarizeEveryNTurns folds every 21 turns into a model-written checkpoint",  # added after
 }
 #: ``agentlab.bench.retention.FRACTION_TRIGGERED_PEERS`` at d44d926 (then a literal), in order; each
 #: was built with ``trigger_fraction=PEER_TRIGGER_FRACTION``.

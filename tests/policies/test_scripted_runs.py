@@ -34,6 +34,7 @@ ACTING: dict[str, dict[str, Any]] = {
     "anthropic_clear_tool_uses": {"trigger_value": 400, "keep": 1},
     "langmem_summarize": {"max_tokens": 1200, "max_tokens_before_summary": 300, "max_summary_tokens": 64},
     "swe_agent_masking": {"n": 2},
+    "swe_agent_summary": {"n": 2, "keep_last_m_turns": 1},
 }
 
 SUMMARY_REPLY = "SCRIPTED SUMMARY of the work so far"

@@ -148,6 +148,10 @@ class Task(ABC):
     settings_file: ClassVar[str | None] = None
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
+    #: Whether :meth:`retention_report` measures the summarising arms with no model, as bounds at a
+    #: stated summary length (``retention --summary-tokens``, :mod:`agentlab.bench.summary_bounds`);
+    #: ``False``: the LLM-free ``retention`` skips them.
+    summary_bounds: ClassVar[bool] = False
     #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
     #: so a new prompt version starts a new run instead of mixing verdicts in a resumed one.
     judge_templates: ClassVar[tuple[JudgeTemplate, ...]] = ()
@@ -230,14 +234,15 @@ class Task(ABC):
     def retention_report(self, arms: Mapping[str, Arm], skipped: Mapping[str, str], settings: Settings, *,
                          context_budget: int, budget_source: str, limit: int, as_json: bool, out: Any,
                          cache_profile: str = "none", price_model: str | None = None,
-                         db: Path | None = None) -> int | None:
+                         db: Path | None = None, summary_tokens: int | None = None) -> int | None:
         """A retention measure with a table of its own (not one row per question): measure, print, return the exit status.
 
         ``None`` (the default): the task's rows are :meth:`retention`'s, and the ``retention`` command
         averages, prints and stores them. A task whose unit is not a question (e.g. every step of a
         recorded agent trajectory) overrides this and prints its own table to ``out``; ``cache_profile``
         and ``price_model`` are ``--cache-profile`` and ``--price-model`` as given, ``db`` the results
-        file to store its rows in (``None``: ``--no-store``, store nothing).
+        file to store its rows in (``None``: ``--no-store``, store nothing), ``summary_tokens`` the
+        summary length the summarising arms are measured at (a task with :attr:`summary_bounds`).
         """
         return None
 

@@ -70,6 +70,7 @@ class TrajectoriesTask(Task):
     modes = ("long_context",)
     default_mode = "long_context"
     mode_roles = ModeRoles(baseline="long_context")
+    summary_bounds = True
     description = ("real agent trajectories (200 tau-bench airline, 22 SWE-agent), replayed under an arm with "
                    "no model: share of each step's supports still visible")
 
@@ -119,7 +120,7 @@ class TrajectoriesTask(Task):
     def retention_report(self, arms: Mapping[str, Any], skipped: Mapping[str, str], settings: Settings, *,
                          context_budget: int, budget_source: str, limit: int, as_json: bool, out: Any,
                          cache_profile: str = "none", price_model: str | None = None,
-                         db: Path | None = None) -> int:
+                         db: Path | None = None, summary_tokens: int | None = None) -> int:
         """``retention trajectories``: the per-step support table (:mod:`agentlab.bench.cli_trajectories`), stored in ``db``."""
         from agentlab.bench.cli_trajectories import run_trajectory_retention
 
@@ -127,7 +128,8 @@ class TrajectoriesTask(Task):
         return run_trajectory_retention(trajectories[:limit] if limit else trajectories,
                                         settings.of("dataset", TrajectoryDataset).datasets, dict(arms), dict(skipped),
                                         settings, context_budget, budget_source, as_json, out,
-                                        cache_profile=cache_profile, price_model=price_model, db=db)
+                                        cache_profile=cache_profile, price_model=price_model, db=db,
+                                        summary_tokens=summary_tokens)
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
         """The trajectory's ``supported`` share (``None`` when it has no support)."""
