@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from agentlab.core.invocation import Agent, Invocation
 from agentlab.core.projection import ContextMechanism, branch_key
@@ -48,6 +48,8 @@ from agentlab.core.tools import ToolContext, function_declaration
 from agentlab.events import OBJ_STATE, Event, Message, ToolCall, user_event
 
 __all__ = ["AgentTool", "ChainAgent", "CycleAgent", "ParallelAgent", "fork_invocation", "mechanisms_of"]
+
+T = TypeVar("T")
 
 #: What a cycle's ``until`` gets: the invocation (its session's state) and the iteration's events.
 Condition = Callable[[Invocation, list[Event]], bool | Awaitable[bool]]
@@ -176,13 +178,13 @@ class ParallelAgent:
                      filter_key=inv.filter_key, state_delta=delta, metadata={**meta, "branch": inv.filter_key})
 
 
-async def merge_streams(streams: Sequence[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
+async def merge_streams(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
     """Yield ``(stream index, event)`` as the streams produce them; ties in stream order.
 
     A stream is advanced again only after the consumer has taken its previous event (so the
     Runner has persisted it before that branch's next step).
     """
-    pending: dict[asyncio.Task[Event], int] = {
+    pending: dict[asyncio.Future[T], int] = {
         asyncio.ensure_future(s.__anext__()): i for i, s in enumerate(streams)}
     try:
         while pending:
