@@ -62,15 +62,18 @@ def delta_after_boundary(session: Session, boundary: SummaryBoundary | None, fil
     """Message events after the boundary visible under ``filter_key`` (the summariser's input).
 
     A branch's summary (its filter key) covers what its model view shows: its own events and its
-    ancestors'. **The cascade rule** for the full-session key ``""``: the full-session summary
+    ancestors' — up to its join, once it has joined (what the parent writes after the join, e.g.
+    the joined reports of every sibling, is not the branch's). **The cascade rule** for the full-session key ``""``: the full-session summary
     advances only over events whose branches have joined — its delta stops before the first event
     of a branch still open (a fork marker ``branch:<key> = "open"`` in the session state, written by
     :class:`~agentlab.runtime.composition.ParallelAgent`, and no ``"joined"`` yet), so it never
     freezes a half-finished branch into the handoff note. Keys no composition forked (a caller's own
     ``filter_key``) have no marker and count as joined.
     """
-    delta = [e for e in session.events_after_boundary(boundary)
-             if is_history_event(e) and in_filter(e.filter_key, filter_key)]
+    events = session.events_after_boundary(boundary)
+    if filter_key and session.state.get(f"branch:{filter_key}") == "joined":
+        events = _before_join(events, filter_key)
+    delta = [e for e in events if is_history_event(e) and in_filter(e.filter_key, filter_key)]
     if not filter_key:
         open_keys = open_branches(session)
         if open_keys:
@@ -83,6 +86,15 @@ def delta_after_boundary(session: Session, boundary: SummaryBoundary | None, fil
 def open_branches(session: Session) -> set[str]:
     """The branch keys forked and not yet joined (their ``branch:<key>`` state is ``"open"``)."""
     return {k[7:] for k, v in session.state.items() if v == "open" and k.startswith("branch:")}
+
+
+def _before_join(events: list[Event], key: str) -> list[Event]:
+    """``events`` up to the join marker of branch ``key`` (all of them when the marker is earlier)."""
+    marker = f"branch:{key}"
+    for i, event in enumerate(events):
+        if event.state_delta.get(marker) == "joined":
+            return events[:i]
+    return events
 
 
 def _under_any(key: str, branches: set[str]) -> bool:
