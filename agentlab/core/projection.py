@@ -192,6 +192,17 @@ def in_filter(event_key: str, filter_key: str) -> bool:
     return filter_key.startswith(event_key) and filter_key[len(event_key)] == "/"
 
 
+def visible_keys(filter_key: str) -> frozenset[str] | None:
+    """The event keys a view under ``filter_key`` sees (``None``: every key, the full-session view).
+
+    The set form of :func:`in_filter` for loops over a whole ledger: ``""``, each ancestor, the key.
+    """
+    if not filter_key:
+        return None
+    parts = filter_key.split("/")
+    return frozenset(["", *("/".join(parts[:i]) for i in range(1, len(parts) + 1))])
+
+
 def branch_key(parent_key: str, name: str) -> str:
     """The filter key of branch ``name`` forked from a run under ``parent_key``."""
     name = name.strip().strip("/")
@@ -541,6 +552,7 @@ __all__ = [
     "events_to_messages",
     "in_filter",
     "is_history_event",
+    "visible_keys",
     "order_by_stage",
     "render_history_message",
     "round_start",

@@ -15,7 +15,10 @@ Three sessions per size, built from the same synthetic tool-using chat (``bench_
 "Per call" is what a live agent pays: one new event on the caller's key, then ``build_request``
 (instruction, history, current input, compaction on), through the incremental projection cache
 (``incremental``) and rebuilt from the ledger (``rebuild``, ``incremental_projection=False``).
-Warm medians over ``--repeats`` calls; the first ``--warmup`` are not timed.
+Warm medians over ``--repeats`` calls (the layouts' calls interleaved, in a rotating order); the
+first ``--warmup`` are not timed. On a shared machine single runs scatter by several per cent (the
+rebuild at 5,000 events by up to a third, either way); the Python function calls of one build
+(``calls``) are the load-independent measure of the same work.
 
 Run::
 
@@ -91,13 +94,37 @@ class Layout:
             self.samples.append((time.perf_counter() - t0) * 1000)
 
 
+async def count_calls(n: int, incremental: bool, seed: int) -> dict[str, int]:
+    """Python function calls of one build per layout (after a warm-up build): a load-independent measure."""
+    counts: dict[str, int] = {}
+    for name in LAYOUTS:
+        layout = Layout(name, incremental)
+        await layout.build(n, seed)
+        await layout.call(0, timed=False)
+        calls = [0]
+
+        def profile(frame: object, event: str, arg: object, calls: list[int] = calls) -> None:
+            if event == "call":
+                calls[0] += 1
+
+        sys.setprofile(profile)
+        try:
+            await layout.call(1, timed=False)
+        finally:
+            sys.setprofile(None)
+        counts[name] = calls[0]
+    return counts
+
+
 async def time_layouts(n: int, repeats: int, warmup: int, incremental: bool, seed: int) -> dict[str, float]:
-    """Median ms per call of each layout, the layouts' calls interleaved (so load drift hits all alike)."""
+    """Median ms per call of each layout, the layouts' calls interleaved in a rotating order (so load
+    drift and position hit all alike)."""
     layouts = [Layout(name, incremental) for name in LAYOUTS]
     for layout in layouts:
         await layout.build(n, seed)
     for r in range(warmup + repeats):
-        for layout in layouts:
+        # rotate who goes first: the first build of a round measured slower whichever layout it was
+        for layout in layouts[r % len(layouts):] + layouts[:r % len(layouts)]:
             await layout.call(r, timed=r >= warmup)
     return {layout.layout: statistics.median(layout.samples) for layout in layouts}
 
@@ -105,14 +132,16 @@ async def time_layouts(n: int, repeats: int, warmup: int, incremental: bool, see
 async def main(sizes: list[int], repeats: int, warmup: int, seed: int) -> int:
     worst = 0.0
     print(f"{'events':>6} {'path':>11} " + " ".join(f"{name + ' ms':>20}" for name in LAYOUTS)
-          + f" {'branch / plain':>15}")
+          + f" {'branch / plain':>15} {'calls plain':>11} {'calls branch':>12}")
     for n in sizes:
         for incremental in (True, False):
             times = await time_layouts(n, repeats, warmup, incremental, seed)
+            calls = await count_calls(n, incremental, seed)
             ratio = times["branch"] / times["plain"]
             worst = max(worst, ratio)
             path = "incremental" if incremental else "rebuild"
-            print(f"{n:>6} {path:>11} " + " ".join(f"{times[name]:>20.3f}" for name in LAYOUTS) + f" {ratio:>15.3f}")
+            print(f"{n:>6} {path:>11} " + " ".join(f"{times[name]:>20.3f}" for name in LAYOUTS)
+                  + f" {ratio:>15.3f} {calls['plain']:>11} {calls['branch']:>12}")
     verdict = "within" if worst <= 1.10 else "NOT within"
     print(f"\nworst branch / plain ratio {worst:.3f}: {verdict} 10 %")
     return 0 if worst <= 1.10 else 1

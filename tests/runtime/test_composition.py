@@ -156,3 +156,16 @@ async def test_agent_tool_returns_only_the_report_and_the_parent_never_sees_the_
     parent_model = ScriptedModel([ScriptedModel.tool_call("researcher", {"task": "x"}, id="t1")])
     with pytest.raises(ValueError, match="filter_key='main'"):
         await run(LLMAgent("lead", parent_model, tools=[AgentTool(child)]))
+
+
+def test_the_set_form_of_the_visibility_rule_is_the_rule():
+    from agentlab.core import branch_key, in_filter
+    from agentlab.core.projection import visible_keys
+
+    keys = ["", "a", "b", "a/x", "a/y", "a/x/deep", "ab", "a/xy", "b/x"]
+    for view in keys:
+        visible = visible_keys(view)
+        for event_key in keys:
+            assert (visible is None or event_key in visible) == in_filter(event_key, view), (view, event_key)
+    with pytest.raises(ValueError, match="non-empty name"):
+        branch_key("a", " / ")
