@@ -169,3 +169,29 @@ def test_the_set_form_of_the_visibility_rule_is_the_rule():
             assert (visible is None or event_key in visible) == in_filter(event_key, view), (view, event_key)
     with pytest.raises(ValueError, match="non-empty name"):
         branch_key("a", " / ")
+
+
+class _Paced:
+    """Yields its answers with pauses, and records whether each earlier event was persisted by then."""
+
+    def __init__(self, name: str, pauses: list[float]) -> None:
+        self.name, self.pauses, self.persisted = name, pauses, []
+
+    async def run(self, inv):
+        import asyncio
+
+        for k, pause in enumerate(self.pauses):
+            await asyncio.sleep(pause)
+            if k:
+                self.persisted.append(any(e.text == f"{self.name}{k - 1}" for e in inv.session.events))
+            yield Event(author=self.name, choices=[Message.assistant(f"{self.name}{k}")])
+
+
+async def test_parallel_branches_run_at_once_and_merge_in_arrival_order():
+    slow, fast = _Paced("s", [0.0, 0.2]), _Paced("f", [0.05, 0.05])
+    events, session = await run(ParallelAgent("par", [slow, fast], report=False), filter_key="main")
+    texts_in_order = [e.text for e in events if e.filter_key in ("main/s", "main/f")]
+    # s0 is ready first, then f0 and f1 while s sleeps, then s1: arrival order, not declared order
+    assert texts_in_order == ["s0", "f0", "f1", "s1"]
+    # a branch moved on only after its previous event was in the session
+    assert slow.persisted == [True] and fast.persisted == [True]

@@ -208,3 +208,35 @@ async def test_writes_are_checked_against_the_schema():
     g.nodes["a"] = type(g.nodes["a"])(lambda s: {"undeclared": 1})
     events, session, _ = await drive(GraphAgent("g", g.compile()))
     assert any(e.error and "wrote the undeclared state key 'undeclared'" in e.error for e in events)
+
+
+async def test_fan_out_nodes_run_at_once():
+    import asyncio
+
+    ready = asyncio.Event()
+
+    async def waits(state):
+        await asyncio.wait_for(ready.wait(), timeout=5)  # only the sibling can set it
+        return {"notes": "waited"}
+
+    async def signals(state):
+        ready.set()
+        return {"notes": "signalled"}
+
+    g = StateGraph(schema())
+    g.add_node("w", waits).add_node("s", signals).add_node("j", noop)
+    g.add_edge(START, "w").add_edge(START, "s").add_join(["w", "s"], "j").add_edge("j", END)
+    _, session, _ = await drive(GraphAgent("g", g.compile()))
+    assert session.state["graph:g"]["status"] == "done"
+    assert session.state["graph:g"]["state"]["notes"] == ["signalled", "waited"]  # merged as they finished
+
+
+async def test_a_failed_model_step_fails_its_node():
+    from agentlab.model.base import ServerError
+
+    g = StateGraph(StateSchema({"input": Key(str), "plan": Key(str)}))
+    g.add_node("plan", ModelNode(ScriptedModel([ServerError("down")]), lambda s: "plan " + s["input"], "plan"))
+    g.add_edge(START, "plan").add_edge("plan", END)
+    events, session, _ = await drive(GraphAgent("g", g.compile()))
+    assert session.state["graph:g"]["status"] == "failed"
+    assert any(e.error and "node 'plan' failed" in e.error and "the model call failed" in e.error for e in events)
