@@ -177,10 +177,38 @@ def round_start(events: Sequence[Event], index: int) -> int:
 
 
 def in_filter(event_key: str, filter_key: str) -> bool:
-    """Hierarchical filter keys ('/'-separated): the full-session key '' sees everything."""
-    if not filter_key:
+    """Whether an event written under ``event_key`` is visible to a view under ``filter_key``.
+
+    Filter keys are branch paths, ``/``-separated (a branch's key is its parent's key, ``/``, its
+    name). A view sees the events of its own branch and of every ancestor branch (the history
+    before each fork), never a sibling's or a descendant's; the full-session key ``""`` sees
+    everything, and an event without a key is seen by every view. This is Google ADK's rule for
+    its events' ``branch`` (segments ``.``-separated there); see :mod:`agentlab.runtime.composition`
+    for the source cited and ``tests/policies/test_adk_branch.py`` for the agreement.
+    """
+    if not filter_key or not event_key or event_key == filter_key:
         return True
-    return event_key == filter_key or event_key.startswith(filter_key + "/") or not event_key
+    # an ancestor's key is a whole-segment prefix of the view's key
+    return filter_key.startswith(event_key) and filter_key[len(event_key)] == "/"
+
+
+def visible_keys(filter_key: str) -> frozenset[str] | None:
+    """The event keys a view under ``filter_key`` sees (``None``: every key, the full-session view).
+
+    The set form of :func:`in_filter` for loops over a whole ledger: ``""``, each ancestor, the key.
+    """
+    if not filter_key:
+        return None
+    parts = filter_key.split("/")
+    return frozenset(["", *("/".join(parts[:i]) for i in range(1, len(parts) + 1))])
+
+
+def branch_key(parent_key: str, name: str) -> str:
+    """The filter key of branch ``name`` forked from a run under ``parent_key``."""
+    name = name.strip().strip("/")
+    if not name:
+        raise ValueError("a branch needs a non-empty name (got a blank one)")
+    return f"{parent_key}/{name}" if parent_key else name
 
 
 def is_history_event(event: Event) -> bool:
@@ -520,9 +548,11 @@ __all__ = [
     "Stage",
     "StagedProcessor",
     "SummaryStep",
+    "branch_key",
     "events_to_messages",
     "in_filter",
     "is_history_event",
+    "visible_keys",
     "order_by_stage",
     "render_history_message",
     "round_start",

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 from agentlab.core.projection import (
     EventsRole,
     RequestDraft,
-    in_filter,
     is_history_event,
     round_start,
     summary_step,
+    visible_keys,
 )
 
 if TYPE_CHECKING:
@@ -59,8 +59,9 @@ class HistoryProcessor:
         """Set ``draft.events`` to the visible history events (from the scan start on)."""
         events = inv.session.events
         start = projection_start(inv)
+        visible = visible_keys(inv.filter_key)
         draft.events = [
-            e for e in events[start:] if is_history_event(e) and in_filter(e.filter_key, inv.filter_key)
+            e for e in events[start:] if (visible is None or e.filter_key in visible) and is_history_event(e)
         ]
 
 

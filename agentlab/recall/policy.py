@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from agentlab.policy import PolicyJSON
 from agentlab.recall.embed import check_embedder_spec
 
-__all__ = ["INJECTION_MODES", "SCOPES", "SEARCH_MODES", "RecallPolicy"]
+__all__ = ["BRANCH_SCOPES", "INJECTION_MODES", "SCOPES", "SEARCH_MODES", "RecallPolicy"]
 
 #: session_search scopes; an unknown scope is treated as ``current_hidden`` (as the reference does).
 SCOPES: tuple[str, ...] = ("current_hidden", "current_session", "other_sessions", "all_sessions")
+#: Accepted besides :data:`SCOPES` (not in the tool's enum, so existing requests stay byte-identical):
+#: ``current_branch``, the events the caller's branch view shows (its own and its ancestors').
+BRANCH_SCOPES: tuple[str, ...] = ("current_branch",)
 SEARCH_MODES: tuple[str, ...] = ("lexical", "dense", "hybrid")
 INJECTION_MODES: tuple[str, ...] = ("system", "user")
 

@@ -34,7 +34,7 @@ from agentlab.recall.hits import (
     message_text,
 )
 from agentlab.recall.index import SearchIndex
-from agentlab.recall.policy import SCOPES, SEARCH_MODES, RecallPolicy
+from agentlab.recall.policy import BRANCH_SCOPES, SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.query import (
     clause_queries,
     dedupe,
@@ -423,10 +423,16 @@ async def search_session(service: SessionService, session: Session, policy: Reca
 
 async def session_search(inv: Invocation, policy: RecallPolicy, query: str, scope: str | None = None,
                          top_k: Any = None, min_score: Any = None, search_mode: Any = None) -> dict[str, Any]:
-    """Search recallable history and return the tool's JSON-ready result."""
+    """Search recallable history and return the tool's JSON-ready result.
+
+    Scopes and branches (filter keys): ``current_branch`` searches what the caller's branch view
+    shows (its own events and its ancestors'), ``current_session`` the whole session (every
+    branch), ``current_hidden`` the branch-visible events a summary hid; an unknown scope is
+    ``current_hidden``.
+    """
     query = (query or "").strip()
     scope_name = (scope or "").strip().lower()
-    if scope_name not in SCOPES:
+    if scope_name not in SCOPES and scope_name not in BRANCH_SCOPES:
         scope_name = "current_hidden"
     k = _clamp_top_k(top_k, policy)
     try:
@@ -444,6 +450,8 @@ async def session_search(inv: Invocation, policy: RecallPolicy, query: str, scop
     await index.refresh(current=inv.session)
     searcher = _ScopedSearch(inv, policy, index, mode, k, floor)
     if scope_name == "current_session":
+        hits = await searcher.current_session(query, whole=True)
+    elif scope_name == "current_branch":
         hits = await searcher.current_session(query)
     elif scope_name == "other_sessions":
         hits = await searcher.other_sessions(query)
@@ -493,19 +501,21 @@ class _ScopedSearch:
     def _visible(self, filter_key: str) -> bool:
         return in_filter(filter_key, self.inv.filter_key)
 
-    async def current_session(self, query: str) -> list[EventHit]:
+    async def current_session(self, query: str, *, whole: bool = False) -> list[EventHit]:
+        """This session's events: the caller's branch view, or (``whole``) every branch's."""
         current = self.inv.session.id
         own_run = self.inv.id
+        visible = (lambda key: True) if whole else self._visible
 
         # The current run's own events (its question, its fresh tool results) are already in the
         # request; returning them would only echo the question back.
         def include(ref: EventRef) -> bool:
-            return ref.session_id == current and ref.invocation_id != own_run and self._visible(ref.filter_key)
+            return ref.session_id == current and ref.invocation_id != own_run and visible(ref.filter_key)
 
         hits = await self._indexed(query, include)
         if hits:
             return hits
-        return self._scan(query, lambda e: e.invocation_id != own_run and self._visible(e.filter_key))
+        return self._scan(query, lambda e: e.invocation_id != own_run and visible(e.filter_key))
 
     async def current_hidden(self, query: str) -> list[EventHit]:
         boundary = await resolve_summary_boundary(self.inv)

@@ -187,13 +187,26 @@ class LLMAgent:
             for call in calls:
                 if inv.cancelled.is_set():
                     return
-                yield await self._run_tool(inv, tools, call)
+                streamed = getattr(tools.get(call.name), "stream_call", None)
+                if streamed is None:
+                    yield await self._run_tool(inv, tools, call)
+                    continue
+                # A tool that runs a sub-agent (``AgentTool``) streams the sub-agent's events
+                # (persisted on its branch by the Runner), then its result text.
+                async for item in streamed(inv, call):
+                    if isinstance(item, Event):
+                        yield item
+                    else:
+                        yield await self._run_tool(inv, tools, call, result=str(item))
 
-    async def _run_tool(self, inv: Invocation, tools: dict[str, Tool], call: ToolCall) -> Event:
+    async def _run_tool(self, inv: Invocation, tools: dict[str, Tool], call: ToolCall,
+                        result: str | None = None) -> Event:
         started = time.perf_counter()
         error: str | None = None
         tool = tools.get(call.name)
-        if tool is None:
+        if result is not None:
+            content = result
+        elif tool is None:
             content = f"error: no tool named {call.name!r} is available"
             error = "unknown_tool"
         else:

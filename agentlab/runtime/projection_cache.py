@@ -52,11 +52,11 @@ from agentlab.core.projection import (
     RequestDraft,
     RequestProcessor,
     SummaryStep,
-    in_filter,
     is_history_event,
     render_history_message,
     round_start,
     run_processors,
+    visible_keys,
 )
 from agentlab.core.rules import protected_units, unit_of
 from agentlab.events import Event, Message
@@ -368,8 +368,9 @@ class ProjectionCache:
         boundary = state.boundary
         if boundary >= 0:
             start = round_start(ledger, boundary)  # where the history processor starts too
+            visible = visible_keys(filter_key)
             state.covered = [e for e in ledger[start:boundary + 1]
-                             if is_history_event(e) and in_filter(e.filter_key, filter_key)]
+                             if (visible is None or e.filter_key in visible) and is_history_event(e)]
         state.kept_until = boundary + 1
         self._extend_kept(state, ledger, filter_key)
 
@@ -377,9 +378,10 @@ class ProjectionCache:
     def _extend_kept(state: _Projection, ledger: list[Event], filter_key: str) -> None:
         kept = state.kept
         state.mark_dirty(len(kept))
+        visible = visible_keys(filter_key)
         for index in range(state.kept_until, len(ledger)):
             e = ledger[index]
-            if not (is_history_event(e) and in_filter(e.filter_key, filter_key)):
+            if not ((visible is None or e.filter_key in visible) and is_history_event(e)):
                 continue
             position = len(kept)
             kept.append(e)

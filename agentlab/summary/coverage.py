@@ -2,8 +2,9 @@
 
 **The rule** (:func:`summary_in_force`): under filter key ``a/b/c`` the summary in force is the
 first one with non-blank text among the keys ``a/b/c``, ``a/b``, ``a`` and the full-session key
-``""``. A summary of a parent branch covers the child branch's events (they are among the parent's),
-so it applies to the child until the child has a summary of its own; the full-session summary is
+``""``. A parent branch's summary covers the parent's view (its own events and its ancestors'),
+all of which the child's view shows too (:func:`~agentlab.core.in_filter`), so it applies to the
+child until the child has a summary of its own; the full-session summary is
 the last resort, as before.
 
 The request (the summary step, :mod:`agentlab.summary.inject`) shows that summary and cuts the

@@ -59,9 +59,46 @@ def strip_structured_summary(text: str) -> str:
 
 
 def delta_after_boundary(session: Session, boundary: SummaryBoundary | None, filter_key: str) -> list[Event]:
-    """Message events after the boundary visible under ``filter_key`` (the summariser's input)."""
-    return [e for e in session.events_after_boundary(boundary)
-            if is_history_event(e) and in_filter(e.filter_key, filter_key)]
+    """Message events after the boundary visible under ``filter_key`` (the summariser's input).
+
+    A branch's summary (its filter key) covers what its model view shows: its own events and its
+    ancestors' — up to its join, once it has joined (what the parent writes after the join, e.g.
+    the joined reports of every sibling, is not the branch's). **The cascade rule** for the full-session key ``""``: the full-session summary
+    advances only over events whose branches have joined — its delta stops before the first event
+    of a branch still open (a fork marker ``branch:<key> = "open"`` in the session state, written by
+    :class:`~agentlab.runtime.composition.ParallelAgent`, and no ``"joined"`` yet), so it never
+    freezes a half-finished branch into the handoff note. Keys no composition forked (a caller's own
+    ``filter_key``) have no marker and count as joined.
+    """
+    events = session.events_after_boundary(boundary)
+    if filter_key and session.state.get(f"branch:{filter_key}") == "joined":
+        events = _before_join(events, filter_key)
+    delta = [e for e in events if is_history_event(e) and in_filter(e.filter_key, filter_key)]
+    if not filter_key:
+        open_keys = open_branches(session)
+        if open_keys:
+            for i, event in enumerate(delta):
+                if event.filter_key and _under_any(event.filter_key, open_keys):
+                    return delta[:i]
+    return delta
+
+
+def open_branches(session: Session) -> set[str]:
+    """The branch keys forked and not yet joined (their ``branch:<key>`` state is ``"open"``)."""
+    return {k[7:] for k, v in session.state.items() if v == "open" and k.startswith("branch:")}
+
+
+def _before_join(events: list[Event], key: str) -> list[Event]:
+    """``events`` up to the join marker of branch ``key`` (all of them when the marker is earlier)."""
+    marker = f"branch:{key}"
+    for i, event in enumerate(events):
+        if event.state_delta.get(marker) == "joined":
+            return events[:i]
+    return events
+
+
+def _under_any(key: str, branches: set[str]) -> bool:
+    return any(key == b or key.startswith(b + "/") for b in branches)
 
 
 #: The per-event token count (one home: :func:`agentlab.model.tokens.event_tokens`).

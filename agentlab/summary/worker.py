@@ -24,7 +24,7 @@ from agentlab.model.base import Model, ModelRequest
 from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
 from agentlab.summary.locks import SCOPE_LOCKS, LockKey
 from agentlab.summary.policy import SummaryPolicy, TriggerCheck, TriggerObservation, checks_pass
-from agentlab.summary.render import _event_tokens, delta_after_boundary
+from agentlab.summary.render import _event_tokens, delta_after_boundary, open_branches
 from agentlab.summary.summarizer import Summarizer
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class SummaryWorker:
                                    parent_request=parent_request, idle_seconds=idle_seconds)
         if len(targets) == 2 and filter_key in targets:
             history = [e for e in session.events if is_history_event(e)]
-            if all(in_filter(e.filter_key, filter_key) for e in history):
+            if all(in_filter(e.filter_key, filter_key) for e in history) and not open_branches(session):
                 # The branch sees every event: summarise once and copy to the full-session key.
                 return await update(filter_key, copy_to_full=True)
         results = await asyncio.gather(*(update(key) for key in targets))
@@ -247,7 +247,8 @@ class SummaryWorker:
         """The runner hook: enqueue an update after a qualifying event."""
         if not self.qualifies(inv.session, event):
             return
-        await self.enqueue(inv.session, inv.filter_key, context_window=_invocation_window(inv, self),
+        # A branch's event updates its branch's summary (a composition's events carry their own keys).
+        await self.enqueue(inv.session, event.filter_key or inv.filter_key, context_window=_invocation_window(inv, self),
                            idle_seconds=_idle_before_request(inv))
 
     # -- the background pool ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ ANALYSIS = [p for p in NOTEBOOKS if p.name.split("_")[0] >= "10"]
 def test_the_expected_notebooks_exist() -> None:
     names = {p.name for p in NOTEBOOKS}
     assert {"01_runtime_tour.ipynb", "02_compaction_explorer.ipynb", "03_policy_comparison.ipynb",
-            "04_policy_league.ipynb", "10_qmsum_analysis.ipynb",
+            "04_policy_league.ipynb", "06_composition.ipynb", "10_qmsum_analysis.ipynb",
             "11_mtbench101_analysis.ipynb", "12_longmemeval_analysis.ipynb", "13_locomo_analysis.ipynb"} <= names
 
 
