@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import ssl
 import sys
 from collections.abc import AsyncIterator
@@ -23,6 +24,8 @@ from agentlab.serve.wire import error_body
 
 #: ``asyncio.timeout`` (Python 3.11+), else ``None`` (``asyncio.wait_for`` then).
 _TIMEOUT: Any = getattr(asyncio, "timeout", None) if sys.version_info >= (3, 11) else None
+#: What a header line sent upstream may not hold (it would end the line and start another header).
+_BREAKS_LINE = re.compile(r"[\r\n\x00]")
 
 
 class UpstreamError(Exception):
@@ -173,6 +176,8 @@ class UpstreamClient:
         head = [f"{method} {self.prefix}{path} HTTP/1.1", f"host: {self.host_header}",
                 f"content-length: {len(body)}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
+        if any(_BREAKS_LINE.search(line) for line in head):  # the server refuses them; this guards the rest
+            raise ValueError("a header sent upstream may not hold a CR, LF or NUL character")
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         for attempt in (0, 1):
             reused = bool(self._idle)

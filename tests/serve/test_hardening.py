@@ -200,7 +200,11 @@ def test_half_open_connections_are_closed_after_the_head_timeout(proxy) -> None:
     try:
         for sock in [*half, idle]:
             sock.settimeout(5)
-            assert sock.recv(1024) == b""  # closed by the server, not left open
+            received = b""
+            while piece := sock.recv(1024):
+                received += piece
+            # Closed by the server, not left open: a half-sent request after a 408, an idle one silently.
+            assert received.startswith(b"HTTP/1.1 408 ") if sock is not idle else received == b"", received
         assert time.monotonic() - began < 4
     finally:
         for sock in [*half, idle]:
