@@ -14,7 +14,7 @@ PROG = "python -m agentlab.serve"
 def _serve_parser() -> argparse.ArgumentParser:
     from agentlab.serve.http import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_BODY_BYTES
     from agentlab.serve.server import LEDGER_LINGER
-    from agentlab.serve.store import MAX_CONVERSATIONS, WRITER_NICE
+    from agentlab.serve.store import FLUSH_INTERVAL, MAX_CONVERSATIONS, WRITER_NICE
     from agentlab.serve.wire import MAX_MESSAGE_BYTES, MAX_MESSAGES
 
     p = argparse.ArgumentParser(
@@ -46,6 +46,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger-linger", type=float, default=LEDGER_LINGER, metavar="SECONDS",
                    help="proxy back end: how long a ledger commit waits for other conversations' events to "
                         f"join it, off the answer's path (default {LEDGER_LINGER}; 0 with --wait-for-ledger)")
+    p.add_argument("--flush-interval", type=float, default=FLUSH_INTERVAL, metavar="SECONDS",
+                   help="how long call rows and the proxy's conversation index wait to be committed together "
+                        f"(default {FLUSH_INTERVAL}; a kill -9 loses at most this much of the call log)")
     p.add_argument("--writer-nice", type=int, default=WRITER_NICE, metavar="N",
                    help="niceness of the thread that commits call rows and the proxy's ledger, which no "
                         f"answer waits for (0-19, default {WRITER_NICE}; 0 = normal priority; Linux only)")
@@ -128,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          timeout=args.timeout, max_recall_rounds=args.max_recall_rounds,
                          context_window=args.context_window, fsync=not args.no_fsync,
                          wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations,
-                         ledger_linger=args.ledger_linger, writer_nice=args.writer_nice)
+                         ledger_linger=args.ledger_linger, writer_nice=args.writer_nice,
+                         flush_interval=args.flush_interval)
     try:
         config.check()
     except ValueError as exc:

@@ -21,12 +21,14 @@ from agentlab.events import OBJ_COMPLETION, OBJ_TOOL_RESPONSE, OBJ_USER, Event, 
 from agentlab.model import tokens
 from agentlab.serve.carry import carry_summaries, covered_events, held_back, rewritten_users
 from agentlab.serve.counting import MessageCounter
+from agentlab.serve.recovery import APP_NAME
 from agentlab.serve.store import ServeStore
 from agentlab.serve.wire import to_message, to_wire
 from agentlab.session.base import Session
 from agentlab.session.duckdb import DuckDBSessionService
 
-APP_NAME = "agentlab-serve"
+__all__ = ["APP_NAME", "Conversation", "ConversationTable", "LedgerUpdate"]
+
 log = logging.getLogger(__name__)
 
 

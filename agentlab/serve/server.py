@@ -31,7 +31,7 @@ from agentlab.serve.http import (
     HTTPServer,
     json_response,
 )
-from agentlab.serve.store import MAX_CONVERSATIONS, WRITER_NICE, ServeStore, background_writer
+from agentlab.serve.store import FLUSH_INTERVAL, MAX_CONVERSATIONS, WRITER_NICE, ServeStore, background_writer
 from agentlab.serve.wire import MAX_MESSAGE_BYTES, MAX_MESSAGES, RequestError, RequestLimits, error_body
 from agentlab.session.duckdb import DuckDBSessionService
 
@@ -100,6 +100,9 @@ class ServeConfig:
     #: (one DuckDB statement for all; see ``DuckDBSessionService.linger``). The commit runs while
     #: the request is upstream, so it adds no latency; 0 with ``wait_for_ledger``, whose answers wait on it.
     ledger_linger: float = LEDGER_LINGER
+    #: Seconds the call log and the proxy's conversation index wait to be committed together (a
+    #: ``kill -9`` loses at most this much of the call log; see :mod:`agentlab.serve.store`).
+    flush_interval: float = FLUSH_INTERVAL
     #: Niceness of the thread that commits what nothing waits for (call rows, the proxy's ledger):
     #: 0-19, 0 = normal priority (Linux only; see ``agentlab.serve.store.background_writer``).
     writer_nice: int = WRITER_NICE
@@ -157,6 +160,8 @@ class ServeConfig:
             raise ValueError("--timeout must be > 0")
         if not 0 <= self.ledger_linger <= 1:
             raise ValueError(f"--ledger-linger must be between 0 and 1 second, got {self.ledger_linger}")
+        if not 0 <= self.flush_interval <= 60:
+            raise ValueError(f"--flush-interval must be between 0 and 60 seconds, got {self.flush_interval}")
         if not 0 <= self.writer_nice <= 19:
             raise ValueError(f"--writer-nice must be between 0 and 19, got {self.writer_nice}")
 
@@ -171,7 +176,8 @@ class ServeApp:
         self.keys = config.keys()
         #: The commits nothing waits for, on one low-priority thread (see ``background_writer``).
         self.writer = background_writer(config.writer_nice)
-        self.store = ServeStore(config.db, fsync=config.fsync, write_executor=self.writer)
+        self.store = ServeStore(config.db, fsync=config.fsync, flush_interval=config.flush_interval,
+                                write_executor=self.writer)
         # The proxy's ledger commits are off the answer's path (unless it waits for them); the agent
         # back end's are on it (its runner awaits each append), so they keep the default executor.
         off_path = config.upstream is not None and not config.wait_for_ledger

@@ -53,6 +53,7 @@ import duckdb
 
 import agentlab.serve.keys as keys
 from agentlab.duckdb_files import DuckDBService
+from agentlab.serve.recovery import reconcile
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ def _columns(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
 
 
 def _storable(value: Any) -> Any:
-    """``value`` with a string's lone surrogates escaped (``\\udc80``), so the database takes it."""
+    r"""``value`` with a string's lone surrogates escaped (``\udc80``), so the database takes it."""
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value
@@ -271,7 +272,10 @@ class ServeStore(DuckDBService):
         self.conversations: dict[tuple[str, str], str] = {}
         #: Conversations and prefixes that are only on disk (stored before this start, or evicted).
         self.on_disk = KeyFilter()
-        self._locked(self._read_on_disk)  # opens the file now (see the class docstring)
+        #: (conversation rows, prefix rows) rebuilt from the ledger at open (after an unclean stop;
+        #: see :mod:`agentlab.serve.recovery`).
+        self.recovered = self._locked(reconcile)  # opens the file now (see the class docstring)
+        self._locked(self._read_on_disk)
 
     def _read_on_disk(self, con: duckdb.DuckDBPyConnection) -> None:
         for sql, key_of in (("SELECT tenant, conversation_id FROM serve_conversations", _conversation_key),
