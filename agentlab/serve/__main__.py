@@ -12,6 +12,7 @@ PROG = "python -m agentlab.serve"
 
 
 def _serve_parser() -> argparse.ArgumentParser:
+    from agentlab.serve.conversations import MAX_CONVERSATION_BYTES
     from agentlab.serve.http import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_BODY_BYTES
     from agentlab.serve.server import LEDGER_LINGER
     from agentlab.serve.store import FLUSH_INTERVAL, MAX_CONVERSATIONS, WRITER_NICE
@@ -43,6 +44,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-conversations", type=int, default=MAX_CONVERSATIONS,
                    help="conversations kept in memory; the least recently used idle one beyond this is "
                         f"evicted and reloaded from the database when it comes back (default {MAX_CONVERSATIONS})")
+    p.add_argument("--max-conversation-bytes", type=int, default=MAX_CONVERSATION_BYTES, metavar="BYTES",
+                   help="ledger text the idle conversations in memory may hold; beyond it the least recently "
+                        f"used are evicted like --max-conversations (default {MAX_CONVERSATION_BYTES})")
     p.add_argument("--ledger-linger", type=float, default=LEDGER_LINGER, metavar="SECONDS",
                    help="proxy back end: how long a ledger commit waits for other conversations' events to "
                         f"join it, off the answer's path (default {LEDGER_LINGER}; 0 with --wait-for-ledger)")
@@ -132,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          context_window=args.context_window, fsync=not args.no_fsync,
                          wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations,
                          ledger_linger=args.ledger_linger, writer_nice=args.writer_nice,
-                         flush_interval=args.flush_interval)
+                         flush_interval=args.flush_interval, max_conversation_bytes=args.max_conversation_bytes)
     try:
         config.check()
     except ValueError as exc:

@@ -20,6 +20,17 @@ CONTENT_CACHE = 100_000
 OBJECT_CACHE = 200_000
 
 
+#: Characters beyond which a text is not kept as a cache key (its length and hash are).
+LONG_TEXT = 4096
+
+
+def _key(text: str) -> str | tuple[int, int]:
+    """A cache key of ``text``: itself, or for a long one its length and hash (so a cache of counts
+    does not keep megabytes of text alive).
+    """
+    return text if len(text) <= LONG_TEXT else (len(text), hash(text))
+
+
 def prefix_tokens(previous: Sequence[tuple[str, int]], current: Sequence[tuple[str, int]]) -> int:
     """Tokens of the longest message prefix two calls share (what a provider's prefix cache can reuse)."""
     shared = 0
@@ -34,18 +45,19 @@ class MessageCounter:
     """The proxy's caches of canonical text, wire dicts and token counts (local estimates)."""
 
     def __init__(self) -> None:
-        self._token_cache: dict[str, int] = {}
+        self._token_cache: dict[str | tuple[int, int], int] = {}
         self._canon_cache: dict[int, tuple[dict[str, Any], str]] = {}
         self._request_canon: dict[tuple[Any, Any, Any, Any], str] = {}
         self._wire_cache: dict[int, tuple[Message, dict[str, Any]]] = {}
 
     def message_tokens(self, canon: str, message: Message) -> int:
         """Tokens of ``message`` whose canonical text is ``canon``."""
-        cached = self._token_cache.get(canon)
+        key = _key(canon)
+        cached = self._token_cache.get(key)
         if cached is None:
             if len(self._token_cache) > CONTENT_CACHE:
                 self._token_cache.clear()
-            cached = self._token_cache[canon] = tokens.count_message(message)
+            cached = self._token_cache[key] = tokens.count_message(message)
         return cached
 
     def wire_of(self, m: Message) -> dict[str, Any]:
@@ -77,8 +89,8 @@ class MessageCounter:
         is hashable (role, text, answered call id, and each tool call's id, name and arguments).
         """
         content = m.get("content")
-        if not (content is None or isinstance(content, str)):
-            return canonical(m)
+        if not (content is None or isinstance(content, str)) or (content and len(content) > LONG_TEXT):
+            return canonical(m)  # a long text is not kept alive as a key: computing it costs no more
         calls: tuple[Any, ...] = ()
         if m.get("tool_calls"):
             try:  # (id, name, arguments) of each call, when all are plain strings
@@ -105,7 +117,7 @@ class MessageCounter:
         total = 0
         cumulative: list[tuple[str, int]] = []
         for h, text, m in zip(chain, canon, messages, strict=True):
-            counted = self._token_cache.get(text)
+            counted = self._token_cache.get(_key(text))
             if counted is None:
                 counted = self.message_tokens(text, to_message(m))
             total += counted

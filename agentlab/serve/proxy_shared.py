@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentlab.model.base import ContextWindowUnknown, ModelInfo
 from agentlab.model.openai_compat import OpenAICompatModel
-from agentlab.serve.conversations import ConversationTable
+from agentlab.serve.conversations import MAX_CONVERSATION_BYTES, ConversationTable
 from agentlab.serve.counting import MessageCounter
 from agentlab.serve.http import HTTPRequest
 from agentlab.serve.store import MAX_CONVERSATIONS, ServeStore
@@ -39,7 +39,8 @@ class ProxyShared:
                  upstream_api_key: str | None = None, forward_credentials: bool = True,
                  timeout: float = 60.0, max_recall_rounds: int = 3, context_window: int | None = None,
                  wait_for_ledger: bool = False, max_conversations: int = MAX_CONVERSATIONS,
-                 limits: RequestLimits | None = None, max_models: int = MAX_MODELS) -> None:
+                 limits: RequestLimits | None = None, max_models: int = MAX_MODELS,
+                 max_conversation_bytes: int = MAX_CONVERSATION_BYTES) -> None:
         if max_conversations < 1:
             raise ValueError(f"max_conversations must be >= 1, got {max_conversations}")
         self.upstream = upstream.rstrip("/")
@@ -60,10 +61,11 @@ class ProxyShared:
         self.counter = MessageCounter()
         self.background: set[asyncio.Future[Any]] = set()
         #: Live conversations kept in memory (their ledger, prefix index and caches); the least
-        #: recently used idle one beyond ``max_conversations`` is evicted and reloaded from the
+        #: recently used idle one beyond ``max_conversations`` (or ``max_conversation_bytes`` of text) is evicted and reloaded from the
         #: database when it comes back, so a long-running proxy's memory stays flat. An evicted
         #: conversation's next call reports no shared prefix with its previous one (``*_prefix_tokens`` = 0).
-        self.table = ConversationTable(sessions, store, self.counter, self.background, max_conversations)
+        self.table = ConversationTable(sessions, store, self.counter, self.background, max_conversations,
+                                       max_conversation_bytes)
         self._client: UpstreamClient | None = None
         #: The worker process that parses large bodies (started on the first one).
         self._parser: ProcessPoolExecutor | None = None

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from agentlab.serve.arms import get_arm
+from agentlab.serve.conversations import MAX_CONVERSATION_BYTES
 from agentlab.serve.http import (
     HEAD_TIMEOUT,
     IDLE_TIMEOUT,
@@ -96,6 +97,9 @@ class ServeConfig:
     #: Proxy back end: conversations kept in memory, least recently used evicted beyond it (they
     #: are reloaded from the database when they come back; see ``ProxyBackend.max_conversations``).
     max_conversations: int = MAX_CONVERSATIONS
+    #: Proxy back end: bytes of ledger text the idle conversations in memory may hold (least recently
+    #: used evicted beyond it, like ``max_conversations``).
+    max_conversation_bytes: int = MAX_CONVERSATION_BYTES
     #: Proxy back end: seconds a ledger commit waits for other conversations' events to join it
     #: (one DuckDB statement for all; see ``DuckDBSessionService.linger``). The commit runs while
     #: the request is upstream, so it adds no latency; 0 with ``wait_for_ledger``, whose answers wait on it.
@@ -156,6 +160,8 @@ class ServeConfig:
             raise ValueError("--max-recall-rounds must be >= 0")
         if self.max_conversations < 1:
             raise ValueError("--max-conversations must be >= 1")
+        if self.max_conversation_bytes < 1:
+            raise ValueError("--max-conversation-bytes must be >= 1")
         if self.timeout <= 0:
             raise ValueError("--timeout must be > 0")
         if not 0 <= self.ledger_linger <= 1:
@@ -193,7 +199,7 @@ class ServeApp:
                 upstream_api_key=config.upstream_api_key, forward_credentials=not self.keys,
                 timeout=config.timeout, max_recall_rounds=config.max_recall_rounds,
                 context_window=config.context_window, wait_for_ledger=config.wait_for_ledger,
-                max_conversations=config.max_conversations,
+                max_conversations=config.max_conversations, max_conversation_bytes=config.max_conversation_bytes,
                 limits=RequestLimits(config.max_messages, config.max_message_bytes))
         else:
             from agentlab.serve.agent_backend import AgentBackend
