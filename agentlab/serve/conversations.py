@@ -165,8 +165,7 @@ class ConversationTable:
     def release(self, conv: Conversation) -> None:
         """A call is done with ``conv``."""
         conv.users -= 1
-        if self._over():
-            self.evict()
+        self._evict_if_over()
 
     def _over(self) -> bool:
         return len(self.live) > self.max_conversations or self.size > self.max_bytes
@@ -249,7 +248,12 @@ class ConversationTable:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
         task.add_done_callback(_consume)
+        task.add_done_callback(self._evict_if_over)  # a conversation whose write is done may now go
         return task
+
+    def _evict_if_over(self, _: Any = None) -> None:
+        if self._over():
+            self.evict()
 
     async def bring_up_to_date(self, conv: Conversation, messages: Sequence[dict[str, Any]],
                                chain: Sequence[str], canon: Sequence[str]) -> LedgerUpdate:

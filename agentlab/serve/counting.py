@@ -16,6 +16,8 @@ from agentlab.serve.wire import canonical, chain_hashes, to_message, to_wire
 
 #: Entries a cache keyed by content holds before it is cleared.
 CONTENT_CACHE = 100_000
+#: Characters of canonical text the cache of client messages holds before it is cleared (64 Mi).
+CACHE_CHARS = 64 * 1024 * 1024
 #: Entries a cache keyed by a live object's id holds before it is cleared.
 OBJECT_CACHE = 200_000
 
@@ -48,6 +50,8 @@ class MessageCounter:
         self._token_cache: dict[str | tuple[int, int], int] = {}
         self._canon_cache: dict[int, tuple[dict[str, Any], str]] = {}
         self._request_canon: dict[tuple[Any, Any, Any, Any], str] = {}
+        #: Characters of canonical text ``_request_canon`` holds (it is cleared beyond :data:`CACHE_CHARS`).
+        self._canon_chars = 0
         self._wire_cache: dict[int, tuple[Message, dict[str, Any]]] = {}
 
     def message_tokens(self, canon: str, message: Message) -> int:
@@ -89,8 +93,8 @@ class MessageCounter:
         is hashable (role, text, answered call id, and each tool call's id, name and arguments).
         """
         content = m.get("content")
-        if not (content is None or isinstance(content, str)) or (content and len(content) > LONG_TEXT):
-            return canonical(m)  # a long text is not kept alive as a key: computing it costs no more
+        if not (content is None or isinstance(content, str)):
+            return canonical(m)
         calls: tuple[Any, ...] = ()
         if m.get("tool_calls"):
             try:  # (id, name, arguments) of each call, when all are plain strings
@@ -98,12 +102,14 @@ class MessageCounter:
                 hash(calls)
             except (KeyError, TypeError):
                 return canonical(m)
-        key = (m.get("role"), content, m.get("tool_call_id"), calls)
+        key = (m.get("role"), _key(content) if content else content, m.get("tool_call_id"), calls)
         text = self._request_canon.get(key)
         if text is None:
-            if len(self._request_canon) > CONTENT_CACHE:
+            if len(self._request_canon) > CONTENT_CACHE or self._canon_chars > CACHE_CHARS:
                 self._request_canon.clear()
+                self._canon_chars = 0
             text = self._request_canon[key] = canonical(m)
+            self._canon_chars += len(text)
         return text
 
     def count(self, messages: Sequence[dict[str, Any]], tool_list: Sequence[dict[str, Any]] | None,

@@ -44,7 +44,7 @@ VALID_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,255}")
 TABLE_PATHS = {"/v1/agentlab/calls": "serve_calls", "/v1/agentlab/exchanges": "serve_exchanges"}
 CHAT_PATHS = ("/v1/chat/completions", "/v1/chat/completions/")
 #: Default :attr:`ServeConfig.ledger_linger`, seconds.
-LEDGER_LINGER = 0.01
+LEDGER_LINGER = 0.2
 
 
 def model_id_of(raw: str) -> str:
@@ -102,7 +102,8 @@ class ServeConfig:
     max_conversation_bytes: int = MAX_CONVERSATION_BYTES
     #: Proxy back end: seconds a ledger commit waits for other conversations' events to join it
     #: (one DuckDB statement for all; see ``DuckDBSessionService.linger``). The commit runs while
-    #: the request is upstream, so it adds no latency; 0 with ``wait_for_ledger``, whose answers wait on it.
+    #: the request is upstream and after, so no answer waits for it (an error answer does, up to this long);
+    #: the default gathers several calls of one client per commit. 0 with ``wait_for_ledger``.
     ledger_linger: float = LEDGER_LINGER
     #: Seconds the call log and the proxy's conversation index wait to be committed together (a
     #: ``kill -9`` loses at most this much of the call log; see :mod:`agentlab.serve.store`).

@@ -118,7 +118,7 @@ _INSERT_PREFIXES = ("INSERT INTO serve_prefixes SELECT unnest(?::VARCHAR[]), unn
 #: Conversations whose state the proxy keeps in memory at most (least recently used idle ones evicted).
 MAX_CONVERSATIONS = 1024
 #: Seconds the background writer waits to gather more rows into one commit (see the module docstring).
-FLUSH_INTERVAL = 0.25
+FLUSH_INTERVAL = 0.5
 
 
 # A batch of conversations goes in as one statement too (one row per conversation: see save_conversation).

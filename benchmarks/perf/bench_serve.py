@@ -39,6 +39,7 @@ import asyncio
 import math
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -170,6 +171,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3, help="direct/proxy alternations per arm and level (default 3)")
     p.add_argument("--no-fsync", action="store_true", help="run the proxy with --no-fsync")
     p.add_argument("--writer-nice", type=int, help="run the proxy with --writer-nice N (default: the proxy's)")
+    p.add_argument("--proxy-args", default="", help="more options for the proxy, quoted ('--ledger-linger 0.1')")
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
@@ -201,6 +203,7 @@ def main() -> int:
                                "--db", db, "--context-window", "131072"]
                     command += ["--no-fsync"] if args.no_fsync else []
                     command += [] if args.writer_nice is None else ["--writer-nice", str(args.writer_nice)]
+                    command += shlex.split(args.proxy_args)
                     if relay:
                         command = [str(Path(__file__).with_name("bare_relay.py")), "--upstream", upstream_url]
                     proxy, proxy_url = start(command,
