@@ -146,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def ready(app: ServeApp) -> None:
         back_end = f"proxy to {config.upstream} (arm {config.arm})" if config.upstream else f"agent {config.agent}"
         print(f"serving {app.base_url} — {back_end}; ledger and calls in {config.db}", flush=True)
+        for warning in config.warnings():
+            sys.stderr.write(f"warning: {warning}\n")
 
     try:
         asyncio.run(serve_forever(config, ready))

@@ -141,6 +141,14 @@ class ServeConfig:
                 raise ValueError("an API key must be printable and without spaces")
         return tuple(dict.fromkeys(found))
 
+    def warnings(self) -> list[str]:
+        """What a user starting this configuration should know (printed at start by the command line)."""
+        if self.keys():
+            return []
+        return [f"no --api-key: anyone who can connect to {self.host} reads every conversation's call log and "
+                "recall exchanges (the text recall sent upstream) at /v1/agentlab/calls and /v1/agentlab/exchanges; "
+                "on a machine shared with other users, give --api-key (one per user: each is its own tenant)"]
+
     def check(self) -> None:
         """``ValueError`` naming the first problem of this configuration."""
         if (self.upstream is None) == (self.agent is None):
