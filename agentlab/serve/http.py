@@ -23,6 +23,8 @@ _T = TypeVar("_T")
 _TIMEOUT: Any = getattr(asyncio, "timeout", None) if sys.version_info >= (3, 11) else None
 
 MAX_HEADER_BYTES = 64 * 1024
+#: Bytes read from a connection at a time for a large body.
+_READ_PIECE = 1 << 20
 #: A chunk size: hex digits only.
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 #: What a header value may not hold (RFC 9110 5.5: a CR, LF or NUL in a field value is refused).
@@ -148,7 +150,17 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limi
         raise BadRequest(400, "Content-Length is negative")
     if length > limit:
         raise _too_large(limit)
-    return await reader.readexactly(length) if length else b""
+    if length <= _READ_PIECE:
+        return await reader.readexactly(length) if length else b""
+    # A large body in pieces: one readexactly would copy the whole of it several times in one
+    # step of the event loop (the stream's buffer grows, then is sliced and copied).
+    body = bytearray()
+    while len(body) < length:
+        piece = await reader.read(min(_READ_PIECE, length - len(body)))
+        if not piece:
+            raise asyncio.IncompleteReadError(bytes(body), length)
+        body += piece
+    return bytes(body)
 
 
 async def _within(seconds: float, work: Coroutine[Any, Any, _T]) -> _T:
