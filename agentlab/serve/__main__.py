@@ -47,6 +47,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-conversation-bytes", type=int, default=MAX_CONVERSATION_BYTES, metavar="BYTES",
                    help="ledger text the idle conversations in memory may hold; beyond it the least recently "
                         f"used are evicted like --max-conversations (default {MAX_CONVERSATION_BYTES})")
+    p.add_argument("--no-summary-budget", action="store_true",
+                   help="a summarising arm makes every summary its policy asks for (default: a summary waits "
+                        "until the tokens saved cover what the last one cost, so it never costs more than it saves)")
     p.add_argument("--ledger-linger", type=float, default=LEDGER_LINGER, metavar="SECONDS",
                    help="proxy back end: how long a ledger commit waits for other conversations' events to "
                         f"join it, off the answer's path (default {LEDGER_LINGER}; 0 with --wait-for-ledger)")
@@ -94,7 +97,7 @@ def report_main(argv: Sequence[str], out: TextIO | None = None, prog: str = f"{P
     import pandas as pd
 
     from agentlab.model.prompt_caching import get_profile
-    from agentlab.serve.analysis import savings_df
+    from agentlab.serve.analysis import savings_df, serve_calls_df
     from agentlab.serve.cache_report import cache_savings_df
 
     by = [c.strip() for c in args.by.split(",") if c.strip()]
@@ -103,6 +106,7 @@ def report_main(argv: Sequence[str], out: TextIO | None = None, prog: str = f"{P
                  else savings_df(args.db, by=by))
         cache, notes = cache_savings_df(args.db if not args.url else None, by=by, profile=args.cache_profile,
                                         price_model=args.price_model, url=args.url, api_key=args.api_key)
+        calls = serve_calls_df(url=args.url, api_key=args.api_key) if args.url else serve_calls_df(args.db)
     except (FileNotFoundError, ValueError, KeyError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
@@ -116,6 +120,11 @@ def report_main(argv: Sequence[str], out: TextIO | None = None, prog: str = f"{P
         out.write(cache.to_string(index=False) + "\n")
     for note in notes:
         out.write(f"{note}\n")
+    waited = int(calls["arm_note"].notna().sum()) if "arm_note" in calls else 0
+    if waited:
+        out.write(f"{waited} calls passed on the summary they had instead of a new one: a new summary would have "
+                  "cost more than the summaries saved so far (serve_calls.arm_note; --no-summary-budget makes every "
+                  "summary)\n")
     return 0
 
 
@@ -136,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          context_window=args.context_window, fsync=not args.no_fsync,
                          wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations,
                          ledger_linger=args.ledger_linger, writer_nice=args.writer_nice,
-                         flush_interval=args.flush_interval, max_conversation_bytes=args.max_conversation_bytes)
+                         flush_interval=args.flush_interval, max_conversation_bytes=args.max_conversation_bytes,
+                         summary_budget=not args.no_summary_budget)
     try:
         config.check()
     except ValueError as exc:

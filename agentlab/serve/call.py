@@ -168,6 +168,8 @@ class ProxyCall:
                         client_prefix_tokens=prefix_tokens(conv.last_client, client_chain),
                         upstream_prefix_tokens=prefix_tokens(conv.last_upstream, up_chain))
         conv.last_client, conv.last_upstream = client_chain, up_chain
+        if self.arm.rewrites:
+            proxy.budgets.of(conv.tenant).saved += client_tokens - up_tokens
 
     async def run_server_tools(self, calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run the arm's own tools the model called; each exchange is kept for ``serve_exchanges``."""
@@ -427,7 +429,10 @@ class ProxyCall:
         self.proxy.store.index_prefixes(conv.tenant, conv.id, conv.chain)
         conv.answered.add(self.body_hash)
         self.proxy.recent[self.body_hash] = (conv.id, True, time.time())
-        if self._worker is not None:
+        budget = self.proxy.budgets.of(conv.tenant)
+        if self._worker is not None and self.proxy.summary_budget and not budget.may_summarize():
+            self.row["arm_note"] = budget.note()  # the summary made so far goes on being used
+        elif self._worker is not None:
             conv.summary_task = self.proxy.spawn(self._summarize(self._worker, written, self._window))
 
     async def _summarize(self, worker: Any, written: asyncio.Future[None], window: int) -> None:
@@ -442,6 +447,10 @@ class ProxyCall:
         """A call a mechanism made upstream: a ``serve_calls`` row of purpose ``summary`` (the
         background summariser) or ``projection`` (a mechanism calling the model while projecting).
         """
+        if purpose == "summary":
+            budget = self.proxy.budgets.of(self.conv.tenant)
+            budget.last_cost = record.usage.prompt_tokens + record.usage.completion_tokens
+            budget.spent += budget.last_cost
         self.proxy.store.record_call({
             "call_id": new_id("call-"), "started_at": time.time() - record.latency_ms / 1000,
             "tenant": self.conv.tenant, "conversation_id": self.conv.id, "session_id": self.conv.session.id,

@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentlab.model.openai_compat import OpenAICompatModel
+from agentlab.serve.budget import SummaryBudgets
 from agentlab.serve.conversations import MAX_CONVERSATION_BYTES, ConversationTable
 from agentlab.serve.counting import MessageCounter
 from agentlab.serve.http import HTTPRequest
@@ -40,7 +41,7 @@ class ProxyShared:
                  timeout: float = 60.0, max_recall_rounds: int = 3, context_window: int | None = None,
                  wait_for_ledger: bool = False, max_conversations: int = MAX_CONVERSATIONS,
                  limits: RequestLimits | None = None, max_models: int = MAX_MODELS,
-                 max_conversation_bytes: int = MAX_CONVERSATION_BYTES) -> None:
+                 max_conversation_bytes: int = MAX_CONVERSATION_BYTES, summary_budget: bool = True) -> None:
         if max_conversations < 1:
             raise ValueError(f"max_conversations must be >= 1, got {max_conversations}")
         self.upstream = upstream.rstrip("/")
@@ -72,6 +73,10 @@ class ProxyShared:
         self._models: OrderedDict[tuple[str, str], OpenAICompatModel] = OrderedDict()
         #: The window of each model name, from the upstream's model list (see :mod:`agentlab.serve.windows`).
         self.windows = UpstreamWindows(max_names=max_models)
+        #: What each tenant's summaries cost against what its calls saved (see :mod:`agentlab.serve.budget`).
+        self.budgets = SummaryBudgets()
+        #: Whether a summary waits until it can pay for itself (off: every summary the policy asks for is made).
+        self.summary_budget = summary_budget
         #: Summary workers by ``id()`` of their model (dropped with the model).
         self._summary_workers: dict[int, Any] = {}
         #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.

@@ -100,6 +100,9 @@ class ServeConfig:
     #: Proxy back end: bytes of ledger text the idle conversations in memory may hold (least recently
     #: used evicted beyond it, like ``max_conversations``).
     max_conversation_bytes: int = MAX_CONVERSATION_BYTES
+    #: Proxy back end: a summarising arm makes a summary only when its savings can pay for it
+    #: (see :mod:`agentlab.serve.budget`); ``False`` makes every summary its policy asks for.
+    summary_budget: bool = True
     #: Proxy back end: seconds a ledger commit waits for other conversations' events to join it
     #: (one DuckDB statement for all; see ``DuckDBSessionService.linger``). The commit runs while
     #: the request is upstream and after, so no answer waits for it (an error answer does, up to this long);
@@ -209,6 +212,7 @@ class ServeApp:
                 timeout=config.timeout, max_recall_rounds=config.max_recall_rounds,
                 context_window=config.context_window, wait_for_ledger=config.wait_for_ledger,
                 max_conversations=config.max_conversations, max_conversation_bytes=config.max_conversation_bytes,
+                summary_budget=config.summary_budget,
                 limits=RequestLimits(config.max_messages, config.max_message_bytes))
         else:
             from agentlab.serve.agent_backend import AgentBackend

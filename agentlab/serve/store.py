@@ -78,6 +78,9 @@ CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     # session (agentlab.serve.carry); 0 when none could be carried. Added after the others (an
     # older file gets it, NULL in its old rows, when opened).
     ("summary_reused_events", "INTEGER"),
+    # Why the arm did less than it could on this call (a summary that waits until it can pay for
+    # itself: agentlab.serve.budget); NULL when it did all it could.
+    ("arm_note", "VARCHAR"),
 )
 
 #: ``serve_exchanges`` columns: a tool the arm added (recall) that the server ran within a call, its
