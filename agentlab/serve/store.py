@@ -120,8 +120,6 @@ _INSERT_PREFIXES = ("INSERT INTO serve_prefixes SELECT unnest(?::VARCHAR[]), unn
                     "unnest(?::VARCHAR[]), unnest(?::INTEGER[]) ON CONFLICT DO NOTHING")
 #: Conversations whose state the proxy keeps in memory at most (least recently used idle ones evicted).
 MAX_CONVERSATIONS = 1024
-#: DuckDB's memory limit for the serve database (its buffer pool; the whole file's, ledger included).
-DB_MEMORY_LIMIT = "256MB"
 #: Seconds the background writer waits to gather more rows into one commit (see the module docstring).
 FLUSH_INTERVAL = 0.5
 
@@ -239,10 +237,8 @@ class ServeStore(DuckDBService):
 
     what = "the serve database"
     # A file written before a column existed gets it (NULL in old rows).
-    # DuckDB's buffer pool would otherwise keep up to 80 % of the machine's memory of what was
-    # written (the ledger's megabyte messages included): the server's memory is bounded here.
     schema = (*_SCHEMA, *(f"ALTER TABLE serve_calls ADD COLUMN IF NOT EXISTS {name} {sql_type}"
-                          for name, sql_type in CALL_COLUMNS), f"SET memory_limit = '{DB_MEMORY_LIMIT}'")
+                          for name, sql_type in CALL_COLUMNS))
 
     def __init__(self, path: str | Path, *, fsync: bool = True, flush_interval: float = FLUSH_INTERVAL,
                  write_executor: Executor | None = None) -> None:
