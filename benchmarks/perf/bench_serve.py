@@ -31,7 +31,8 @@ Python proxy costs here (its in-proxy columns are NaN: it logs nothing).
 ``--large N`` measures something else: N accepted requests of 60 MB (each a new conversation, 4 MB
 messages) to a stub upstream that answers at once, with ``/health`` polled every 10 ms meanwhile:
 the worst ``/health`` latency per request (how long the large one held up other calls) and the
-proxy's RSS after each (flat once the idle conversations' text reaches ``--max-conversation-bytes``).
+proxy's RSS after each (the idle conversations' ledger text is bounded by ``--max-conversation-bytes``;
+the RSS is what the whole process holds, the database's buffers and the allocator's free lists included).
 
 The goal (on this machine): added p50 <= 5 ms and p99 <= 25 ms at 16 conversations. The load
 average is printed before and after; on a shared machine everything else running inflates the
@@ -265,8 +266,7 @@ def large_requests(count: int, megabytes: float, proxy_args: list[str]) -> None:
                 worsts.append(worst)
                 print(f"{i + 1:>3}{status:>8}{took:>9.1f}{worst:>18.0f}{rss_mb(proxy.pid):>9.0f}", flush=True)
             print(f"worst /health: median {statistics.median(worsts):.0f} ms, max {max(worsts):.0f} ms; "
-                  f"RSS after {count}: {rss_mb(proxy.pid):.0f} MB (ledger text kept in memory is bounded by "
-                  "--max-conversation-bytes, default 256 MiB)")
+                  f"RSS after {count}: {rss_mb(proxy.pid):.0f} MB")
         finally:
             stop(proxy)
             upstream.close()
