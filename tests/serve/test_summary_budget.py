@@ -7,31 +7,9 @@ from __future__ import annotations
 import io
 from typing import Any
 
-import openai
-
 from agentlab.serve.__main__ import report_main as main
 from agentlab.serve.budget import TenantBudget
-
-SYSTEM = {"role": "system", "content": "You are a coding assistant. Answer about the repository."}
-
-
-def _file(turn: int) -> str:
-    return " ".join(f"Line {i} of file_{turn}.py: def handler_{turn}_{i}(request): return render(request, 'p{i}.html')"
-                    for i in range(60))
-
-
-def rewriting_client(base_url: str, turns: int = 8) -> None:
-    """``turns`` turns; before turns 5 and 7 the client replaces its oldest turns with its own summary."""
-    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
-    history: list[dict[str, Any]] = []
-    for turn in range(1, turns + 1):
-        if turn in (5, 7):
-            history = [{"role": "user", "content": f"I spoke to you previously about a number of things: the "
-                                                   f"handlers of files 1 to {turn - 2}."},
-                       {"role": "assistant", "content": "Ok."}, *history[-4:]]
-        messages = [SYSTEM, *history, {"role": "user", "content": f"Turn {turn}: explain this file.\n{_file(turn)}"}]
-        answer = client.chat.completions.create(model="test-model", messages=messages)
-        history += [messages[-1], {"role": "assistant", "content": answer.choices[0].message.content}]
+from agentlab.testing.rewriting_client import self_summarising_client
 
 
 def _totals(server: Any) -> tuple[int, int, int, Any]:
@@ -44,7 +22,7 @@ def _totals(server: Any) -> tuple[int, int, int, Any]:
 
 def test_a_self_summarising_client_pays_no_more_through_the_summary_arm(upstream, proxy) -> None:
     server = proxy("summary", context_window=8192)
-    rewriting_client(server.base_url)
+    self_summarising_client(server.base_url)
     client, sent, spent, answers = _totals(server)
     assert len(answers) == 8 and spent > 0
     assert sent + spent <= client, (sent, spent, client)
@@ -56,7 +34,7 @@ def test_a_self_summarising_client_pays_no_more_through_the_summary_arm(upstream
     assert "passed on the summary they had instead of a new one" in out.getvalue()
     # Without the budget, the same client pays more than it sent (what the budget prevents).
     other = proxy("summary", context_window=8192, summary_budget=False)
-    rewriting_client(other.base_url)
+    self_summarising_client(other.base_url)
     client_b, sent_b, spent_b, _ = _totals(other)
     assert sent_b + spent_b > client_b
 
