@@ -12,9 +12,10 @@ PROG = "python -m agentlab.serve"
 
 
 def _serve_parser() -> argparse.ArgumentParser:
+    from agentlab.serve.conversations import MAX_CONVERSATION_BYTES
     from agentlab.serve.http import HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_BODY_BYTES
     from agentlab.serve.server import LEDGER_LINGER
-    from agentlab.serve.store import MAX_CONVERSATIONS, WRITER_NICE
+    from agentlab.serve.store import FLUSH_INTERVAL, MAX_CONVERSATIONS, WRITER_NICE
     from agentlab.serve.wire import MAX_MESSAGE_BYTES, MAX_MESSAGES
 
     p = argparse.ArgumentParser(
@@ -43,9 +44,18 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-conversations", type=int, default=MAX_CONVERSATIONS,
                    help="conversations kept in memory; the least recently used idle one beyond this is "
                         f"evicted and reloaded from the database when it comes back (default {MAX_CONVERSATIONS})")
+    p.add_argument("--max-conversation-bytes", type=int, default=MAX_CONVERSATION_BYTES, metavar="BYTES",
+                   help="ledger text the idle conversations in memory may hold; beyond it the least recently "
+                        f"used are evicted like --max-conversations (default {MAX_CONVERSATION_BYTES})")
+    p.add_argument("--no-summary-budget", action="store_true",
+                   help="a summarising arm makes every summary its policy asks for (default: a summary waits "
+                        "until the tokens saved cover what the last one cost, so it never costs more than it saves)")
     p.add_argument("--ledger-linger", type=float, default=LEDGER_LINGER, metavar="SECONDS",
                    help="proxy back end: how long a ledger commit waits for other conversations' events to "
                         f"join it, off the answer's path (default {LEDGER_LINGER}; 0 with --wait-for-ledger)")
+    p.add_argument("--flush-interval", type=float, default=FLUSH_INTERVAL, metavar="SECONDS",
+                   help="how long call rows and the proxy's conversation index wait to be committed together "
+                        f"(default {FLUSH_INTERVAL}; a kill -9 loses at most this much of the call log)")
     p.add_argument("--writer-nice", type=int, default=WRITER_NICE, metavar="N",
                    help="niceness of the thread that commits call rows and the proxy's ledger, which no "
                         f"answer waits for (0-19, default {WRITER_NICE}; 0 = normal priority; Linux only)")
@@ -87,7 +97,7 @@ def report_main(argv: Sequence[str], out: TextIO | None = None, prog: str = f"{P
     import pandas as pd
 
     from agentlab.model.prompt_caching import get_profile
-    from agentlab.serve.analysis import savings_df
+    from agentlab.serve.analysis import savings_df, serve_calls_df
     from agentlab.serve.cache_report import cache_savings_df
 
     by = [c.strip() for c in args.by.split(",") if c.strip()]
@@ -96,6 +106,7 @@ def report_main(argv: Sequence[str], out: TextIO | None = None, prog: str = f"{P
                  else savings_df(args.db, by=by))
         cache, notes = cache_savings_df(args.db if not args.url else None, by=by, profile=args.cache_profile,
                                         price_model=args.price_model, url=args.url, api_key=args.api_key)
+        calls = serve_calls_df(url=args.url, api_key=args.api_key) if args.url else serve_calls_df(args.db)
     except (FileNotFoundError, ValueError, KeyError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
@@ -109,6 +120,11 @@ def report_main(argv: Sequence[str], out: TextIO | None = None, prog: str = f"{P
         out.write(cache.to_string(index=False) + "\n")
     for note in notes:
         out.write(f"{note}\n")
+    waited = int(calls["arm_note"].notna().sum()) if "arm_note" in calls else 0
+    if waited:
+        out.write(f"{waited} calls passed on the summary they had instead of a new one: a new summary would have "
+                  "cost more than the summaries saved so far (serve_calls.arm_note; --no-summary-budget makes every "
+                  "summary)\n")
     return 0
 
 
@@ -128,7 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          timeout=args.timeout, max_recall_rounds=args.max_recall_rounds,
                          context_window=args.context_window, fsync=not args.no_fsync,
                          wait_for_ledger=args.wait_for_ledger, max_conversations=args.max_conversations,
-                         ledger_linger=args.ledger_linger, writer_nice=args.writer_nice)
+                         ledger_linger=args.ledger_linger, writer_nice=args.writer_nice,
+                         flush_interval=args.flush_interval, max_conversation_bytes=args.max_conversation_bytes,
+                         summary_budget=not args.no_summary_budget)
     try:
         config.check()
     except ValueError as exc:
@@ -138,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def ready(app: ServeApp) -> None:
         back_end = f"proxy to {config.upstream} (arm {config.arm})" if config.upstream else f"agent {config.agent}"
         print(f"serving {app.base_url} — {back_end}; ledger and calls in {config.db}", flush=True)
+        for warning in config.warnings():
+            sys.stderr.write(f"warning: {warning}\n")
 
     try:
         asyncio.run(serve_forever(config, ready))

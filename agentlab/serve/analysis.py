@@ -72,7 +72,9 @@ def _table(source: Any, table: str, url: str | None = None, api_key: str | None 
     path = Path(source)
     if not path.exists():
         raise FileNotFoundError(f"no serve database at {path}")
-    con = connect(path, read_only=True, what="serve database", fix="stop the server that holds it")
+    con = connect(path, read_only=True, what="serve database",
+                  fix="stop the server that holds it, or read the running server instead: report --url "
+                      "http://HOST:PORT/v1 (serve_calls_df(url=...) in Python)")
     try:
         tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         if "serve_calls" not in tables:

@@ -4,7 +4,8 @@
 arm's mechanisms (a failing mechanism or a projection that fails the pairing check sends the
 client's request unrewritten), sends it, runs the arm's own tools (recall) for a bounded number of
 rounds, answers (a body here, a stream in :mod:`agentlab.serve.stream`) and records the answer and
-the call row once the response is out.
+the call row once the response is out (with ``wait_for_ledger``, the answer is committed before the
+response ends).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class ProxyCall:
         self.on_done: Callable[[], None] | None = None
         self.body_hash = ""
         self._turn_write: asyncio.Future[None] | None = None
+        self._answer_write: asyncio.Future[None] | None = None
         self.canon: list[str] | None = None
         self._worker: Any = None
         self._window = FALLBACK_WINDOW
@@ -166,6 +168,8 @@ class ProxyCall:
                         client_prefix_tokens=prefix_tokens(conv.last_client, client_chain),
                         upstream_prefix_tokens=prefix_tokens(conv.last_upstream, up_chain))
         conv.last_client, conv.last_upstream = client_chain, up_chain
+        if self.arm.rewrites:
+            proxy.budgets.of(conv.tenant).saved += client_tokens - up_tokens
 
     async def run_server_tools(self, calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run the arm's own tools the model called; each exchange is kept for ``serve_exchanges``."""
@@ -248,20 +252,36 @@ class ProxyCall:
         problem = await self._turn_durable() if self.proxy.wait_for_ledger else None
         if problem is not None:
             return await self._fail(problem)
+        self.prepare_answer()
+        problem = await self.answer_durable()
+        if problem is not None:
+            return await self._fail(problem)
         done = functools.partial(self.finish, status=200, outcome="ok",
                                  finish_reason=data["choices"][0].get("finish_reason"))
-        self.prepare_answer()
         return self._respond(200, data, {}, done)
 
     async def _turn_durable(self) -> UpstreamFailure | None:
         """Wait for the client's turn to be committed; the failure to answer with when it was not."""
-        if self._turn_write is None:
+        return await self._durable(self._turn_write, "turn")
+
+    async def answer_durable(self) -> UpstreamFailure | None:
+        """With ``wait_for_ledger``: append the answer to the ledger now and wait for its commit, so
+        the response ends only once the answer is on disk; the failure to answer with when it is not.
+        Without it, nothing (the answer is written once the response is out).
+        """
+        if not self.proxy.wait_for_ledger:
+            return None
+        await self._record_answer()
+        return await self._durable(self._answer_write, "answer")
+
+    async def _durable(self, write: asyncio.Future[None] | None, what: str) -> UpstreamFailure | None:
+        if write is None:
             return None
         try:
-            await self._turn_write
+            await write
         except Exception as exc:
-            log.error("the ledger could not store a turn of conversation %s: %s", self.conv.id, exc)
-            return UpstreamFailure(500, error_body(f"the server could not store the conversation's turn: {exc}",
+            log.error("the ledger could not store the %s of conversation %s: %s", what, self.conv.id, exc)
+            return UpstreamFailure(500, error_body(f"the server could not store the conversation's {what}: {exc}",
                                                     "server_error", code=500), "ledger_error")
         return None
 
@@ -404,12 +424,15 @@ class ProxyCall:
         self._recorded = True
         usage = Usage(prompt_tokens=self.usage[0], completion_tokens=self.usage[1], cached_tokens=self.usage[2])
         event = self.proxy.table.event(conv, self._answer_wire, self._answer_hash, author="upstream", usage=usage)
-        written = self.proxy.table.write(conv, [event])
+        written = self._answer_write = self.proxy.table.write(conv, [event])
         self.row["events_appended"] += 1
         self.proxy.store.index_prefixes(conv.tenant, conv.id, conv.chain)
         conv.answered.add(self.body_hash)
         self.proxy.recent[self.body_hash] = (conv.id, True, time.time())
-        if self._worker is not None:
+        budget = self.proxy.budgets.of(conv.tenant)
+        if self._worker is not None and self.proxy.summary_budget and not budget.may_summarize():
+            self.row["arm_note"] = budget.note()  # the summary made so far goes on being used
+        elif self._worker is not None:
             conv.summary_task = self.proxy.spawn(self._summarize(self._worker, written, self._window))
 
     async def _summarize(self, worker: Any, written: asyncio.Future[None], window: int) -> None:
@@ -424,6 +447,10 @@ class ProxyCall:
         """A call a mechanism made upstream: a ``serve_calls`` row of purpose ``summary`` (the
         background summariser) or ``projection`` (a mechanism calling the model while projecting).
         """
+        if purpose == "summary":
+            budget = self.proxy.budgets.of(self.conv.tenant)
+            budget.last_cost = record.usage.prompt_tokens + record.usage.completion_tokens
+            budget.spent += budget.last_cost
         self.proxy.store.record_call({
             "call_id": new_id("call-"), "started_at": time.time() - record.latency_ms / 1000,
             "tenant": self.conv.tenant, "conversation_id": self.conv.id, "session_id": self.conv.session.id,

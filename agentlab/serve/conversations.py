@@ -21,12 +21,17 @@ from agentlab.events import OBJ_COMPLETION, OBJ_TOOL_RESPONSE, OBJ_USER, Event, 
 from agentlab.model import tokens
 from agentlab.serve.carry import carry_summaries, covered_events, held_back, rewritten_users
 from agentlab.serve.counting import MessageCounter
+from agentlab.serve.recovery import APP_NAME
 from agentlab.serve.store import ServeStore
 from agentlab.serve.wire import to_message, to_wire
 from agentlab.session.base import Session
 from agentlab.session.duckdb import DuckDBSessionService
 
-APP_NAME = "agentlab-serve"
+__all__ = ["APP_NAME", "MAX_CONVERSATION_BYTES", "Conversation", "ConversationTable", "LedgerUpdate", "event_size"]
+
+#: Default bytes of ledger text the idle conversations kept in memory may hold (``--max-conversation-bytes``).
+MAX_CONVERSATION_BYTES = 256 * 1024 * 1024
+
 log = logging.getLogger(__name__)
 
 
@@ -60,6 +65,8 @@ class Conversation:
     #: its latest branch (0 until it branches; see :mod:`agentlab.serve.carry`). Kept in memory
     #: only: a reloaded conversation summarises up to its tip until it branches again.
     holdback: int = 0
+    #: Bytes of text its in-memory ledger holds (what :attr:`ConversationTable.max_bytes` bounds).
+    size: int = 0
 
     def summary_view(self) -> Session:
         """The durable ledger the summariser reads: the session less the part held back."""
@@ -90,6 +97,14 @@ class LedgerUpdate:
     reused_events: int = 0
 
 
+def event_size(event: Event) -> int:
+    """Bytes of text an event keeps in memory (its message's content and tool-call arguments), roughly."""
+    message = event.message
+    if message is None:
+        return 0
+    return len(message.content or "") + sum(len(c.arguments) + len(c.name) for c in message.tool_calls) + 64
+
+
 def _consume(future: asyncio.Future[None]) -> None:
     """Mark a background write's failure as seen (whoever needs it awaits the future itself)."""
     if not future.cancelled():
@@ -97,16 +112,23 @@ def _consume(future: asyncio.Future[None]) -> None:
 
 
 class ConversationTable:
-    """The live conversations of one proxy, at most ``max_conversations`` of them idle in memory."""
+    """The live conversations of one proxy: at most ``max_conversations`` of them, holding at most
+    ``max_bytes`` of ledger text, are kept in memory once idle (beyond either bound the least recently
+    used idle ones are evicted; their ledger is durable, and they are reloaded when they come back).
+    """
 
     def __init__(self, sessions: DuckDBSessionService, store: ServeStore, counter: MessageCounter,
-                 background: set[asyncio.Future[Any]], max_conversations: int) -> None:
+                 background: set[asyncio.Future[Any]], max_conversations: int,
+                 max_bytes: int = MAX_CONVERSATION_BYTES) -> None:
         self.sessions = sessions
         self.store = store
         self.counter = counter
         #: The proxy's background work (awaited by its ``settle``).
         self.background = background
         self.max_conversations = max_conversations
+        self.max_bytes = max_bytes
+        #: Bytes of ledger text the live conversations hold (the sum of their ``size``).
+        self.size = 0
         #: Conversations evicted so far.
         self.evictions = 0
         self.live: OrderedDict[tuple[str, str], Conversation] = OrderedDict()
@@ -132,7 +154,9 @@ class ConversationTable:
             chain = [e.metadata["chain"] for e in session.events if "chain" in e.metadata]
             unit = next((e.request_id for e in reversed(session.events) if e.role == "user"), "")
             conv = self.live[key] = Conversation(tenant, conversation_id, session, chain, unit,
-                                                 events=list(session.events), users=1, unborn=created)
+                                                 events=list(session.events), users=1, unborn=created,
+                                                 size=sum(event_size(e) for e in session.events))
+            self.size += conv.size
             if not created:
                 self.store.remember(tenant, conversation_id, session.id, chain)
             self.evict()
@@ -141,16 +165,21 @@ class ConversationTable:
     def release(self, conv: Conversation) -> None:
         """A call is done with ``conv``."""
         conv.users -= 1
-        if len(self.live) > self.max_conversations:
-            self.evict()
+        self._evict_if_over()
+
+    def _over(self) -> bool:
+        return len(self.live) > self.max_conversations or self.size > self.max_bytes
 
     def evict(self) -> None:
-        """Drop the least recently used idle conversations beyond ``max_conversations`` from memory."""
-        while len(self.live) > self.max_conversations:
+        """Drop the least recently used idle conversations from memory while over ``max_conversations``
+        or ``max_bytes``.
+        """
+        while self._over():
             key = next((k for k, c in self.live.items() if c.evictable()), None)
             if key is None:
                 return  # every one is busy: over the bound until some call ends
             conv = self.live.pop(key)
+            self.size -= conv.size
             self.store.forget(*key)
             self.counter.forget(conv.events)
             self.evictions += 1
@@ -160,11 +189,11 @@ class ConversationTable:
         session_id = f"{conv.id}~{uuid.uuid4().hex[:8]}"
         conv.session = Session(app_name=APP_NAME, user_id=conv.tenant, id=session_id)
         conv.chain, conv.unit, conv.events = [], "", []
-        conv.unborn = True
+        self.size -= conv.size
+        conv.unborn, conv.size = True, 0
         self.store.save_conversation(conv.tenant, conv.id, session_id, "branch")
 
-    @staticmethod
-    def event(conv: Conversation, message: dict[str, Any], chain_hash: str, *, author: str,
+    def event(self, conv: Conversation, message: dict[str, Any], chain_hash: str, *, author: str,
               usage: Usage | None = None, token_count: int | None = None) -> Event:
         """The ledger event of one message, added to the conversation's in-memory ledger (see :meth:`write`)."""
         msg = to_message(message)
@@ -181,6 +210,9 @@ class ConversationTable:
                       token_count=tokens.count_message(msg) if token_count is None else token_count)
         conv.chain.append(chain_hash)
         conv.events.append(event)
+        size = event_size(event)
+        conv.size += size
+        self.size += size
         return event
 
     def write(self, conv: Conversation, events: Sequence[Event]) -> asyncio.Future[None]:
@@ -216,7 +248,12 @@ class ConversationTable:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
         task.add_done_callback(_consume)
+        task.add_done_callback(self._evict_if_over)  # a conversation whose write is done may now go
         return task
+
+    def _evict_if_over(self, _: Any = None) -> None:
+        if self._over():
+            self.evict()
 
     async def bring_up_to_date(self, conv: Conversation, messages: Sequence[dict[str, Any]],
                                chain: Sequence[str], canon: Sequence[str]) -> LedgerUpdate:

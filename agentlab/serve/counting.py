@@ -16,8 +16,21 @@ from agentlab.serve.wire import canonical, chain_hashes, to_message, to_wire
 
 #: Entries a cache keyed by content holds before it is cleared.
 CONTENT_CACHE = 100_000
+#: Characters of canonical text the cache of client messages holds before it is cleared (64 Mi).
+CACHE_CHARS = 64 * 1024 * 1024
 #: Entries a cache keyed by a live object's id holds before it is cleared.
 OBJECT_CACHE = 200_000
+
+
+#: Characters beyond which a text is not kept as a cache key (its length and hash are).
+LONG_TEXT = 4096
+
+
+def _key(text: str) -> str | tuple[int, int]:
+    """A cache key of ``text``: itself, or for a long one its length and hash (so a cache of counts
+    does not keep megabytes of text alive).
+    """
+    return text if len(text) <= LONG_TEXT else (len(text), hash(text))
 
 
 def prefix_tokens(previous: Sequence[tuple[str, int]], current: Sequence[tuple[str, int]]) -> int:
@@ -34,18 +47,21 @@ class MessageCounter:
     """The proxy's caches of canonical text, wire dicts and token counts (local estimates)."""
 
     def __init__(self) -> None:
-        self._token_cache: dict[str, int] = {}
+        self._token_cache: dict[str | tuple[int, int], int] = {}
         self._canon_cache: dict[int, tuple[dict[str, Any], str]] = {}
         self._request_canon: dict[tuple[Any, Any, Any, Any], str] = {}
+        #: Characters of canonical text ``_request_canon`` holds (it is cleared beyond :data:`CACHE_CHARS`).
+        self._canon_chars = 0
         self._wire_cache: dict[int, tuple[Message, dict[str, Any]]] = {}
 
     def message_tokens(self, canon: str, message: Message) -> int:
         """Tokens of ``message`` whose canonical text is ``canon``."""
-        cached = self._token_cache.get(canon)
+        key = _key(canon)
+        cached = self._token_cache.get(key)
         if cached is None:
             if len(self._token_cache) > CONTENT_CACHE:
                 self._token_cache.clear()
-            cached = self._token_cache[canon] = tokens.count_message(message)
+            cached = self._token_cache[key] = tokens.count_message(message)
         return cached
 
     def wire_of(self, m: Message) -> dict[str, Any]:
@@ -86,12 +102,14 @@ class MessageCounter:
                 hash(calls)
             except (KeyError, TypeError):
                 return canonical(m)
-        key = (m.get("role"), content, m.get("tool_call_id"), calls)
+        key = (m.get("role"), _key(content) if content else content, m.get("tool_call_id"), calls)
         text = self._request_canon.get(key)
         if text is None:
-            if len(self._request_canon) > CONTENT_CACHE:
+            if len(self._request_canon) > CONTENT_CACHE or self._canon_chars > CACHE_CHARS:
                 self._request_canon.clear()
+                self._canon_chars = 0
             text = self._request_canon[key] = canonical(m)
+            self._canon_chars += len(text)
         return text
 
     def count(self, messages: Sequence[dict[str, Any]], tool_list: Sequence[dict[str, Any]] | None,
@@ -105,7 +123,7 @@ class MessageCounter:
         total = 0
         cumulative: list[tuple[str, int]] = []
         for h, text, m in zip(chain, canon, messages, strict=True):
-            counted = self._token_cache.get(text)
+            counted = self._token_cache.get(_key(text))
             if counted is None:
                 counted = self.message_tokens(text, to_message(m))
             total += counted

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -22,6 +23,12 @@ _T = TypeVar("_T")
 _TIMEOUT: Any = getattr(asyncio, "timeout", None) if sys.version_info >= (3, 11) else None
 
 MAX_HEADER_BYTES = 64 * 1024
+#: Bytes read from a connection at a time for a large body.
+_READ_PIECE = 1 << 20
+#: A chunk size: hex digits only.
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+#: What a header value may not hold (RFC 9110 5.5: a CR, LF or NUL in a field value is refused).
+_BAD_HEADER_VALUE = re.compile(r"[\r\n\x00]")
 #: Default request body cap (``--max-body-bytes``).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 #: Default seconds a request's head may take to arrive, from its first byte (``--head-timeout``).
@@ -105,7 +112,11 @@ async def _read_head(reader: asyncio.StreamReader, first: bytes) -> tuple[str, s
         if not raw:
             raise asyncio.IncompleteReadError(b"", None)
         name, _, value = raw.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
+        value = value.strip()
+        if _BAD_HEADER_VALUE.search(value):
+            # A bare CR would end the line where this header is forwarded (Authorization upstream).
+            raise BadRequest(400, f"header {name.strip()[:40]!r} holds a CR, LF or NUL character")
+        headers[name.strip().lower()] = value
     return method.upper(), target, version, headers
 
 
@@ -119,10 +130,10 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limi
         parts: list[bytes] = []
         total = 0
         while True:
-            try:
-                size = int((await _read_line(reader)).split(b";")[0].strip() or b"0", 16)
-            except ValueError:
-                raise BadRequest(400, "malformed chunk size in a chunked body") from None
+            line = (await _read_line(reader)).split(b";")[0].strip()
+            if not _CHUNK_SIZE.fullmatch(line):  # int() would take "-5", "+5", "0x5", "1_0"
+                raise BadRequest(400, f"malformed chunk size {line[:20]!r} in a chunked body (hex digits only)")
+            size = int(line, 16)
             if size == 0:
                 await reader.readline()
                 return b"".join(parts)
@@ -139,7 +150,17 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limi
         raise BadRequest(400, "Content-Length is negative")
     if length > limit:
         raise _too_large(limit)
-    return await reader.readexactly(length) if length else b""
+    if length <= _READ_PIECE:
+        return await reader.readexactly(length) if length else b""
+    # A large body in pieces: one readexactly would copy the whole of it several times in one
+    # step of the event loop (the stream's buffer grows, then is sliced and copied).
+    body = bytearray()
+    while len(body) < length:
+        piece = await reader.read(min(_READ_PIECE, length - len(body)))
+        if not piece:
+            raise asyncio.IncompleteReadError(bytes(body), length)
+        body += piece
+    return bytes(body)
 
 
 async def _within(seconds: float, work: Coroutine[Any, Any, _T]) -> _T:
@@ -162,7 +183,8 @@ class HTTPServer:
     A connection is closed when no request starts within ``idle_timeout`` seconds (the first one
     included), when a head does not arrive whole within ``head_timeout`` seconds of its first byte,
     or when a body takes longer than ``idle_timeout``; all before any route or key check, so
-    half-sent requests cannot pile up.
+    half-sent requests cannot pile up. A request begun and not finished in time gets a 408 first;
+    one that cannot be read (a malformed chunk size, a CR, LF or NUL inside a header value) a 4xx.
     """
 
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0, *,
@@ -198,25 +220,26 @@ class HTTPServer:
             self._connections.add(task)
         try:
             while True:
+                started = False
                 try:
                     first = await _within(self.idle_timeout, _read_line(reader))
                     if not first:
                         return
+                    started = True
                     method, target, version, headers = await _within(self.head_timeout, _read_head(reader, first))
                     body = await _within(self.idle_timeout, _read_body(reader, headers, self.max_body_bytes))
                 except asyncio.TimeoutError:
                     log.debug("connection closed: a request did not arrive in time")
+                    if started:  # a request begun and not finished: say so before closing
+                        await self._refuse(writer, BadRequest(
+                            408, "the request did not arrive whole in time (--head-timeout for its head, "
+                                 "--idle-timeout for its body)", "request_timeout"))
                     return
                 except asyncio.IncompleteReadError:
                     return
                 except BadRequest as exc:
-                    payload = exc.payload()
-                    writer.write(_head(exc.status, {"content-type": "application/json",
-                                                    "content-length": str(len(payload)),
-                                                    "connection": "close"}) + payload)
-                    with contextlib.suppress(Exception):
-                        await writer.drain()
                     log.debug("bad request: %s", exc)
+                    await self._refuse(writer, exc)
                     return
                 path, _, query = target.partition("?")
                 request = HTTPRequest(method, path, headers, body, query)
@@ -237,6 +260,15 @@ class HTTPServer:
                 self._connections.discard(task)
             with contextlib.suppress(Exception):
                 writer.close()
+
+    @staticmethod
+    async def _refuse(writer: asyncio.StreamWriter, exc: BadRequest) -> None:
+        """Answer a request that could not be read with its error (the connection closes after it)."""
+        payload = exc.payload()
+        writer.write(_head(exc.status, {"content-type": "application/json", "content-length": str(len(payload)),
+                                        "connection": "close"}) + payload)
+        with contextlib.suppress(Exception):
+            await writer.drain()
 
     async def _write(self, writer: asyncio.StreamWriter, response: HTTPResponse, keep_alive: bool) -> None:
         headers = {"content-type": response.content_type, **response.headers}

@@ -41,7 +41,14 @@ from agentlab.serve.conversations import APP_NAME, Conversation
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.proxy_shared import FALLBACK_WINDOW, ProxyShared
 from agentlab.serve.upstream import UpstreamError, openai_error
-from agentlab.serve.wire import RequestError, chain_hashes, error_body, parse_chat_request, stored_size
+from agentlab.serve.wire import (
+    RequestError,
+    chain_hashes,
+    error_body,
+    parse_chat_request,
+    stored_size,
+    to_message,
+)
 
 __all__ = ["APP_NAME", "ARM_HEADER", "FALLBACK_WINDOW", "RETRY_WINDOW", "ProxyBackend"]
 
@@ -87,7 +94,8 @@ class ProxyBackend(ProxyShared):
 
     def _digest(self, request: HTTPRequest, tenant: str, parsed: dict[str, Any] | None = None) -> _Digest:
         """Parse (unless ``parsed``), check and hash a request body (``RequestError`` naming what is
-        wrong with it).
+        wrong with it). A parsed (large) body's messages and tools are counted here too: this runs
+        in a worker thread then, and the counts are cached for the call on the event loop.
         """
         limits = self.limits
         body = parsed if parsed is not None else parse_chat_request(request.body, max_messages=limits.max_messages)
@@ -101,6 +109,10 @@ class ProxyBackend(ProxyShared):
                                    f"{limits.max_message_bytes} bytes a message (--max-message-bytes)",
                                    status=413, param=f"messages[{i}]", code="request_too_large")
         chain = chain_hashes(messages, tenant, canon)
+        if parsed is not None:  # tokenizing megabytes would hold up every other call on the loop
+            for m, text in zip(messages, canon, strict=True):
+                self.counter.message_tokens(text, to_message(m))
+            self.counter.tool_tokens(body.get("tools"))
         body_hash = chain[-1] + json.dumps({k: v for k, v in body.items() if k != "messages"}, sort_keys=True,
                                            default=str)
         return _Digest(body, explicit, canon, chain, body_hash)

@@ -13,18 +13,19 @@ from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentlab.model.base import ContextWindowUnknown, ModelInfo
 from agentlab.model.openai_compat import OpenAICompatModel
-from agentlab.serve.conversations import ConversationTable
+from agentlab.serve.budget import SummaryBudgets
+from agentlab.serve.conversations import MAX_CONVERSATION_BYTES, ConversationTable
 from agentlab.serve.counting import MessageCounter
 from agentlab.serve.http import HTTPRequest
 from agentlab.serve.store import MAX_CONVERSATIONS, ServeStore
-from agentlab.serve.upstream import UpstreamClient
+from agentlab.serve.upstream import UpstreamClient, UpstreamError
+from agentlab.serve.windows import FALLBACK_WINDOW, UpstreamWindows
 from agentlab.serve.wire import RequestError, RequestLimits, parse_elsewhere
 from agentlab.session.duckdb import DuckDBSessionService
 
-#: Window assumed for the arm's triggers when neither ``--context-window`` nor the upstream states one.
-FALLBACK_WINDOW = 8192
+__all__ = ["FALLBACK_WINDOW", "MAX_MODELS", "ProxyShared"]
+
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
@@ -39,7 +40,8 @@ class ProxyShared:
                  upstream_api_key: str | None = None, forward_credentials: bool = True,
                  timeout: float = 60.0, max_recall_rounds: int = 3, context_window: int | None = None,
                  wait_for_ledger: bool = False, max_conversations: int = MAX_CONVERSATIONS,
-                 limits: RequestLimits | None = None, max_models: int = MAX_MODELS) -> None:
+                 limits: RequestLimits | None = None, max_models: int = MAX_MODELS,
+                 max_conversation_bytes: int = MAX_CONVERSATION_BYTES, summary_budget: bool = True) -> None:
         if max_conversations < 1:
             raise ValueError(f"max_conversations must be >= 1, got {max_conversations}")
         self.upstream = upstream.rstrip("/")
@@ -60,17 +62,21 @@ class ProxyShared:
         self.counter = MessageCounter()
         self.background: set[asyncio.Future[Any]] = set()
         #: Live conversations kept in memory (their ledger, prefix index and caches); the least
-        #: recently used idle one beyond ``max_conversations`` is evicted and reloaded from the
+        #: recently used idle one beyond ``max_conversations`` (or ``max_conversation_bytes`` of text) is evicted and reloaded from the
         #: database when it comes back, so a long-running proxy's memory stays flat. An evicted
         #: conversation's next call reports no shared prefix with its previous one (``*_prefix_tokens`` = 0).
-        self.table = ConversationTable(sessions, store, self.counter, self.background, max_conversations)
+        self.table = ConversationTable(sessions, store, self.counter, self.background, max_conversations,
+                                       max_conversation_bytes)
         self._client: UpstreamClient | None = None
         #: The worker process that parses large bodies (started on the first one).
         self._parser: ProcessPoolExecutor | None = None
         self._models: OrderedDict[tuple[str, str], OpenAICompatModel] = OrderedDict()
-        #: The window of each model name, resolved once (a new key for the same model probes nothing).
-        self._windows: dict[str, ModelInfo] = {}
-        self._window_lock = asyncio.Lock()
+        #: The window of each model name, from the upstream's model list (see :mod:`agentlab.serve.windows`).
+        self.windows = UpstreamWindows(max_names=max_models)
+        #: What each tenant's summaries cost against what its calls saved (see :mod:`agentlab.serve.budget`).
+        self.budgets = SummaryBudgets()
+        #: Whether a summary waits until it can pay for itself (off: every summary the policy asks for is made).
+        self.summary_budget = summary_budget
         #: Summary workers by ``id()`` of their model (dropped with the model).
         self._summary_workers: dict[int, Any] = {}
         #: Recent request bodies (by hash) -> (conversation, answered?, when): finds a retry's conversation.
@@ -128,9 +134,10 @@ class ProxyShared:
 
     async def model(self, name: str, request: HTTPRequest) -> OpenAICompatModel:
         """The upstream as an agentlab model (it makes the summaries) with the key this caller's calls
-        go upstream with. Its window is resolved once per model name; at most ``max_models`` are
-        kept (the least recently used is closed beyond that), so random keys cannot grow memory
-        or send a probe each.
+        go upstream with. Its window is ``context_window``, else what the upstream's model list
+        states (:class:`~agentlab.serve.windows.UpstreamWindows`: one route, fetched at most every
+        few minutes however many names); at most ``max_models`` are kept (the least recently used
+        is closed beyond that), so random keys cannot grow memory.
         """
         authorization = self.upstream_headers(request).get("authorization", "")
         api_key = authorization.removeprefix("Bearer ").strip() or "not-needed"
@@ -141,21 +148,23 @@ class ProxyShared:
             return model
         model = OpenAICompatModel(name, base_url=self.upstream, api_key=api_key,
                                   context_window=self.context_window, timeout=self.timeout)
-        async with self._window_lock:
-            info = self._windows.get(name)
-            if info is None:
-                try:
-                    info = await asyncio.to_thread(model.resolve_info)
-                except ContextWindowUnknown:
-                    info = ModelInfo(name, FALLBACK_WINDOW, "agentlab-serve fallback")
-                self._windows[name] = info
-        model.info = info
+        if self.context_window is None:  # else the model states it, and nothing is asked upstream
+            model.info = await self.windows.of(name, lambda: self._model_list(request))
         self._models[key] = model
         while len(self._models) > self.max_models:
             _, old = self._models.popitem(last=False)
             worker = self._summary_workers.pop(id(old), None)
             self.spawn(self._close_model(old, worker))
         return model
+
+    async def _model_list(self, request: HTTPRequest) -> bytes | None:
+        """The upstream's ``GET /models`` body, with this caller's upstream credentials (``None`` on failure)."""
+        try:
+            resp = await self.client().request("GET", "/models", self.upstream_headers(request))
+            raw = await resp.read()
+        except (UpstreamError, ValueError):
+            return None
+        return raw if resp.status == 200 else None
 
     @staticmethod
     async def _close_model(model: OpenAICompatModel, worker: Any) -> None:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from agentlab.serve.arms import get_arm
+from agentlab.serve.conversations import MAX_CONVERSATION_BYTES
 from agentlab.serve.http import (
     HEAD_TIMEOUT,
     IDLE_TIMEOUT,
@@ -31,7 +32,7 @@ from agentlab.serve.http import (
     HTTPServer,
     json_response,
 )
-from agentlab.serve.store import MAX_CONVERSATIONS, WRITER_NICE, ServeStore, background_writer
+from agentlab.serve.store import FLUSH_INTERVAL, MAX_CONVERSATIONS, WRITER_NICE, ServeStore, background_writer
 from agentlab.serve.wire import MAX_MESSAGE_BYTES, MAX_MESSAGES, RequestError, RequestLimits, error_body
 from agentlab.session.duckdb import DuckDBSessionService
 
@@ -43,7 +44,7 @@ VALID_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,255}")
 TABLE_PATHS = {"/v1/agentlab/calls": "serve_calls", "/v1/agentlab/exchanges": "serve_exchanges"}
 CHAT_PATHS = ("/v1/chat/completions", "/v1/chat/completions/")
 #: Default :attr:`ServeConfig.ledger_linger`, seconds.
-LEDGER_LINGER = 0.01
+LEDGER_LINGER = 0.2
 
 
 def model_id_of(raw: str) -> str:
@@ -96,10 +97,20 @@ class ServeConfig:
     #: Proxy back end: conversations kept in memory, least recently used evicted beyond it (they
     #: are reloaded from the database when they come back; see ``ProxyBackend.max_conversations``).
     max_conversations: int = MAX_CONVERSATIONS
+    #: Proxy back end: bytes of ledger text the idle conversations in memory may hold (least recently
+    #: used evicted beyond it, like ``max_conversations``).
+    max_conversation_bytes: int = MAX_CONVERSATION_BYTES
+    #: Proxy back end: a summarising arm makes a summary only when its savings can pay for it
+    #: (see :mod:`agentlab.serve.budget`); ``False`` makes every summary its policy asks for.
+    summary_budget: bool = True
     #: Proxy back end: seconds a ledger commit waits for other conversations' events to join it
     #: (one DuckDB statement for all; see ``DuckDBSessionService.linger``). The commit runs while
-    #: the request is upstream, so it adds no latency; 0 with ``wait_for_ledger``, whose answers wait on it.
+    #: the request is upstream and after, so no answer waits for it (an error answer does, up to this long);
+    #: the default gathers several calls of one client per commit. 0 with ``wait_for_ledger``.
     ledger_linger: float = LEDGER_LINGER
+    #: Seconds the call log and the proxy's conversation index wait to be committed together (a
+    #: ``kill -9`` loses at most this much of the call log; see :mod:`agentlab.serve.store`).
+    flush_interval: float = FLUSH_INTERVAL
     #: Niceness of the thread that commits what nothing waits for (call rows, the proxy's ledger):
     #: 0-19, 0 = normal priority (Linux only; see ``agentlab.serve.store.background_writer``).
     writer_nice: int = WRITER_NICE
@@ -133,6 +144,14 @@ class ServeConfig:
                 raise ValueError("an API key must be printable and without spaces")
         return tuple(dict.fromkeys(found))
 
+    def warnings(self) -> list[str]:
+        """What a user starting this configuration should know (printed at start by the command line)."""
+        if self.keys():
+            return []
+        return [f"no --api-key: anyone who can connect to {self.host} reads every conversation's call log and "
+                "recall exchanges (the text recall sent upstream) at /v1/agentlab/calls and /v1/agentlab/exchanges; "
+                "on a machine shared with other users, give --api-key (one per user: each is its own tenant)"]
+
     def check(self) -> None:
         """``ValueError`` naming the first problem of this configuration."""
         if (self.upstream is None) == (self.agent is None):
@@ -153,10 +172,14 @@ class ServeConfig:
             raise ValueError("--max-recall-rounds must be >= 0")
         if self.max_conversations < 1:
             raise ValueError("--max-conversations must be >= 1")
+        if self.max_conversation_bytes < 1:
+            raise ValueError("--max-conversation-bytes must be >= 1")
         if self.timeout <= 0:
             raise ValueError("--timeout must be > 0")
         if not 0 <= self.ledger_linger <= 1:
             raise ValueError(f"--ledger-linger must be between 0 and 1 second, got {self.ledger_linger}")
+        if not 0 <= self.flush_interval <= 60:
+            raise ValueError(f"--flush-interval must be between 0 and 60 seconds, got {self.flush_interval}")
         if not 0 <= self.writer_nice <= 19:
             raise ValueError(f"--writer-nice must be between 0 and 19, got {self.writer_nice}")
 
@@ -171,7 +194,8 @@ class ServeApp:
         self.keys = config.keys()
         #: The commits nothing waits for, on one low-priority thread (see ``background_writer``).
         self.writer = background_writer(config.writer_nice)
-        self.store = ServeStore(config.db, fsync=config.fsync, write_executor=self.writer)
+        self.store = ServeStore(config.db, fsync=config.fsync, flush_interval=config.flush_interval,
+                                write_executor=self.writer)
         # The proxy's ledger commits are off the answer's path (unless it waits for them); the agent
         # back end's are on it (its runner awaits each append), so they keep the default executor.
         off_path = config.upstream is not None and not config.wait_for_ledger
@@ -187,7 +211,8 @@ class ServeApp:
                 upstream_api_key=config.upstream_api_key, forward_credentials=not self.keys,
                 timeout=config.timeout, max_recall_rounds=config.max_recall_rounds,
                 context_window=config.context_window, wait_for_ledger=config.wait_for_ledger,
-                max_conversations=config.max_conversations,
+                max_conversations=config.max_conversations, max_conversation_bytes=config.max_conversation_bytes,
+                summary_budget=config.summary_budget,
                 limits=RequestLimits(config.max_messages, config.max_message_bytes))
         else:
             from agentlab.serve.agent_backend import AgentBackend

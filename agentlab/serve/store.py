@@ -22,7 +22,10 @@ many calls: DuckDB's cost is per statement (about 1.6 ms CPU for one ``serve_cal
 whatever its row count, plus the commit's fsync), so all call rows of a batch go in as one
 columnar statement and all new prefixes as another. The durability trade-off: a crash loses at
 most the last ``flush_interval`` of call rows and prefix-index rows (a lost prefix row costs only
-a prefix match, never a ledger event); a batch is one transaction, so nothing is half-written.
+a prefix match, never a ledger event); a batch is one transaction, so nothing is half-written. A
+batch the database refuses (one bad row fails the whole statement) is written again row by row, each
+row alone, so only the bad row is lost: a refused call row is stored with its text made storable,
+outcome ``store_refused`` and the database's error (:attr:`ServeStore.refused` lists what was refused).
 The conversation ledger itself is the session service's: a turn is committed while its request is
 upstream, in group commits that gather every conversation's events for ``ServeConfig.ledger_linger``
 (one statement for all; a new conversation's session row goes in with its first events); an error
@@ -34,7 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
+import logging
 import os
 import sys
 import threading
@@ -48,8 +53,10 @@ import duckdb
 
 import agentlab.serve.keys as keys
 from agentlab.duckdb_files import DuckDBService
+from agentlab.serve.recovery import reconcile
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 #: ``serve_calls`` columns and their SQL types, in order.
 CALL_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -71,6 +78,9 @@ CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     # session (agentlab.serve.carry); 0 when none could be carried. Added after the others (an
     # older file gets it, NULL in its old rows, when opened).
     ("summary_reused_events", "INTEGER"),
+    # Why the arm did less than it could on this call (a summary that waits until it can pay for
+    # itself: agentlab.serve.budget); NULL when it did all it could.
+    ("arm_note", "VARCHAR"),
 )
 
 #: ``serve_exchanges`` columns: a tool the arm added (recall) that the server ran within a call, its
@@ -111,13 +121,40 @@ _INSERT_PREFIXES = ("INSERT INTO serve_prefixes SELECT unnest(?::VARCHAR[]), unn
 #: Conversations whose state the proxy keeps in memory at most (least recently used idle ones evicted).
 MAX_CONVERSATIONS = 1024
 #: Seconds the background writer waits to gather more rows into one commit (see the module docstring).
-FLUSH_INTERVAL = 0.25
+FLUSH_INTERVAL = 0.5
 
 
 # A batch of conversations goes in as one statement too (one row per conversation: see save_conversation).
 _UPSERT_CONVERSATIONS = ("INSERT INTO serve_conversations SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
                          "unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::DOUBLE[]) "
                          "ON CONFLICT (tenant, conversation_id) DO UPDATE SET session_id = excluded.session_id")
+
+
+_CALL_INDEX = {name: i for i, (name, _) in enumerate(CALL_COLUMNS)}
+
+
+def _columns(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """Rows as one list per column (the parameters of the ``unnest`` statements above)."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+def _storable(value: Any) -> Any:
+    r"""``value`` with a string's lone surrogates escaped (``\udc80``), so the database takes it."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def _write_batch(con: duckdb.DuckDBPyConnection, batch: Sequence[tuple[str, Sequence[Sequence[Any]]]]) -> None:
+    """Every statement of ``batch`` in one transaction (all or nothing)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for sql, rows in batch:
+            con.execute(sql, _columns(rows))
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
 
 
 #: Default niceness of the serve's writer thread (see :func:`background_writer`).
@@ -225,6 +262,9 @@ class ServeStore(DuckDBService):
         self._now: asyncio.Event | None = None
         #: The last error of a background write (the writer logs it and carries on).
         self.last_error: Exception | None = None
+        #: (table, error) of the latest rows the database refused (a batch that fails is written
+        #: again row by row, so only its bad rows are lost; a call row is kept with its error).
+        self.refused: list[tuple[str, str]] = []
         #: (tenant, chain hash) -> live conversation ids whose ledger has that prefix.
         self.prefixes: dict[tuple[str, str], set[str]] = {}
         #: (tenant, conversation id) -> chain hashes already in ``serve_prefixes``.
@@ -235,7 +275,10 @@ class ServeStore(DuckDBService):
         self.conversations: dict[tuple[str, str], str] = {}
         #: Conversations and prefixes that are only on disk (stored before this start, or evicted).
         self.on_disk = KeyFilter()
-        self._locked(self._read_on_disk)  # opens the file now (see the class docstring)
+        #: (conversation rows, prefix rows) rebuilt from the ledger at open (after an unclean stop;
+        #: see :mod:`agentlab.serve.recovery`).
+        self.recovered = self._locked(reconcile)  # opens the file now (see the class docstring)
+        self._locked(self._read_on_disk)
 
     def _read_on_disk(self, con: duckdb.DuckDBPyConnection) -> None:
         for sql, key_of in (("SELECT tenant, conversation_id FROM serve_conversations", _conversation_key),
@@ -257,23 +300,23 @@ class ServeStore(DuckDBService):
             self._now = asyncio.Event()
             self._writer = asyncio.ensure_future(self._drain())
 
-    def _take(self) -> list[tuple[str, list[Any]]]:
-        """Everything queued, as the statements of one transaction (call rows and prefixes batched)."""
-        batch: list[tuple[str, list[Any]]] = []
+    def _take(self) -> list[tuple[str, list[Sequence[Any]]]]:
+        """Everything queued, as the statements of one transaction (each with its rows)."""
+        batch: list[tuple[str, list[Sequence[Any]]]] = []
         if self._conversation_rows:
             conversations, self._conversation_rows = self._conversation_rows, {}
             self._writing_conversations = conversations
-            batch.append((_UPSERT_CONVERSATIONS, [list(c) for c in zip(*conversations.values(), strict=True)]))
+            batch.append((_UPSERT_CONVERSATIONS, list(conversations.values())))
         if self._prefix_rows:
             rows = list(dict.fromkeys(self._prefix_rows))  # a statement must not carry a key twice
             self._prefix_rows, self._writing_prefixes = [], rows
-            batch.append((_INSERT_PREFIXES, [list(column) for column in zip(*rows, strict=True)]))
+            batch.append((_INSERT_PREFIXES, list(rows)))
         if self._exchanges:
             exchanges, self._exchanges = self._exchanges, []
-            batch.append((_INSERT_EXCHANGES, [list(column) for column in zip(*exchanges, strict=True)]))
+            batch.append((_INSERT_EXCHANGES, list(exchanges)))
         if self._calls:
             calls, self._calls = self._calls, []
-            batch.append((_INSERT_CALLS, [list(column) for column in zip(*calls, strict=True)]))
+            batch.append((_INSERT_CALLS, list(calls)))
         return batch
 
     async def _drain(self) -> None:
@@ -283,23 +326,40 @@ class ServeStore(DuckDBService):
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._now.wait(), self.flush_interval)
             batch = self._take()
-
-            def write(con: duckdb.DuckDBPyConnection, batch: list[tuple[str, list[Any]]] = batch) -> None:
-                con.execute("BEGIN TRANSACTION")
-                try:
-                    for sql, params in batch:
-                        con.execute(sql, params)
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-                con.execute("COMMIT")
-
             try:
-                await self.run(write, self.write_executor)
-            except Exception as exc:  # logged by the caller's flush; a lost call row must not stop serving
+                await self.run(functools.partial(_write_batch, batch=batch), self.write_executor)
+            except Exception as exc:  # one bad row must not take the others with it: retried row by row
                 self.last_error = exc
+                try:
+                    await self.run(functools.partial(self._write_rows_alone, batch=batch), self.write_executor)
+                except Exception as again:  # the file itself failed: logged by the caller's flush
+                    self.last_error = again
             finally:
                 self._writing_prefixes, self._writing_conversations = [], {}
+
+    def _write_rows_alone(self, con: duckdb.DuckDBPyConnection, batch: list[tuple[str, list[Sequence[Any]]]]) -> None:
+        """After a batch failed: each row in a transaction of its own, so only a bad row is refused.
+
+        A refused call row is stored again with its text made storable (a lone surrogate escaped)
+        and its ``outcome`` ``store_refused`` with the store's error; any other refused row is
+        logged and kept in :attr:`refused`.
+        """
+        for sql, rows in batch:
+            for row in rows:
+                try:
+                    con.execute(sql, _columns([row]))
+                except duckdb.Error as exc:
+                    if sql is _INSERT_CALLS:
+                        error = f"the store refused this call row: {type(exc).__name__}: {exc}"
+                        fixed = [_storable(v) for v in row]
+                        fixed[_CALL_INDEX["outcome"]] = "store_refused"
+                        fixed[_CALL_INDEX["error"]] = _storable(error)
+                        with contextlib.suppress(duckdb.Error):
+                            con.execute(sql, _columns([fixed]))
+                    table = sql.split()[2]
+                    log.error("%s refused a row: %s: %s", table, type(exc).__name__, exc)
+                    self.refused.append((table, f"{type(exc).__name__}: {exc}"))
+                    del self.refused[:-100]
 
     @property
     def pending(self) -> int:

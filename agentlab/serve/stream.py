@@ -52,6 +52,9 @@ class StreamingCall(Protocol):
     def mark_answered(self) -> None:
         """The call's latency ends here."""
 
+    async def answer_durable(self) -> UpstreamFailure | None:
+        """With ``wait_for_ledger``: the answer committed to the ledger (the failure when it is not)."""
+
 
 async def relay(call: StreamingCall, upstream: dict[str, Any], resp: UpstreamResponse) -> AsyncIterator[bytes]:
     """The client's stream of one call: the upstream's rounds relayed (server-run tool rounds held
@@ -115,8 +118,13 @@ async def relay(call: StreamingCall, upstream: dict[str, Any], resp: UpstreamRes
             call.answer = {"role": "assistant", "content": content or None}
             if client:
                 call.answer["tool_calls"] = client
-            outcome = "ok"
             call.prepare_answer()
+            problem = await call.answer_durable()
+            if problem is not None:  # the answer is not on disk: the client must not take it as stored
+                error, outcome = problem.body["error"].get("message"), problem.outcome
+                yield sse(problem.body)
+                return
+            outcome = "ok"
             call.mark_answered()
             yield SSE_DONE
             return

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import ssl
 import sys
 from collections.abc import AsyncIterator
@@ -23,6 +24,10 @@ from agentlab.serve.wire import error_body
 
 #: ``asyncio.timeout`` (Python 3.11+), else ``None`` (``asyncio.wait_for`` then).
 _TIMEOUT: Any = getattr(asyncio, "timeout", None) if sys.version_info >= (3, 11) else None
+#: Bytes of a request body beyond which it is written after its head rather than joined to it.
+_LARGE_BODY = 1 << 20
+#: What a header line sent upstream may not hold (it would end the line and start another header).
+_BREAKS_LINE = re.compile(r"[\r\n\x00]")
 
 
 class UpstreamError(Exception):
@@ -173,12 +178,17 @@ class UpstreamClient:
         head = [f"{method} {self.prefix}{path} HTTP/1.1", f"host: {self.host_header}",
                 f"content-length: {len(body)}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
-        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        if any(_BREAKS_LINE.search(line) for line in head):  # the server refuses them; this guards the rest
+            raise ValueError("a header sent upstream may not hold a CR, LF or NUL character")
+        request_head = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+        # One write (one segment) for a usual body; a large one is not copied behind its head on the loop.
+        pieces = [request_head + body] if len(body) < _LARGE_BODY else [request_head, body]
         for attempt in (0, 1):
             reused = bool(self._idle)
             conn = self._idle.pop() if reused else await self._connect()
             try:
-                conn.writer.write(data)
+                for piece in pieces:
+                    conn.writer.write(piece)
                 await conn.writer.drain()
                 # The whole head in one read (one timer, not one per header line).
                 head_bytes = await self._timed(conn.reader.readuntil(b"\r\n\r\n"))

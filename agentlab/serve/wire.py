@@ -112,11 +112,18 @@ def parse_chat_request(raw: bytes, *, max_messages: int | None = None) -> dict[s
     it holds more than ``max_messages`` messages).
     """
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        # Decoded strictly: ``json.loads`` of bytes would let surrogates (UTF-8 ``ED A0 80``, a lone
+        # one in UTF-16) through as characters no UTF-8 encoder (nor the ledger) can take.
+        body = json.loads(raw.decode(json.detect_encoding(raw)))
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"the request body is not valid {exc.encoding.upper()} text: {exc.reason} at byte "
+                           f"{exc.start} (a lone surrogate is not a character)") from None
+    except json.JSONDecodeError as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise RequestError("the request body nests JSON too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.set_int_max_str_digits)
+        raise RequestError(f"the request body holds a number this server cannot read: {exc}") from None
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     if _SURROGATE_ESCAPE.search(raw):
@@ -188,6 +195,10 @@ def check_message(m: Any, i: int) -> None:
     content = m.get("content")
     if content is not None and not isinstance(content, (str, list)):
         raise RequestError(f"{where}.content must be a string or an array of parts", param=where)
+    for text_field in ("name", "tool_call_id"):
+        if m.get(text_field) is not None and not isinstance(m[text_field], str):
+            raise RequestError(f"{where}.{text_field} must be a string, got {type(m[text_field]).__name__}",
+                               param=where)
     if role == "tool" and not isinstance(m.get("tool_call_id"), str):
         raise RequestError(f"{where} is a tool result without a string tool_call_id", param=where)
     calls = m.get("tool_calls")

@@ -53,6 +53,7 @@ class _PendingAppend:
 
     session: Session
     event: Event
+    #: The event as stored (encoded by the writer thread, on first use).
     event_json: str
     delta: dict[str, Any] | None
     done: asyncio.Future[None]
@@ -178,7 +179,7 @@ class SessionWrites(DuckDBService):
         for event in events:
             ensure_token_count(event, self._count_tokens)
             delta = json.loads(json.dumps(event.state_delta)) if event.state_delta else None
-            items.append(_PendingAppend(session=session, event=event, event_json=event.to_json(), delta=delta,
+            items.append(_PendingAppend(session=session, event=event, event_json="", delta=delta,
                                         done=done))
         items[0].create = create
         items[-1].last = True
@@ -259,6 +260,8 @@ class SessionWrites(DuckDBService):
                 cached = None if reload_seq else self._next_seq.get(key)
                 next_seq[key] = cached if cached is not None else self._load_next_seq(con, key)
             event = item.event
+            if not item.event_json:  # encoded here, in the worker thread: a large event holds up no event loop
+                item.event_json = event.to_json()
             rows.append([*_key_params(key), next_seq[key], event.id, event.invocation_id, event.author,
                          event.object, event.role, event.filter_key, event.timestamp, event.token_count,
                          now, item.event_json])

@@ -1,7 +1,8 @@
 """Latency the serve proxy adds, and its throughput, against the local test server (prints figures).
 
     .venv/bin/python benchmarks/perf/bench_serve.py [--concurrency 1,16,64] [--turns 6] [--rounds 3]
-                                                    [--arms passthrough,compaction]
+                                                    [--arms passthrough,compaction] [--proxy-args '...']
+    .venv/bin/python benchmarks/perf/bench_serve.py --large 20 [--large-mb 60]
 
 The upstream is ``agentlab.testing.openai_server`` and the proxy ``python -m agentlab.serve``, each
 in its own process (so neither shares an interpreter lock with the load generator). For each arm
@@ -27,6 +28,12 @@ far one round moves the figure on this machine, and how many commits stored the 
 ``--arms bare-relay,passthrough`` adds ``bare_relay.py``, a relay that only forwards bytes: what any
 Python proxy costs here (its in-proxy columns are NaN: it logs nothing).
 
+``--large N`` measures something else: N accepted requests of 60 MB (each a new conversation, 4 MB
+messages) to a stub upstream that answers at once, with ``/health`` polled every 10 ms meanwhile:
+the worst ``/health`` latency per request (how long the large one held up other calls) and the
+proxy's RSS after each (the idle conversations' ledger text is bounded by ``--max-conversation-bytes``;
+the RSS is what the whole process holds, the database's buffers and the allocator's free lists included).
+
 The goal (on this machine): added p50 <= 5 ms and p99 <= 25 ms at 16 conversations. The load
 average is printed before and after; on a shared machine everything else running inflates the
 figures.
@@ -39,6 +46,7 @@ import asyncio
 import math
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -161,6 +169,109 @@ def in_proxy_ms(db: str) -> list[float]:
     return [float(x) for x in calls.loc[calls["status"] == 200, "proxy_ms"]]
 
 
+class StubUpstream:
+    """A chat-completions upstream that reads each body and answers at once (it costs the large
+    mode nothing: the test server would tokenize every 60 MB prompt)."""
+
+    def __init__(self) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        answer = json.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "test-model",
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": "ok"}}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, MB (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return float("nan")
+    return int(line.split()[1]) / 1024
+
+
+async def one_large(url: str, raw: bytes) -> tuple[int, float, float]:
+    """Send one large body while ``/health`` is polled every 10 ms: (status, seconds, worst /health ms)."""
+    root = url.rsplit("/v1", 1)[0]
+    async with httpx.AsyncClient(timeout=600) as client:
+        await client.get(root + "/health")
+        worst, done = 0.0, asyncio.Event()
+
+        async def poll() -> None:
+            nonlocal worst
+            while not done.is_set():
+                began = time.perf_counter()
+                await client.get(root + "/health")
+                worst = max(worst, time.perf_counter() - began)
+                await asyncio.sleep(0.01)
+
+        poller = asyncio.ensure_future(poll())
+        began = time.perf_counter()
+        response = await client.post(url + "/chat/completions", content=raw,
+                                     headers={"content-type": "application/json"})
+        took = time.perf_counter() - began
+        await asyncio.sleep(1.0)  # what the proxy does after the answer (its ledger write) counts too
+        done.set()
+        await poller
+    return response.status_code, took, worst * 1000
+
+
+def large_requests(count: int, megabytes: float, proxy_args: list[str]) -> None:
+    """``count`` accepted requests of ``megabytes`` MB each (new conversations, 4 MB messages), each
+    with ``/health`` polled meanwhile; the proxy's RSS after each. Prints one line per request."""
+    import json
+
+    upstream = StubUpstream()
+    with tempfile.TemporaryDirectory() as tmp:
+        proxy, url = start(["-m", "agentlab.serve", "--upstream", upstream.base_url, "--arm", "passthrough",
+                            "--port", "0", "--db", str(Path(tmp) / "large.duckdb"), "--no-fsync",
+                            "--context-window", "131072", *proxy_args], r"serving (\S+/v1)")
+        try:
+            print(f"large requests: {count} of {megabytes:g} MB (passthrough, new conversation each); "
+                  f"RSS at start {rss_mb(proxy.pid):.0f} MB")
+            print(f"{'#':>3}{'status':>8}{'seconds':>9}{'worst /health ms':>18}{'RSS MB':>9}")
+            worsts = []
+            per_message = 3_900_000
+            for i in range(count):
+                words = f"request {i} " + "word " * (per_message // 5)
+                messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"{k} {words}"}
+                            for k in range(max(1, round(megabytes * 1e6 / per_message)))]
+                raw = json.dumps({"model": "test-model", "messages": messages}).encode()
+                status, took, worst = asyncio.run(one_large(url, raw))
+                worsts.append(worst)
+                print(f"{i + 1:>3}{status:>8}{took:>9.1f}{worst:>18.0f}{rss_mb(proxy.pid):>9.0f}", flush=True)
+            print(f"worst /health: median {statistics.median(worsts):.0f} ms, max {max(worsts):.0f} ms; "
+                  f"RSS after {count}: {rss_mb(proxy.pid):.0f} MB")
+        finally:
+            stop(proxy)
+            upstream.close()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--concurrency", default="1,16,64", help="conversations at once (default 1,16,64)")
@@ -170,7 +281,16 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3, help="direct/proxy alternations per arm and level (default 3)")
     p.add_argument("--no-fsync", action="store_true", help="run the proxy with --no-fsync")
     p.add_argument("--writer-nice", type=int, help="run the proxy with --writer-nice N (default: the proxy's)")
+    p.add_argument("--proxy-args", default="", help="more options for the proxy, quoted ('--ledger-linger 0.1')")
+    p.add_argument("--large", type=int, default=0, metavar="N",
+                   help="instead: N accepted requests of --large-mb MB each, /health polled meanwhile, RSS after each")
+    p.add_argument("--large-mb", type=float, default=60.0, help="size of each --large request, MB (default 60)")
     args = p.parse_args()
+    if args.large:
+        print(f"load average before: {load_average()} ({os.cpu_count()} cores)")
+        large_requests(args.large, args.large_mb, shlex.split(args.proxy_args))
+        print(f"load average after: {load_average()}")
+        return 0
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -201,6 +321,7 @@ def main() -> int:
                                "--db", db, "--context-window", "131072"]
                     command += ["--no-fsync"] if args.no_fsync else []
                     command += [] if args.writer_nice is None else ["--writer-nice", str(args.writer_nice)]
+                    command += shlex.split(args.proxy_args)
                     if relay:
                         command = [str(Path(__file__).with_name("bare_relay.py")), "--upstream", upstream_url]
                     proxy, proxy_url = start(command,

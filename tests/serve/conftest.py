@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_helpers import ScriptedUpstream
+from serve_helpers import RecordingUpstream, ScriptedUpstream
 
 from agentlab.serve import ServeHandle, start_server
 from agentlab.testing.openai_server import OpenAITestServer
@@ -48,3 +48,11 @@ def scripted() -> Iterator[Callable[[list[list[Any]]], ScriptedUpstream]]:
     yield make
     for server in made:
         server.close()
+
+
+@pytest.fixture
+def recording() -> Iterator[RecordingUpstream]:
+    """A :class:`RecordingUpstream`."""
+    server = RecordingUpstream()
+    yield server
+    server.close()

@@ -98,3 +98,53 @@ def delta_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, A
     """One upstream stream chunk."""
     return {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "test-model",
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+class RecordingUpstream:
+    """An upstream that records the method, path and ``Authorization`` of every request it gets.
+
+    ``GET /v1/models`` lists one model (``model-0``, window 32,768); any other GET answers its own
+    path as a model object; ``POST /v1/chat/completions`` answers "ok".
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+        seen = self.seen
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self, status: int, payload: Any) -> None:
+                body = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                seen.append(("GET", self.path, self.headers.get("authorization", "")))
+                if self.path == "/v1/models":
+                    self._answer(200, {"object": "list", "data": [{"id": "model-0", "max_model_len": 32768}]})
+                else:
+                    self._answer(200, {"id": "m", "object": "model", "path": self.path})
+
+            def do_POST(self) -> None:
+                seen.append(("POST", self.path, self.headers.get("authorization", "")))
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                self._answer(200, {"id": "c", "object": "chat.completion", "created": 1, "model": body.get("model"),
+                                   "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": "ok"}}],
+                                   "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        """Stop it."""
+        self._httpd.shutdown()
+        self._httpd.server_close()

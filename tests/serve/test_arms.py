@@ -107,7 +107,7 @@ def test_an_unknown_arm_is_refused_with_the_known_ones(tmp_path, upstream, proxy
 
 
 def test_summary_arm_replaces_old_turns_with_an_upstream_summary(upstream, proxy) -> None:
-    server = proxy("summary")
+    server = proxy("summary", summary_budget=False)  # the mechanics: every summary the policy asks for
     client = _client(server)
     messages: list[dict[str, Any]] = [SYSTEM]
     for fact in FACTS:

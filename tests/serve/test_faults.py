@@ -224,3 +224,28 @@ def test_a_turn_the_ledger_could_not_store_after_the_answer_is_in_the_call_row(u
     row = server.calls().iloc[0]
     assert row["outcome"] == "ledger_error" and "disk full" in row["error"] and row["status"] == 200
     assert server.ledger(raw.headers["x-agentlab-conversation-id"]) == []  # no answer after a missing turn
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_with_wait_for_ledger_the_answer_is_committed_before_the_response_ends(upstream, proxy, stream) -> None:
+    import time
+
+    server = proxy("passthrough", wait_for_ledger=True)
+    sessions = server.app.sessions
+    append = sessions.append_events
+    committed: list[tuple[float, list[str]]] = []
+
+    async def timed_append(session: Any, events: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.2)  # a slow disk
+        await append(session, events, **kwargs)
+        committed.append((time.perf_counter(), [e.role for e in events]))
+
+    sessions.append_events = timed_append
+    client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+    created = client.chat.completions.create(
+        model="test-model", messages=[{"role": "user", "content": "Where is the Lisbon office?"}], stream=stream)
+    if stream:
+        assert [c for c in created]  # the whole stream, [DONE] included
+    ended = time.perf_counter()
+    assert [roles for _, roles in committed] == [["user"], ["assistant"]]
+    assert committed[-1][0] <= ended  # the answer was on disk before the client had all of it

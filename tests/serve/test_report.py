@@ -76,3 +76,30 @@ def test_the_savings_can_be_read_while_the_proxy_holds_the_database(proxy, tmp_p
     # What the route gave is what the file holds.
     on_disk = savings_df(db)
     assert sorted(on_disk["calls"]) == [4, 6]
+
+
+def test_without_a_key_the_start_warns_that_the_call_log_is_open_to_the_machine() -> None:
+    from agentlab.serve import ServeConfig
+
+    warnings = ServeConfig(upstream="http://127.0.0.1:9/v1").warnings()
+    assert len(warnings) == 1 and "/v1/agentlab/exchanges" in warnings[0] and "--api-key" in warnings[0]
+    assert ServeConfig(upstream="http://127.0.0.1:9/v1", api_key="k").warnings() == []
+
+
+def test_a_database_held_by_a_server_suggests_reading_it_with_url(tmp_path, capsys) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "held.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
+        "con.execute('CREATE TABLE serve_calls (x INTEGER)'); print('held', flush=True); time.sleep(60)"), str(db)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert main(["report", "--db", str(db)]) == 2
+        err = capsys.readouterr().err
+        assert "in use by another process" in err and "report --url http://HOST:PORT/v1" in err
+    finally:
+        holder.kill()
+        holder.wait()

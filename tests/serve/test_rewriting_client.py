@@ -54,7 +54,7 @@ def _answer_rows(server: Any) -> Any:
 
 
 def test_a_rewriting_client_reuses_the_summary_of_the_prefix_it_did_not_change(upstream, proxy) -> None:
-    server = proxy("summary")
+    server = proxy("summary", summary_budget=False)  # the mechanics of carrying: every summary is made
     rewriting_conversation(server)
     calls = _answer_rows(server)
     assert len(calls) == 2 * TURNS and (calls["status"] == 200).all() and calls["check_error"].isna().all()

@@ -242,3 +242,36 @@ def test_a_closed_store_reopens_its_file_on_the_next_call(tmp_path: Path) -> Non
         return found, rows
 
     assert asyncio.run(scenario()) == ("s1", [("c1", "s1")])
+
+
+def test_a_row_the_database_refuses_loses_only_itself_not_the_other_tenants_rows(tmp_path: Path) -> None:
+    # A lone surrogate cannot be stored as UTF-8: the batch's statement fails as a whole. Four
+    # tenants' conversations, prefixes and calls share that batch with it; all four are kept.
+    async def scenario() -> tuple[Any, ...]:
+        store = ServeStore(tmp_path / "s.duckdb", fsync=False, flush_interval=30)
+        tenants = [f"tenant-{i}" for i in range(4)]
+        for i, tenant in enumerate(tenants):
+            store.save_conversation(tenant, f"conv-{i}", f"session-{i}", "explicit")
+            store.index_prefixes(tenant, f"conv-{i}", [f"h{i}a", f"h{i}b"])
+            store.record_call({"call_id": f"call-{i}", "started_at": float(i), "tenant": tenant,
+                               "conversation_id": f"conv-{i}", "model": "m", "status": 200, "outcome": "ok"})
+        store.record_call({"call_id": "call-bad", "started_at": 9.0, "tenant": "tenant-x",
+                           "model": "bad\ud800model", "status": 400, "outcome": "bad_request"})
+        await store.flush()
+        conversations = store.query("SELECT tenant FROM serve_conversations ORDER BY tenant")["tenant"].tolist()
+        prefixes = int(store.query("SELECT count(*) AS n FROM serve_prefixes")["n"][0])
+        calls = store.query("SELECT call_id, outcome, model, error FROM serve_calls ORDER BY call_id")
+        refused = list(store.refused)
+        await store.close()
+        return conversations, prefixes, calls, refused
+
+    conversations, prefixes, calls, refused = asyncio.run(scenario())
+    assert conversations == [f"tenant-{i}" for i in range(4)]
+    assert prefixes == 8
+    assert calls["call_id"].tolist() == ["call-0", "call-1", "call-2", "call-3", "call-bad"]
+    assert calls["outcome"].tolist()[:4] == ["ok"] * 4
+    bad = calls[calls["call_id"] == "call-bad"].iloc[0]
+    assert bad["outcome"] == "store_refused"  # the refused row is kept as an error, its text escaped
+    assert bad["model"] == "bad\\ud800model"
+    assert "refused" in bad["error"]
+    assert [table for table, _ in refused] == ["serve_calls"]

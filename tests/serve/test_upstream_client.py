@@ -106,3 +106,17 @@ def test_a_silent_server_times_out() -> None:
     with pytest.raises(UpstreamError, match="within 0.2 s") as caught:
         asyncio.run(scenario())
     assert caught.value.timeout
+
+
+def test_a_header_with_a_line_break_is_never_written_upstream() -> None:
+    async def scenario() -> str:
+        client = UpstreamClient("http://127.0.0.1:9/v1", timeout=1)
+        try:
+            await client.request("POST", "/chat/completions", {"authorization": "Bearer a\rX-Injected: yes"}, b"{}")
+        except ValueError as exc:
+            return str(exc)
+        finally:
+            await client.close()
+        return "sent"
+
+    assert "CR, LF or NUL" in asyncio.run(scenario())
