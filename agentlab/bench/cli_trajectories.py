@@ -27,16 +27,15 @@ from agentlab.bench.cli_retention import (
     stored_note,
     write_fraction_note,
 )
-from agentlab.bench.loops import run_sync
 from agentlab.bench.retention import retention_settings
 from agentlab.bench.retention_cache import cache_means, ranking_differences
+from agentlab.bench.trajectory_parallel import measure_in_processes
 from agentlab.bench.trajectory_retention import (
     DEFAULT_K,
     TRAJECTORY_RETENTION_VERSION,
     TrajectoryRow,
     aggregate_trajectories,
     format_trajectory_table,
-    measure_trajectories,
 )
 from agentlab.bench.trajectory_store import TABLE, TRAJECTORY_RETENTION, trajectory_records
 from agentlab.model.prompt_caching import get_profile
@@ -45,19 +44,20 @@ from agentlab.model.prompt_caching import get_profile
 def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: dict[str, Any], skipped: dict[str, str],
                              settings: Any, budget: int, budget_source: str, as_json: bool, out: TextIO, *,
                              cache_profile: str = "none", price_model: str | None = None,
-                             db: Path | None = None) -> int:
+                             db: Path | None = None, data_note: str | None = None) -> int:
     """Measure every arm over ``trajectories`` (the chosen ``datasets``), store the rows in ``db`` and print the table.
 
     With a cache profile (``--cache-profile``; ``none`` with a ``--price-model`` prices every token
     uncached) each trajectory's step requests go through :mod:`agentlab.model.prompt_caching` and a
     second table per dataset gives raw, cached, uncached and written tokens, busts and cost.
-    ``db`` ``None`` (``--no-store``): nothing is stored.
+    ``db`` ``None`` (``--no-store``): nothing is stored. ``data_note`` (whose data, what the loader skipped)
+    is printed under the header.
     """
     started = time.perf_counter()
     profile = active_profile(cache_profile, price_model)
     price, priced_model, price_line = resolve_price(cache_profile, price_model) if profile is not None else (None, None, "")
-    timed = run_sync(measure_trajectories(trajectories, list(arms.values()), context_window=budget,
-                                          settings=retention_settings(settings), cache_profile=profile))
+    timed = measure_in_processes(trajectories, list(arms.values()), context_window=budget,
+                                 settings=retention_settings(settings), cache_profile=profile)
     summaries = aggregate_trajectories(timed.rows, budget)
     if profile is not None:
         summaries = [replace(s, extra={**s.extra, **cache_means(
@@ -69,7 +69,7 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
     wall = time.perf_counter() - started
     if as_json:
         _print_json({"benchmark": "trajectories", "datasets": datasets, "context_budget": budget,
-                     "context_budget_source": budget_source, "cases": len(trajectories), "model": None,
+                     "context_budget_source": budget_source, "cases": len(trajectories), "data_note": data_note, "model": None,
                      "recall_top_k": DEFAULT_K, "summaries": [asdict(s) for s in summaries], "skipped": skipped,
                      "cache_profile": profile,
                      "cache_profile_description": None if profile is None else get_profile(profile).description,
@@ -79,6 +79,8 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
         return 0
     out.write(f"trajectories retention: {len(trajectories)} recorded trajectories ({datasets}), context budget {budget} "
               f"tokens ({budget_source}), no model called\n")
+    if data_note:
+        out.write(f"data: {data_note}\n")
     write_fraction_note(out, arms, settings)
     out.write(format_trajectory_table(summaries))
     out.write(f"(supported: share of step supports visible in the step's request, 95% bootstrap interval over "
