@@ -54,7 +54,8 @@ class TrajectoryDataset(PolicyJSON):
     #: Any of ``tau_bench``, ``swe_agent``, ``claude_code``; ``both`` is tau_bench and swe_agent.
     datasets: tuple[str, ...] = ("both",)
     #: A folder of the user's own Claude Code logs (``--sessions-dir``): replayed instead of ``claude_code``'s
-    #: pinned copies, with no sha256 asked ("" = the pinned copies).
+    #: pinned copies, with no sha256 asked ("" = the pinned copies). Alone (``datasets`` left at its default) it
+    #: replays those logs only.
     sessions_dir: str = ""
     #: Refuse a malformed log line instead of skipping it (the skipped lines are always named in the output).
     strict: bool = False
@@ -65,7 +66,9 @@ class TrajectoryDataset(PolicyJSON):
         bad = [d for d in self.datasets if d not in CHOICES]
         if bad or not self.datasets:
             raise ValueError(f"datasets must be a list of {', '.join(CHOICES)}, got {list(self.datasets)!r}")
-        if self.sessions_dir and CLAUDE_CODE not in self.chosen():
+        if self.sessions_dir and self.datasets == ("both",):  # --sessions-dir alone: the user's logs only
+            object.__setattr__(self, "datasets", (CLAUDE_CODE,))
+        elif self.sessions_dir and CLAUDE_CODE not in self.chosen():
             object.__setattr__(self, "datasets", (*self.datasets, CLAUDE_CODE))
 
     def chosen(self) -> tuple[str, ...]:
@@ -147,7 +150,9 @@ class TrajectoriesTask(Task):
         from agentlab.bench.cli_trajectories import run_trajectory_retention
 
         choice = settings.of("dataset", TrajectoryDataset)
-        data = load_selected(choice.chosen(), choice.sessions_dir, strict=choice.strict)
+        # claude_code alone: read only the first `limit` pinned files (one main thread each) instead of all 300
+        only_files = limit if limit and choice.chosen() == (CLAUDE_CODE,) and not choice.sessions_dir else None
+        data = load_selected(choice.chosen(), choice.sessions_dir, strict=choice.strict, limit=only_files)
         trajectories = list(data.trajectories)
         return run_trajectory_retention(trajectories[:limit] if limit else trajectories,
                                         choice.label(), dict(arms), dict(skipped),
