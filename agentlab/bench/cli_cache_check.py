@@ -14,7 +14,7 @@ import time
 from typing import TextIO
 
 from agentlab.bench.cache_check import check, format_check
-from agentlab.bench.cli_common import _print_json
+from agentlab.bench.cli_common import CliError, _print_json
 from agentlab.bench.trajectory_sources import CLAUDE_CODE, load_selected
 from agentlab.model.prices import price_for
 
@@ -38,8 +38,6 @@ def cache_check_parser(prog: str) -> argparse.ArgumentParser:
 
 def cmd_cache_check(args: argparse.Namespace, out: TextIO) -> int:
     """Run the check and print it."""
-    from agentlab.bench.cli import CliError
-
     if args.limit < 0:
         raise CliError(f"--limit must be >= 0 (0 = all sessions), got {args.limit}")
     price = price_for(args.price_model)
