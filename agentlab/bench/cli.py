@@ -15,12 +15,17 @@
     python -m agentlab.bench league <benchmark> [--arms a,b|all] [--recall] [--context-budget N]
                                     [--seeding forced|lived] [--limit N] [--fitting] [--model SPEC]
                                     [--metric NAME] [--db PATH] [--json] [--no-progress] [--set ...]
+    python -m agentlab.bench cache-check [--sessions-dir DIR] [--limit N] [--strict] [--price-model M] [--json]
     python -m agentlab.bench list [--json]
     python -m agentlab.bench fixture longmemeval PATH [--questions N] [--sessions N] [--turns N]
 
 ``league`` runs (or reuses) the baseline once and every arm on the same cases with one model and
 call cache, then prints one table: savings, peak prompt tokens, summary cost, quality delta with
 paired 95 % intervals, recovery of ``+recall`` arms, Pareto flag; stored for ``analysis.league_df()``.
+
+``cache-check`` compares the prompt-cache model with the usage Anthropic billed in recorded Claude
+Code sessions, call by call. ``--sessions-dir DIR`` (run, retention, league) replays a folder of your
+own Claude Code logs as the ``trajectories`` benchmark's ``claude_code`` dataset.
 
 Published settings come from ``benchmarks/<benchmark>.toml``; flags and ``--set`` override them.
 With the embedded model (the offline smoke-test model) and no ``--limit``, only the first 5 cases
@@ -118,6 +123,23 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 # ------------------------------------------------------------------------------------- main
 
 
+def _sessions_dir_as_setting(argv: list[str]) -> list[str]:
+    """``--sessions-dir DIR`` (a folder of the user's own Claude Code logs) as ``--set dataset.sessions_dir=DIR``."""
+    out: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--sessions-dir":
+            folder = next(it, None)
+            if folder is None:
+                raise SystemExit("error: --sessions-dir needs a folder of Claude Code logs (e.g. ~/.claude/projects/<p>)")
+            out += ["--set", f"dataset.sessions_dir={folder}"]
+        elif arg.startswith("--sessions-dir="):
+            out += ["--set", f"dataset.sessions_dir={arg.split('=', 1)[1]}"]
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one command line; returns the exit status (2 for a user error, printed as one line).
 
@@ -125,6 +147,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     in-process and capture what it prints.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["cache-check"]:
+        argv = _sessions_dir_as_setting(argv)
     out = out or sys.stdout
     prog = "python -m agentlab.bench"
     if not argv or argv[0] in {"-h", "--help"}:
@@ -150,6 +174,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             from agentlab.bench.cli_league import cmd_league, league_parser
 
             return cmd_league(league_parser(prog).parse_args(argv[1:]), out)
+        if argv[0] == "cache-check":
+            from agentlab.bench.cli_cache_check import cache_check_parser, cmd_cache_check
+
+            return cmd_cache_check(cache_check_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "fixture":
             return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
         return cmd_run(_run_parser(prog).parse_args(argv), out)

@@ -27,17 +27,16 @@ from agentlab.bench.cli_retention import (
     stored_note,
     write_fraction_note,
 )
-from agentlab.bench.loops import run_sync
 from agentlab.bench.retention import retention_settings
 from agentlab.bench.retention_cache import cache_means, ranking_differences
 from agentlab.bench.summary_bounds import DEFAULT_SUMMARY_TOKENS, format_summary_costs, with_summary_costs
+from agentlab.bench.trajectory_parallel import measure_in_processes
 from agentlab.bench.trajectory_retention import (
     DEFAULT_K,
     TRAJECTORY_RETENTION_VERSION,
     TrajectoryRow,
     aggregate_trajectories,
     format_trajectory_table,
-    measure_trajectories,
 )
 from agentlab.bench.trajectory_store import TABLE, TRAJECTORY_RETENTION, trajectory_records
 from agentlab.model.prompt_caching import get_profile
@@ -46,7 +45,8 @@ from agentlab.model.prompt_caching import get_profile
 def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: dict[str, Any], skipped: dict[str, str],
                              settings: Any, budget: int, budget_source: str, as_json: bool, out: TextIO, *,
                              cache_profile: str = "none", price_model: str | None = None,
-                             db: Path | None = None, summary_tokens: int | None = None) -> int:
+                             db: Path | None = None, summary_tokens: int | None = None,
+                             data_note: str | None = None) -> int:
     """Measure every arm over ``trajectories`` (the chosen ``datasets``), store the rows in ``db`` and print the table.
 
     With a cache profile (``--cache-profile``; ``none`` with a ``--price-model`` prices every token
@@ -55,7 +55,8 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
     ``db`` ``None`` (``--no-store``): nothing is stored. ``summary_tokens`` (``--summary-tokens``)
     replays the summarising arms among ``arms`` with no model, as bounds at that summary length
     (:mod:`agentlab.bench.summary_bounds`); their summariser calls are in the cache table's tokens and,
-    at the output price, in its costs.
+    at the output price, in its costs. ``data_note`` (whose data, what the loader skipped) is printed
+    under the header.
     """
     started = time.perf_counter()
     bounding = [name for name, arm in arms.items() if arm.needs_model]
@@ -65,9 +66,9 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
                    f"{DEFAULT_SUMMARY_TOKENS})") if bounding and summary_tokens is not None else ""
     profile = active_profile(cache_profile, price_model)
     price, priced_model, price_line = resolve_price(cache_profile, price_model) if profile is not None else (None, None, "")
-    timed = run_sync(measure_trajectories(trajectories, list(arms.values()), context_window=budget,
-                                          settings=retention_settings(settings), cache_profile=profile,
-                                          summary_tokens=summary_tokens))
+    timed = measure_in_processes(trajectories, list(arms.values()), context_window=budget,
+                                 settings=retention_settings(settings), cache_profile=profile,
+                                 summary_tokens=summary_tokens)
     summaries = aggregate_trajectories(timed.rows, budget)
     if profile is not None:
         def group(s: Any) -> list[TrajectoryRow]:
@@ -82,7 +83,7 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
     wall = time.perf_counter() - started
     if as_json:
         _print_json({"benchmark": "trajectories", "datasets": datasets, "context_budget": budget,
-                     "context_budget_source": budget_source, "cases": len(trajectories), "model": None,
+                     "context_budget_source": budget_source, "cases": len(trajectories), "data_note": data_note, "model": None,
                      "recall_top_k": DEFAULT_K, "summaries": [asdict(s) for s in summaries], "skipped": skipped,
                      "summary_tokens": summary_tokens, "summary_tokens_note": bounds_line or None,
                      "cache_profile": profile,
@@ -93,6 +94,8 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
         return 0
     out.write(f"trajectories retention: {len(trajectories)} recorded trajectories ({datasets}), context budget {budget} "
               f"tokens ({budget_source}), no model called\n")
+    if data_note:
+        out.write(f"data: {data_note}\n")
     write_fraction_note(out, arms, settings)
     if bounds_line:
         out.write(bounds_line + "\n")

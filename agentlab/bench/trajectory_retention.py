@@ -191,20 +191,22 @@ def _check(arm: Arm, model: Model | None) -> None:
 
 async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int, settings: Any = None,
                              k: int = DEFAULT_K, model: Model | None = None,
-                             cache_profile: str | None = None, summary_tokens: int | None = None) -> TrajectoryRow:
+                             cache_profile: str | None = None, summary_tokens: int | None = None,
+                             steps: Sequence[Step] | None = None) -> TrajectoryRow:
     """One :class:`TrajectoryRow`: ``traj`` replayed under ``arm`` at ``context_window`` tokens.
 
     ``model`` is only the summariser of a summarising arm (``arm.needs_model``); no step is re-generated.
     Without one, ``summary_tokens`` replays such an arm with a placeholder summariser of that length
     and fills its bounds (:mod:`agentlab.bench.summary_bounds`). ``cache_profile`` (a
     :data:`agentlab.model.prompt_caching.PROFILES` name) fills ``cache`` with the requests, in the
-    order sent, through that provider's prompt cache.
+    order sent, through that provider's prompt cache. ``steps`` (``step_supports`` of ``traj``, the
+    same for every arm) may be passed in to be computed once per trajectory.
     """
     placeholder = None
     if arm.needs_model and model is None and summary_tokens is not None:
         model = placeholder = PlaceholderSummariser(summary_tokens, context_window)
     _check(arm, model)
-    steps = step_supports(traj.events, traj.instruction)
+    steps = step_supports(traj.events, traj.instruction) if steps is None else steps
     replayed = await _replay(traj, arm, steps, context_window=context_window, settings=settings, model=model)
     tokens_of = {e.id: e.token_count or 0 for e in traj.events}
     service: Any = None
@@ -268,9 +270,12 @@ async def measure_trajectories(trajectories: Sequence[Trajectory], arms: Sequenc
                                summary_tokens: int | None = None) -> Timed:
     """:func:`measure_trajectory` for every trajectory and arm, timed."""
     started = time.perf_counter()
-    rows = [await measure_trajectory(t, a, context_window=context_window, settings=settings, k=k,
-                                     cache_profile=cache_profile, summary_tokens=summary_tokens)
-            for t in trajectories for a in arms]
+    rows = []
+    for t in trajectories:
+        steps = step_supports(t.events, t.instruction)
+        rows += [await measure_trajectory(t, a, context_window=context_window, settings=settings, k=k,
+                                          cache_profile=cache_profile, summary_tokens=summary_tokens,
+                                          steps=steps) for a in arms]
     return Timed(rows, time.perf_counter() - started)
 
 

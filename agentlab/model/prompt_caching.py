@@ -35,8 +35,13 @@ messages (OpenAI's cookbook; Anthropic renders tools, system, messages), which i
   and whose breakpoint lies at most 20 messages (content blocks) before its own (the lookback the
   API checks); the rest up to its own breakpoint is written, billed at the write premium, when it
   is at least the minimum cacheable length (1,024 tokens, Sonnet's; some models need more). The
-  5-minute lifetime is refreshed by every read; our replay has no clock and treats entries as
-  never expiring.
+  5-minute lifetime is refreshed by every read; given the time each request was sent
+  (``CacheReplay.add(request, at=...)``, as a recorded session has it) an entry unused for longer
+  is gone; without times (a replay with no clock) entries never expire.
+
+A sequence may start with a warm cache: :meth:`CacheReplay.seed` puts in a prefix another
+conversation already cached (a coding agent's system prompt and tools, the same in all its
+sessions, are read from the cache by a session's very first call).
 * ``none`` — nothing is cached: every token is uncached input.
 
 **A cache bust** is a request served less than the previous request left in the cache: the
@@ -45,8 +50,9 @@ previous request's tools and messages, at the profile's granularity and minimum
 rewrites a message the previous request sent (clearing a tool result, summarising, truncating)
 busts unless the rewritten point lies past what the cache held.
 
-Not modelled: eviction before the lifetime (caches are best effort), the lifetime itself, sharing
-between conversations or within an organisation, provider routing (a request sent to another
+Not modelled: eviction before the lifetime (caches are best effort), the lifetime when no times
+are given, sharing between conversations except through :meth:`CacheReplay.seed`, provider
+routing (a request sent to another
 machine misses), Anthropic's limit of four breakpoints and its 1-hour tier, and images.
 """
 
@@ -84,7 +90,7 @@ class CacheProfile:
     write_charged: bool
     #: Breakpoint placement only: how many messages before its own breakpoint a request looks for an entry.
     lookback_messages: int | None
-    #: The provider's lifetime of an unused entry, in seconds (documented; the replay never expires entries).
+    #: The provider's lifetime of an unused entry, in seconds (applied when the requests' times are given).
     lifetime_seconds: int | None
     #: One line on what the profile assumes, and where it comes from.
     description: str
@@ -105,7 +111,8 @@ ANTHROPIC = CacheProfile(
     "anthropic", "last_message", min_tokens=1024, step=1, write_charged=True, lookback_messages=20,
     lifetime_seconds=300,
     description="Anthropic explicit caching: one breakpoint after each request's last message, reads within 20 "
-                "blocks, entries from 1,024 tokens, writes at the 5-minute write price; lifetime not modelled")
+                "blocks, entries from 1,024 tokens, writes at the 5-minute write price; the 5-minute lifetime applies "
+                "only where request times are known (recorded sessions)")
 NONE = CacheProfile(
     "none", "off", min_tokens=0, step=1, write_charged=False, lookback_messages=None, lifetime_seconds=None,
     description="no prompt caching: every prompt token is uncached input")
@@ -220,28 +227,56 @@ class CacheReplay:
     #: messages, its index in :attr:`requests`).
     entries: list[tuple[int, int, int]] = field(default_factory=list)
     results: list[RequestCache] = field(default_factory=list)
+    #: When each entry of :attr:`entries` was last written or read (only with clock times given to :meth:`add`).
+    used: list[float] = field(default_factory=list)
 
     def fork(self) -> CacheReplay:
         """A copy that can be continued without changing this one (the requests are shared, immutable)."""
-        return CacheReplay(self.profile, list(self.requests), list(self.entries), list(self.results))
+        return CacheReplay(self.profile, list(self.requests), list(self.entries), list(self.results), list(self.used))
 
-    def add(self, request: RequestTokens) -> RequestCache:
-        """Send ``request``: what it is served from the cache, what it writes, whether it busts."""
+    def seed(self, prefix: RequestTokens, at: float | None = None) -> None:
+        """A prefix another conversation already put in the cache (e.g. the same agent's system prompt and
+        tools): it can be served to the requests that follow, and is not one of them (no result is recorded).
+        """
+        if self.profile.placement == "last_message" and prefix.breakpoint_tokens >= self.profile.min_tokens:
+            self.entries.append((prefix.breakpoint_tokens, prefix.n_messages, len(self.requests)))
+            self.used.append(at if at is not None else float("inf"))
+        self.requests.append(prefix)
+
+    def _expire(self, at: float | None) -> None:
+        """Forget the entries unused for longer than the profile's lifetime before ``at`` (a clock time)."""
+        life = self.profile.lifetime_seconds
+        if at is None or life is None or not self.entries:
+            return
+        kept = [(e, u) for e, u in zip(self.entries, self.used, strict=True) if at - u <= life]
+        self.entries, self.used = [e for e, _ in kept], [u for _, u in kept]
+
+    def add(self, request: RequestTokens, at: float | None = None) -> RequestCache:
+        """Send ``request``: what it is served from the cache, what it writes, whether it busts.
+
+        ``at`` (seconds, any clock; ``None``: no clock) is when it is sent: with it, an Anthropic entry
+        unused for longer than the profile's lifetime is gone, and a read refreshes the entry it reads.
+        """
         p = self.profile
         served, written = 0, 0
+        self._expire(at)
+        read_from = -1
         if p.placement == "any_prefix":
             longest = max((common_prefix(request, earlier) for earlier in self.requests), default=0)
             served = p.cacheable(longest)
         elif p.placement == "last_message":
-            for length, n_messages, index in self.entries:
+            for j, (length, n_messages, index) in enumerate(self.entries):
                 within = p.lookback_messages is None or request.n_messages - n_messages <= p.lookback_messages
                 if within and length > served and common_prefix(request, self.requests[index]) >= length:
-                    served = length
+                    served, read_from = length, j
+            if read_from >= 0 and at is not None:
+                self.used[read_from] = at
             own = request.breakpoint_tokens
             if own >= p.min_tokens and own > served:
                 written = own - served
             if own >= p.min_tokens:
                 self.entries.append((own, request.n_messages, len(self.requests)))
+                self.used.append(at if at is not None else float("inf"))
         held_before = self.results[-1].held_tokens if self.results else 0
         result = RequestCache(prompt_tokens=request.n_tokens, cached_tokens=served,
                               cache_write_tokens=written if p.write_charged else 0,

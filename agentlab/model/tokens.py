@@ -92,6 +92,18 @@ def count_text(text: str, encoding: str | None = None) -> int:
 
 def count_message(m: Message, encoding: str | None = None) -> int:
     """Tokens one message adds to a chat request (overhead, role, content, name, tool calls)."""
+    if encoding is None or encoding == DEFAULT_ENCODING:
+        return _count_message_default(m)
+    return _count_message(m, encoding)
+
+
+@functools.lru_cache(maxsize=65536)
+def _count_message_default(m: Message) -> int:
+    # Messages are frozen: a request re-counts the same history messages at every step of a replay.
+    return _count_message(m, None)
+
+
+def _count_message(m: Message, encoding: str | None) -> int:
     total = TOKENS_PER_MESSAGE + count_text(m.role, encoding) + count_text(m.content, encoding)
     if m.name:
         total += TOKENS_PER_NAME + count_text(m.name, encoding)

@@ -13,6 +13,12 @@ agentlab.bench retention trajectories --arms all`` runs it for every arm that ne
 :meth:`TrajectoriesTask.run_case` runs it for one arm with the run's model as the summariser of a
 summarising arm (the model writes summaries only; no step is re-generated) and the score is the
 trajectory's ``supported`` share.
+
+``claude_code`` (``--set 'dataset.datasets=["claude_code"]'``) adds 300 Claude Code sessions on
+SWE-bench Lite tasks (SWE Context Bench, arXiv 2602.08316; ``jiayuanz3/SWEContextBench`` @
+``31bb0415``; no license stated, read from the user's copy), loaded by
+:mod:`agentlab.bench.datasets.claude_code`; ``[dataset] sessions_dir`` (the ``--sessions-dir``
+flag) replays a folder of the user's own Claude Code logs instead, with no sha256 asked.
 """
 
 from __future__ import annotations
@@ -25,16 +31,17 @@ from typing import Any
 
 import agentlab.bench.arms as arms_registry
 from agentlab.bench.config import Settings
-from agentlab.bench.datasets.trajectories import DATASETS, Trajectory, load_trajectories
+from agentlab.bench.datasets.trajectories import DATASETS, Trajectory
 from agentlab.bench.facts import ModeRoles
 from agentlab.bench.metrics import Score
 from agentlab.bench.supports import step_supports
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
 from agentlab.bench.trajectory_retention import measure_trajectory
+from agentlab.bench.trajectory_sources import CLAUDE_CODE, load_selected
 from agentlab.events import Message
 from agentlab.policy import PolicyJSON
 
-CHOICES = (*DATASETS, "both")
+CHOICES = (*DATASETS, CLAUDE_CODE, "both")
 METRIC = "supported"
 #: The budget a case runs at when the run gives none and the model states no window.
 FALLBACK_BUDGET = 8192
@@ -44,21 +51,40 @@ FALLBACK_BUDGET = 8192
 class TrajectoryDataset(PolicyJSON):
     """``[dataset]``: which recordings are replayed."""
 
-    #: ``tau_bench``, ``swe_agent`` or ``both``.
-    datasets: str = "both"
+    #: Any of ``tau_bench``, ``swe_agent``, ``claude_code``; ``both`` is tau_bench and swe_agent.
+    datasets: tuple[str, ...] = ("both",)
+    #: A folder of the user's own Claude Code logs (``--sessions-dir``): replayed instead of ``claude_code``'s
+    #: pinned copies, with no sha256 asked ("" = the pinned copies). Alone (``datasets`` left at its default) it
+    #: replays those logs only.
+    sessions_dir: str = ""
+    #: Refuse a malformed log line instead of skipping it (the skipped lines are always named in the output).
+    strict: bool = False
 
     def __post_init__(self) -> None:
-        if self.datasets not in CHOICES:
-            raise ValueError(f"datasets must be one of {', '.join(CHOICES)}, got {self.datasets!r}")
+        if isinstance(self.datasets, str):  # an older settings file: datasets = "both"
+            object.__setattr__(self, "datasets", (self.datasets,))
+        bad = [d for d in self.datasets if d not in CHOICES]
+        if bad or not self.datasets:
+            raise ValueError(f"datasets must be a list of {', '.join(CHOICES)}, got {list(self.datasets)!r}")
+        if self.sessions_dir and self.datasets == ("both",):  # --sessions-dir alone: the user's logs only
+            object.__setattr__(self, "datasets", (CLAUDE_CODE,))
+        elif self.sessions_dir and CLAUDE_CODE not in self.chosen():
+            object.__setattr__(self, "datasets", (*self.datasets, CLAUDE_CODE))
 
     def chosen(self) -> tuple[str, ...]:
-        """The dataset names to load."""
-        return DATASETS if self.datasets == "both" else (self.datasets,)
+        """The dataset names to load, in a fixed order."""
+        names = {n for d in self.datasets for n in (DATASETS if d == "both" else (d,))}
+        return tuple(n for n in (*DATASETS, CLAUDE_CODE) if n in names)
+
+    def label(self) -> str:
+        """The chosen datasets as the output names them."""
+        return ",".join(self.chosen())
 
 
 def selected_trajectories(settings: Settings) -> list[Trajectory]:
     """The trajectories ``[dataset] datasets`` chooses, in file order."""
-    return list(load_trajectories(settings.of("dataset", TrajectoryDataset).chosen()).trajectories)
+    choice = settings.of("dataset", TrajectoryDataset)
+    return list(load_selected(choice.chosen(), choice.sessions_dir, strict=choice.strict).trajectories)
 
 
 @register
@@ -71,7 +97,7 @@ class TrajectoriesTask(Task):
     default_mode = "long_context"
     mode_roles = ModeRoles(baseline="long_context")
     summary_bounds = True
-    description = ("real agent trajectories (200 tau-bench airline, 22 SWE-agent), replayed under an arm with "
+    description = ("real agent trajectories (200 tau-bench airline, 22 SWE-agent, 300 Claude Code), replayed under an arm with "
                    "no model: share of each step's supports still visible")
 
     def default_settings(self) -> dict[str, type[Any]]:
@@ -81,12 +107,12 @@ class TrajectoriesTask(Task):
     def load_cases(self, settings: Settings) -> CaseSelection:
         """Every trajectory of the chosen datasets."""
         choice = settings.of("dataset", TrajectoryDataset)
-        data = load_trajectories(choice.chosen())
+        data = load_selected(choice.chosen(), choice.sessions_dir, strict=choice.strict)
         cases = [Case(id=t.traj_id, question="", reference="", data=t,
                       metadata={"dataset": t.dataset, "recorded_reward": t.reward, "events": len(t.events)})
                  for t in data.trajectories]
         return CaseSelection(cases, dataset_sha256=data.sha256, loaded=len(cases),
-                             note=f"{choice.datasets}: every recorded trajectory ({len(cases)})")
+                             note=f"{choice.label()}: every recorded trajectory ({len(cases)}){data.note}")
 
     def _arm(self, mode: str, ctx: RunContext) -> Any:
         if ctx.arm is not None:
@@ -124,12 +150,17 @@ class TrajectoriesTask(Task):
         """``retention trajectories``: the per-step support table (:mod:`agentlab.bench.cli_trajectories`), stored in ``db``."""
         from agentlab.bench.cli_trajectories import run_trajectory_retention
 
-        trajectories = selected_trajectories(settings)
+        choice = settings.of("dataset", TrajectoryDataset)
+        # claude_code alone: read only the first `limit` pinned files (one main thread each) instead of all 300
+        only_files = limit if limit and choice.chosen() == (CLAUDE_CODE,) and not choice.sessions_dir else None
+        data = load_selected(choice.chosen(), choice.sessions_dir, strict=choice.strict, limit=only_files)
+        trajectories = list(data.trajectories)
         return run_trajectory_retention(trajectories[:limit] if limit else trajectories,
-                                        settings.of("dataset", TrajectoryDataset).datasets, dict(arms), dict(skipped),
+                                        choice.label(), dict(arms), dict(skipped),
                                         settings, context_budget, budget_source, as_json, out,
                                         cache_profile=cache_profile, price_model=price_model, db=db,
-                                        summary_tokens=summary_tokens)
+                                        summary_tokens=summary_tokens,
+                                        data_note=data.note.removeprefix("; ") or None)
 
     async def score(self, case: Case, result: CaseResult, ctx: RunContext) -> list[Score]:
         """The trajectory's ``supported`` share (``None`` when it has no support)."""
