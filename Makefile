@@ -104,4 +104,4 @@ docs: $(DOCS_STAMP)
 	$(DOCS_VENV)/bin/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) $(DOCS_VENV) site results data/cache
+	rm -rf $(VENV) $(PEERS_VENV) $(DOCS_VENV) site .cache/mkdocs-jupyter results data/cache
