@@ -101,7 +101,7 @@ $(DOCS_STAMP): pyproject.toml
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
-	$(DOCS_VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) $(PEERS_VENV) $(DOCS_VENV) site .cache/mkdocs-jupyter results data/cache
