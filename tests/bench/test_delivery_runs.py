@@ -61,7 +61,7 @@ def test_default_compaction_and_delivery_stay_out_of_the_identity_and_a_changed_
     assert tools.identity()["dataset"]["delivery"] == "tool_results"
     assert {k: v for k, v in tools.identity().items() if k != "dataset"} == {
         k: v for k, v in plain.identity().items() if k != "dataset"}
-    assert set(LATE_SETTINGS) == {"compaction", "dataset"}
+    assert set(LATE_SETTINGS) == {"artifact_offload", "compaction", "dataset"}
 
 
 def test_every_benchmark_file_has_a_compaction_section_with_the_seeds_defaults() -> None:

@@ -159,7 +159,7 @@ def test_the_new_fields_check_and_type_are_one_line_errors(knob_task: Path, tmp_
     ("[summary]\npatience = -2\n", ["knobtest [summary] patience must be >= 0; got -2", "knobtest.toml"]),
     ("[summary]\npatience = \"a lot\"\n", ["knobtest [summary] patience must be an integer; got 'a lot'"]),
     ("[summary]\nevent_threshold = 40\n", ["knobtest [summary] has no field 'event_threshold'", "events_over"]),
-    ("[sumary]\npatience = 1\n", ["knobtest has no settings section [sumary]", "sections: answer, compaction, judge"]),
+    ("[sumary]\npatience = 1\n", ["knobtest has no settings section [sumary]", "sections: answer, artifact_offload, compaction, judge"]),
     ("[smoke]\n\"summary.patience\" = -1\n", ["knobtest [summary] patience must be >= 0", "[smoke]"]),
     ("[summary]\ncheck_mode = \"any\"\n", ["has no field 'check_mode'", "did you mean 'checks_mode'"]),
 ])
