@@ -1,4 +1,4 @@
-"""No module of ``agentlab/`` is over 600 lines (issue 34): a module that long does several things.
+"""No module of ``agentlab/`` is over 600 lines: a module that long does several things.
 
 There are no exceptions: split a module that grows past the limit by what its parts do (the
 issue-34 splits — ``serve/proxy.py``, ``bench/league.py``, ``session/duckdb.py``, ``bench/store.py``,

@@ -85,14 +85,14 @@ EXECUTION_SECTIONS = frozenset({"run"})
 #: (``None``: the whole section, left out while every field of it is at its default). A value
 #: that differs from the default is hashed like any other setting.
 LATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
-    "compaction": None,                           # [compaction]: the seed's defaults (issue 21)
-    "dataset": ("delivery", "chunk_turns"),       # turns | tool_results delivery (issue 21)
+    "compaction": None,                           # [compaction]: the seed's defaults
+    "dataset": ("delivery", "chunk_turns"),       # turns | tool_results delivery
     "artifact_offload": None,                     # [artifact_offload]: the offload arm's threshold and preview
 }
 #: Fields added to a peer policy after its section first counted in run ids: left out of the identity
 #: while at their default, so that a run with another field of that section set keeps its id.
 LATE_POLICY_FIELDS: dict[str, tuple[str, ...]] = {
-    "anthropic_clear_tool_uses": ("clear_in_batches",),  # the cache-stable batch variant (issue 31)
+    "anthropic_clear_tool_uses": ("clear_in_batches",),  # the cache-stable batch variant
 }
 
 

@@ -23,7 +23,7 @@ the same cores, so Ray here measures the executor's overhead, not a speed-up. Ru
     .venv/bin/python benchmarks/perf/bench_executor.py [--cases 64] [--latency 0.2]
         [--concurrency 1,8,32] [--executors in-process,ray]
 
-``--scenario mtbench101`` (issue 20) measures instead what a real run costs against the bare
+``--scenario mtbench101`` measures instead what a real run costs against the bare
 ``openai`` client: the MT-Bench-101 baseline (``--dialogues`` 400 dialogues of the published
 selection, ``--concurrency`` 16, the same test server at ``--latency``) run as the command a user
 types, ``python -m agentlab.bench mtbench101 --mode baseline --limit N --concurrency C --no-progress``
@@ -185,7 +185,7 @@ async def measure(args: argparse.Namespace, spec: str, levels: list[int], kinds:
 
 # ----------------------------------------------------------- MT-Bench-101 baseline vs the bare client
 
-#: The goal of issue 20: a run costs at most this much more than the bare client, start-up included.
+#: The goal: a run costs at most this much more than the bare client, start-up included.
 OVERHEAD_GOAL = 0.05
 BARE_CLIENT = Path(__file__).resolve().parent / "mtbench_bare_client.py"
 

@@ -1,6 +1,6 @@
 """Per-call context overhead as the history grows (prints figures; asserts nothing).
 
-Workload (issue 15): a session made of repeated 4-message units — user (~40 words), assistant with
+Workload: a session made of repeated 4-message units — user (~40 words), assistant with
 one tool call (~10 words), tool result (~600 words), assistant answer (~60 words). Before each
 model call one unit is finished and a new user input appended (4 messages per call), and
 ``LLMAgent.build_request`` projects the request: instruction, history, current input, compaction,

@@ -436,7 +436,7 @@ def test_the_savings_interval_does_not_depend_on_the_order_cases_were_written(tm
     assert intervals[0] == intervals[1] == pytest.approx((expected.ci_low, expected.ci_high))
 
 
-# -------------------------------------------- recovery follows the league's rule (issue 33)
+# -------------------------------------------- recovery follows the league's rule
 
 
 @pytest.mark.parametrize(("lossy", "reason"), [

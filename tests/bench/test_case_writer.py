@@ -1,4 +1,4 @@
-"""Finished cases reach the store in batches written off the event loop (issue 20, the executor's hot path)."""
+"""Finished cases reach the store in batches written off the event loop (the executor's hot path)."""
 
 from __future__ import annotations
 

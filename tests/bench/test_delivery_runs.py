@@ -1,4 +1,4 @@
-"""Delivery and compaction as benchmark-run settings (issue 21).
+"""Delivery and compaction as benchmark-run settings.
 
 ``--set dataset.delivery=tool_results`` runs a generic arm on the case's history read through a tool
 (the scripted trajectory of :mod:`agentlab.bench.delivery`); ``[compaction]`` holds the seed's

@@ -1,5 +1,5 @@
 """Every peer-policy arm on all four benchmarks, in both seedings, on the scripted model and on the
-project's OpenAI-compatible test server, and its dry run without a model (issue 20's "done when").
+project's OpenAI-compatible test server, and its dry run without a model.
 
 The histories are the toy ones of ``test_toy_arm`` (a few turns each), run at a small context
 budget so the fraction triggers are in play; what must hold is that every arm answers every case

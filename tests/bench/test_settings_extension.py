@@ -1,4 +1,4 @@
-"""One source of truth for a run's settings (issue 16).
+"""One source of truth for a run's settings.
 
 Adding a knob is one field with its doc comment and check: a policy subclass below adds
 ``patience``, a test task uses it, and the field reaches the settings file, ``--set``, the run id

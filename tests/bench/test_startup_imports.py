@@ -1,4 +1,4 @@
-"""Start-up cost of the CLI: what `python -m agentlab.bench list` and a run's start import (issue 20).
+"""Start-up cost of the CLI: what `python -m agentlab.bench list` and a run's start import.
 
 rouge-score pulls in nltk and with it scipy, over a second of start-up; a command that scores no
 ROUGE must not pay it. Checked in a fresh interpreter, since this test session has long imported

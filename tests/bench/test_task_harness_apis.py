@@ -1,4 +1,4 @@
-"""The APIs the task modules' harness code moved to (issue 19 item 6), each on its own.
+"""The APIs the task modules' harness code moved to, each on its own.
 
 ``summary.prebuilt`` (a summary over a whole history, installed elsewhere), ``recall.hidden_turns``
 (the preload path's block and its place in the request), ``bench.evidence``,

@@ -1,4 +1,4 @@
-"""Each benchmark task module stays short enough to read top to bottom (issue 19: at most 450 lines).
+"""Each benchmark task module stays short enough to read top to bottom (at most 450 lines).
 
 The harness code lives in the APIs it belongs to (summary, recall, ``bench.evidence``,
 ``bench.case_frames``, the model wrappers); a task module loads cases, seeds the

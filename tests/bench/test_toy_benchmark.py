@@ -1,4 +1,4 @@
-"""A sixth benchmark written outside ``agentlab/`` plugs in with no library file edited (issue 34).
+"""A sixth benchmark written outside ``agentlab/`` plugs in with no library file edited.
 
 The test writes a task module, its settings file and a tiny dataset file into ``tmp_path``, names
 the module in ``$AGENTLAB_EXTENSIONS`` (by path), and runs every command a benchmark has on it:

@@ -142,7 +142,7 @@ def _rows_in_file(path: Path) -> int:
 
 
 async def test_answers_wait_in_memory_then_reach_the_file_in_one_flush(tmp_path: Path) -> None:
-    # A commit per answer blocked the event loop for an fsync on every call (issue 20).
+    # A commit per answer blocked the event loop for an fsync on every call.
     path = tmp_path / "c.duckdb"
     cache = CallCache(path)
     model = CachedModel(ScriptedModel([], default_reply="ok"), cache)

@@ -10,7 +10,7 @@ from agentlab.model.base import GenerationConfig, ModelRequest
 from agentlab.model.cache import CachedModel, CallCache
 from agentlab.model.scripted import ScriptedModel
 
-#: Keys of these two requests for model "m", as the code of d4e39b0 (session 4) computes them.
+#: Keys of these two requests for model "m", as the code of d4e39b0 computes them.
 RECORDED_KEYS = ("e57f971ddd3014c0dff37d6c8ad016071689ba31d974715f88cc4e6cc958e83f",
                  "26f37f0f80892e0c60cc7f3a18fdbb1ead6835b20c764e046fc87343f0324401")
 

@@ -1,4 +1,4 @@
-"""Every figure a notebook draws says what made it (issue 33).
+"""Every figure a notebook draws says what made it.
 
 Each notebook in ``notebooks/`` (a new one included) is executed with a first cell that records
 every rendered figure's titles and the kind of model its banner named

@@ -1,4 +1,4 @@
-"""Imports flow down the architecture's layers (the README's Layout, CONTRIBUTING), with no cycle (issues 16 and 19).
+"""Imports flow down the architecture's layers (the README's Layout, CONTRIBUTING), with no cycle.
 
 Components import the contract (``agentlab.core``) without loading the agent and runner; every
 import in ``agentlab/`` — at import time, inside functions, under ``TYPE_CHECKING``, and the
@@ -32,7 +32,7 @@ def test_every_exported_name_is_listed_once() -> None:
     assert sorted(runtime.__all__) == sorted(runtime._EXPORTS)
 
 
-# ----------------------------------------------------------------------------- issue 16: layers
+# ----------------------------------------------------------------------------- layers
 
 #: Modules the runtime builds on: they must load without any part of ``agentlab.runtime``.
 COMPONENTS = ["agentlab.core", "agentlab.projection", "agentlab.summary", "agentlab.recall", "agentlab.recall.tools",
@@ -190,7 +190,7 @@ def test_the_lazy_model_package_still_exports_its_names() -> None:
     assert all(getattr(model, name) is not None for name in model.__all__)
 
 
-# ----------------------------------------------------------------------- issue 19: strict layers
+# ----------------------------------------------------------------------- strict layers
 
 #: The layers, bottom (1) to top (7). A module's layer is that of its longest listed prefix.
 LAYERS: dict[str, int] = {

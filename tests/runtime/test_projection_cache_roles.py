@@ -1,4 +1,4 @@
-"""The projection cache mirrors a step by its declared role, not its class (issue 19)."""
+"""The projection cache mirrors a step by its declared role, not its class."""
 
 from __future__ import annotations
 

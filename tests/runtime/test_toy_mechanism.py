@@ -1,4 +1,4 @@
-"""A mechanism written outside ``agentlab/`` plugs into the Runner, LLMAgent and ``project`` unchanged (issue 19).
+"""A mechanism written outside ``agentlab/`` plugs into the Runner, LLMAgent and ``project`` unchanged.
 
 ``KeepLastN`` keeps only the last N events of each request (the current input always among them)
 and logs every lifecycle hook it receives. Nothing in the library knows it.

@@ -1,4 +1,4 @@
-"""A client that rewrites the end of its history each turn still gets a summary it can reuse (issue 32, item 5).
+"""A client that rewrites the end of its history each turn still gets a summary it can reuse.
 
 The scripted coding agent below puts a file-context block after the history and appends a
 ``<reminder>`` to its newest question; the next turn it strips that reminder and moves the block

@@ -1,4 +1,4 @@
-"""One rule for which summary is in force: the request and recall's hidden scope agree (issue 19).
+"""One rule for which summary is in force: the request and recall's hidden scope agree.
 
 Under filter key ``a/b`` with a summary only at ``a``, the request used to show the full history
 (the injection tried the exact key, then the full session) while ``session_search(scope=current_hidden)``

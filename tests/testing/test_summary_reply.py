@@ -1,4 +1,4 @@
-"""The test server's summary replies follow what a summary policy changes (issue 33: a sweep of summary
+"""The test server's summary replies follow what a summary policy changes (a sweep of summary
 settings on it used to compare four identical runs, every summary 14 tokens)."""
 
 from __future__ import annotations
