@@ -5,6 +5,7 @@ need no MkDocs and run with the unit tests:
 
 * every ``##`` / ``###`` heading of the README, those it had when the site was made (``MOVED``) and
   any it has now, is a heading of a page under ``docs/``, so slimming the README loses no section;
+* the README stays a landing page: at most ``README_MAX_WORDS`` words (``wc -w``);
 * ``mkdocs.yml``'s nav lists every page under ``docs/`` (Markdown and notebooks), and every page it
   lists exists;
 * a page that says "the seed" says what it is: it links tRPC-Agent-Go.
@@ -20,7 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS = REPO_ROOT / "docs"
 #: Folders under docs/ that hold no pages (the build's hook).
 NOT_PAGES = ("_hooks",)
-#: The README's section headings when its content moved to the site; each keeps a home under docs/.
+#: The README's section headings before it became a landing page (its content moved to the site); each
+#: keeps a home under docs/.
 MOVED = (
     "Quickstart — the whole set-up on a fresh machine",
     "The main job",
@@ -40,7 +42,11 @@ MOVED = (
     "Your own agent, through the proxy",
     "Performance",
     "Layout",
+    "Files and the code workspace",
+    "Chains, fan-outs, cycles and graphs",
 )
+#: The README is a landing page; the manual is the site.
+README_MAX_WORDS = 1600
 NAV_ENTRY = re.compile(r"^\s*-\s+(?:[^:\n]+:\s+)?(\S+\.(?:md|ipynb))\s*$")
 
 
@@ -126,6 +132,12 @@ def test_every_readme_section_has_a_home_on_the_site() -> None:
     missing = homeless(wanted, all_docs_headings())
     assert missing == [], ("README sections with no page under docs/ (move or copy each to a page "
                            f"and list it in mkdocs.yml's nav): {missing}")
+
+
+def test_the_readme_stays_a_landing_page() -> None:
+    words = len((REPO_ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert words <= README_MAX_WORDS, (f"README.md has {words} words (at most {README_MAX_WORDS}): put the "
+                                       "depth on a page under docs/ and link it")
 
 
 def test_the_nav_lists_every_page_and_only_pages_that_exist() -> None:

@@ -1,4 +1,4 @@
-"""The names the README and notebooks use are importable from the package root."""
+"""The names the README, the docs pages and notebooks use are importable from the package root."""
 
 import agentlab
 

@@ -197,7 +197,7 @@ def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] 
     savings_shown = shown is None or "token_savings" in shown
     if savings_shown and len(savings):
         out.write("prompt tokens of a case: summed over all its answer calls; *_last: its last answer call only. "
-                  "published_token_rule names the one the published report uses (README, Token accounting)\n")
+                  "published_token_rule names the one the published report uses (docs/token-accounting.md)\n")
     if savings_shown and len(savings) and \
             savings.get("n_baseline_estimated") is not None and savings["n_baseline_estimated"].sum() > 0:
         out.write("n_baseline_estimated: baseline cases whose prompt did not fit the model's window; their prompt "

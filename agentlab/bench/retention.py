@@ -39,8 +39,8 @@ Definitions (the columns of :class:`RetentionRow`):
 * **total_prompt_tokens** — the sum of those prompts: what the case sends in all, every token
   counted (with ``cache_profile``, ``cache`` holds what a provider's prompt cache would serve of
   them: :mod:`agentlab.bench.retention_cache`).
-* **final_prompt_tokens** — the final answer request alone (the "last call" rule of the README's
-  token accounting).
+* **final_prompt_tokens** — the final answer request alone (the "last call" rule of
+  docs/token-accounting.md).
 * **evidence_rouge_recall** — for a summarising arm, the ROUGE-L recall of the gold evidence text
   (every unit, joined) against the summary texts the mechanisms put in the final request
   (agentlab's normalisation, :func:`agentlab.bench.metrics.normalize_tokens`); ``None`` when no

@@ -59,7 +59,7 @@ def _entry(mechanism_class: type[PeerMechanism]) -> PolicyEntry:
                        mechanism_class.source, mechanism_class.needs_model, mechanism_class.trigger_fraction_field)
 
 
-#: The peers' mechanism classes, in the order the README lists them: each states its own facts.
+#: The peers' mechanism classes, in the order docs/peers.md lists them: each states its own facts.
 MECHANISMS: tuple[type[PeerMechanism], ...] = (
     LangChainClearToolUses, LangChainSummarization, InspectEdit, InspectTrim, InspectSummary, LangMemSummarize,
     AdkCompaction, AnthropicClearToolUses, CodexCompaction, LettaSlidingWindow, SweAgentMasking, SweAgentSummary,

@@ -5,7 +5,7 @@ forwards the client's request unrewritten; ``passthrough`` is its older name her
 the proxy runs (``summary``: the rolling summary refreshed every second request;
 ``summary+recall``: that summary plus session recall, whose tools the server runs itself), and
 every generic arm: ``compaction``, ``rolling_summary``, the peer policies, ``<lossy arm>+recall``,
-and any arm a module named in ``$AGENTLAB_EXTENSIONS`` registers (README "Adding a policy").
+and any arm a module named in ``$AGENTLAB_EXTENSIONS`` registers (docs/adding-a-policy.md).
 
 An arm here wraps one of those with the proxy's builder signature (``build(model)``: no run
 settings, so each section's defaults). The baseline is resolved without importing the registry,

@@ -1,7 +1,7 @@
-"""The README's "Adding a policy" example, as written: its module registers the arm, the CLI runs it.
+"""The "Adding a policy" example of docs/adding-a-policy.md, as written: its module registers the arm, the CLI runs it.
 
 The ```python block of that section is written to ``my_policy.py`` and named in
-``AGENTLAB_EXTENSIONS`` as the README says; the dry run goes through the CLI, the scripted run
+``AGENTLAB_EXTENSIONS`` as the page says; the dry run goes through the CLI, the scripted run
 through the executor, and ``report`` pairs ``keep_last+recall`` with ``keep_last``.
 """
 
@@ -25,12 +25,11 @@ from agentlab.bench.tasks import locomo as lc
 from agentlab.model.base import ModelInfo
 from agentlab.model.scripted import ScriptedModel
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "adding-a-policy.md"
 
 
 def readme_example() -> str:
-    section = README.read_text().split("## Adding a policy", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
     assert len(blocks) == 1
     return blocks[0]
 

@@ -30,7 +30,7 @@ from agentlab.core import ContextMechanism, Invocation, RequestDraft, Stage, Sta
 from agentlab.model.base import ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
 
-# --- the toy mechanism and its arm: the "Adding a policy" example of the README -----------------------
+# --- the toy mechanism and its arm: the "Adding a policy" example (docs/adding-a-policy.md) ---------------
 
 
 class KeepLast(ContextMechanism):

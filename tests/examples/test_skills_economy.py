@@ -56,10 +56,11 @@ async def test_each_arm_shows_what_it_claims() -> None:
         assert request.tools and all(t["function"]["name"] == "run_diagnostic" for t in request.tools)
 
 
-def test_the_readme_table_is_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_docs_table_is_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
     from pathlib import Path
 
     assert main([]) == 0
     printed = capsys.readouterr().out.strip()
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    assert printed in readme, "rerun python -m agentlab.examples.skills_economy and paste its table into the README"
+    page = (Path(__file__).resolve().parents[2] / "docs" / "skills-overview.md").read_text(encoding="utf-8")
+    assert printed in page, ("rerun python -m agentlab.examples.skills_economy and paste its table into "
+                             "docs/skills-overview.md")

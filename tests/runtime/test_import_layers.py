@@ -1,4 +1,4 @@
-"""Imports flow down the architecture's layers (the README's Layout, CONTRIBUTING), with no cycle.
+"""Imports flow down the architecture's layers (docs/layout.md, CONTRIBUTING), with no cycle.
 
 Components import the contract (``agentlab.core``) without loading the agent and runner; every
 import in ``agentlab/`` — at import time, inside functions, under ``TYPE_CHECKING``, and the

@@ -251,11 +251,10 @@ def test_fields_agentlab_cannot_hold_reach_the_upstream_unchanged(upstream, prox
 
 
 def _readme_policy() -> str:
-    """The README's "Adding a policy" module, verbatim."""
+    """The "Adding a policy" module of docs/adding-a-policy.md, verbatim."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Adding a policy"):]
+    section = (Path(__file__).resolve().parents[2] / "docs" / "adding-a-policy.md").read_text(encoding="utf-8")
     return section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
 
 
