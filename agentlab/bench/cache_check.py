@@ -160,7 +160,10 @@ class Predicted:
 
 
 def _cost(read: float, write: float, uncached: float, price: Price) -> float:
-    return (uncached * price.input + read * price.cached_input + write * (price.cache_write or price.input)) / PER_TOKENS
+    if price.cache_write is None:  # the bill has cache writes: pricing them at another rate would be a guess
+        raise ValueError(f"{price.model} has no cache_write price in data/prices.toml, and the recorded bill has "
+                         "cache writes; name a model with one (--price-model claude-sonnet-4-5)")
+    return (uncached * price.input + read * price.cached_input + write * price.cache_write) / PER_TOKENS
 
 
 def predict_session(calls: Sequence[Call], requests: Sequence[Sequence[Message]], hidden: float, ratio: float,
