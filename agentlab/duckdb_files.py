@@ -14,9 +14,10 @@ next call; every call runs in a worker thread under a threading lock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +27,18 @@ import duckdb
 
 _T = TypeVar("_T")
 _S = TypeVar("_S", bound="DuckDBService")
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """``BEGIN`` ... ``COMMIT`` around the block, or ``ROLLBACK`` when it raises (all or nothing)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
 
 
 class DatabaseFileError(RuntimeError):

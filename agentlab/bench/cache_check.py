@@ -39,6 +39,7 @@ from typing import Any
 
 from agentlab.bench.datasets.claude_code import RecordedUsage
 from agentlab.bench.datasets.trajectories import Trajectory
+from agentlab.bench.metrics import percentile
 from agentlab.events import Message
 from agentlab.model.prices import PER_TOKENS, Price
 from agentlab.model.prompt_caching import (
@@ -85,15 +86,12 @@ class Estimate:
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    """p5, p25, median, p75, p95 (:func:`agentlab.bench.metrics.percentile`) and the mean absolute value."""
     if not values:
         return {k: None for k in ("p5", "p25", "median", "p75", "p95", "mean_abs")}
-    s = sorted(values)
-
-    def q(p: float) -> float:
-        return s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]
-
-    return {"p5": q(0.05), "p25": q(0.25), "median": q(0.5), "p75": q(0.75), "p95": q(0.95),
-            "mean_abs": sum(abs(v) for v in s) / len(s)}
+    return {"p5": percentile(values, 5), "p25": percentile(values, 25), "median": percentile(values, 50),
+            "p75": percentile(values, 75), "p95": percentile(values, 95),
+            "mean_abs": sum(abs(v) for v in values) / len(values)}
 
 
 def recorded_calls(traj: Trajectory) -> tuple[list[Call], list[list[Message]]]:
@@ -162,7 +160,10 @@ class Predicted:
 
 
 def _cost(read: float, write: float, uncached: float, price: Price) -> float:
-    return (uncached * price.input + read * price.cached_input + write * (price.cache_write or price.input)) / PER_TOKENS
+    if price.cache_write is None:  # the bill has cache writes: pricing them at another rate would be a guess
+        raise ValueError(f"{price.model} has no cache_write price in data/prices.toml, and the recorded bill has "
+                         "cache writes; name a model with one (--price-model claude-sonnet-4-5)")
+    return (uncached * price.input + read * price.cached_input + write * price.cache_write) / PER_TOKENS
 
 
 def predict_session(calls: Sequence[Call], requests: Sequence[Sequence[Message]], hidden: float, ratio: float,

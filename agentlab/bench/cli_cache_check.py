@@ -43,6 +43,9 @@ def cmd_cache_check(args: argparse.Namespace, out: TextIO) -> int:
     price = price_for(args.price_model)
     if price is None:
         raise CliError(f"--price-model {args.price_model}: no price in data/prices.toml; name a model it lists")
+    if price.cache_write is None:
+        raise CliError(f"--price-model {args.price_model}: no cache_write price in data/prices.toml, and the recorded "
+                       "bill has cache writes; name a model with one (e.g. claude-sonnet-4-5)")
     started = time.perf_counter()
     data = load_selected((CLAUDE_CODE,), args.sessions_dir, strict=args.strict, limit=args.limit or None)
     result = check(data.trajectories, price)

@@ -27,7 +27,7 @@ sides). The **supports** of a step are the non-trivial units of the tool results
 that occur in the step's used text and that only a tool had told the agent:
 
 1. **Not the user's.** The unit occurs in none of the user messages before the step nor in the
-   system prompt, in any surface form :func:`user_forms` normalises: case aside (the user typed
+   system prompt, in any surface form :class:`UserForms` normalises: case aside (the user typed
    ``hat229``, the tool returned ``HAT229``), and an ISO date ``YYYY-MM-DD`` whose month and day
    the user gave in words or digits ("May 27", "27th of May", "5/27"; with the year when the user
    gave one) — ``2024-05-27`` after "I fly on May 27" is the user's date, not the tool's.
@@ -244,11 +244,6 @@ class UserForms:
         self.dates |= user_dates(text)
 
 
-def user_forms(texts: Sequence[str]) -> UserForms:
-    """:class:`UserForms` of the user's messages (and the system prompt)."""
-    return UserForms.of(texts)
-
-
 def said_by_user(text: str, kind: str, forms: UserForms) -> bool:
     """Whether the user gave ``text``: verbatim, case aside, or (an ISO date) its month and day in words."""
     low = text.lower()
@@ -266,7 +261,7 @@ def said_by_user(text: str, kind: str, forms: UserForms) -> bool:
 class Rules:
     """Which of the module docstring's rules :func:`step_supports` applies (all, by default).
 
-    Switching one off gives what it removes (``benchmarks/supports_rules.py`` counts them); all off
+    Switching one off gives what it removes (``benchmarks/counts/supports_rules.py`` counts them); all off
     is the definition before them (``supports-v1``).
     """
 
@@ -339,5 +334,4 @@ __all__ = [
     "step_supports",
     "used_text",
     "user_dates",
-    "user_forms",
 ]

@@ -90,17 +90,29 @@ def count_text(text: str, encoding: str | None = None) -> int:
     return len(get_encoding(encoding).encode_ordinary(text))
 
 
+#: Default-encoding message counts remembered (cleared when full): a replay re-counts the same
+#: history messages at every step. Keyed by each text's length and hash, not the text, so the
+#: cache keeps no message alive (a proxy bounds the bytes of the conversations it holds).
+MESSAGE_CACHE = 65536
+_message_counts: dict[tuple[Any, ...], int] = {}
+
+
+def _text_key(text: str) -> tuple[int, int]:
+    return len(text), hash(text)
+
+
 def count_message(m: Message, encoding: str | None = None) -> int:
     """Tokens one message adds to a chat request (overhead, role, content, name, tool calls)."""
-    if encoding is None or encoding == DEFAULT_ENCODING:
-        return _count_message_default(m)
-    return _count_message(m, encoding)
-
-
-@functools.lru_cache(maxsize=65536)
-def _count_message_default(m: Message) -> int:
-    # Messages are frozen: a request re-counts the same history messages at every step of a replay.
-    return _count_message(m, None)
+    if encoding is not None and encoding != DEFAULT_ENCODING:
+        return _count_message(m, encoding)
+    key = (m.role, _text_key(m.content or ""), m.name,
+           tuple((c.name, _text_key(c.arguments or "")) for c in m.tool_calls))
+    cached = _message_counts.get(key)
+    if cached is None:
+        if len(_message_counts) >= MESSAGE_CACHE:
+            _message_counts.clear()
+        cached = _message_counts[key] = _count_message(m, None)
+    return cached
 
 
 def _count_message(m: Message, encoding: str | None) -> int:

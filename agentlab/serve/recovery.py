@@ -24,6 +24,8 @@ import logging
 
 import duckdb
 
+from agentlab.duckdb_files import transaction
+
 log = logging.getLogger(__name__)
 
 #: The session service's ``app_name`` of every proxy conversation.
@@ -66,8 +68,7 @@ def reconcile(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
         "SELECT table_name FROM information_schema.tables WHERE table_name IN ('sessions', 'events')").fetchall()}
     if tables != {"sessions", "events"}:
         return 0, 0
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         moved = con.execute(_LATEST_SESSIONS, [APP_NAME]).fetchall()
         for tenant, conversation_id, session_id, created_at in moved:
             con.execute("INSERT INTO serve_conversations VALUES (?, ?, ?, 'recovered', ?) ON CONFLICT "
@@ -78,10 +79,6 @@ def reconcile(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
         before = _count(con, "serve_prefixes")
         con.execute(_MISSING_PREFIXES, [APP_NAME, APP_NAME, since])
         added = _count(con, "serve_prefixes") - before
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    con.execute("COMMIT")
     if moved or added:
         log.warning("recovered after an unclean stop: %d conversation rows and %d prefix rows rebuilt from the "
                     "ledger", len(moved), added)

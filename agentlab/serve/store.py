@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 import duckdb
 
 import agentlab.serve.keys as keys
-from agentlab.duckdb_files import DuckDBService
+from agentlab.duckdb_files import DuckDBService, transaction
 from agentlab.serve.recovery import reconcile
 
 _T = TypeVar("_T")
@@ -147,14 +147,9 @@ def _storable(value: Any) -> Any:
 
 def _write_batch(con: duckdb.DuckDBPyConnection, batch: Sequence[tuple[str, Sequence[Sequence[Any]]]]) -> None:
     """Every statement of ``batch`` in one transaction (all or nothing)."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         for sql, rows in batch:
             con.execute(sql, _columns(rows))
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    con.execute("COMMIT")
 
 
 #: Default niceness of the serve's writer thread (see :func:`background_writer`).

@@ -17,9 +17,7 @@ append costs one INSERT and no UPDATE of the sessions row.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -111,13 +109,3 @@ def _summary_from_row(text: str, updated_at: float, boundary: str | None, topics
     )
 
 
-@contextlib.contextmanager
-def _transaction(con: _Connection) -> Iterator[_Connection]:
-    """BEGIN ... COMMIT, or ROLLBACK when the block raises."""
-    con.execute("BEGIN TRANSACTION")
-    try:
-        yield con
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    con.execute("COMMIT")

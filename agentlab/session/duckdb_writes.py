@@ -27,7 +27,7 @@ from typing import Any
 
 import duckdb
 
-from agentlab.duckdb_files import DuckDBService
+from agentlab.duckdb_files import DuckDBService, transaction
 from agentlab.events import Event
 from agentlab.session.base import EventTokenCounter, Session, SessionHead, SessionKey, Summary
 from agentlab.session.duckdb_tables import (
@@ -36,7 +36,6 @@ from agentlab.session.duckdb_tables import (
     _Connection,
     _insert_event_rows,
     _key_params,
-    _transaction,
 )
 from agentlab.session.inmemory import (
     default_token_counter,
@@ -140,7 +139,7 @@ class SessionWrites(DuckDBService):
         params = [app_name, user_id, session_id]
 
         def delete(con: _Connection) -> None:
-            with _transaction(con):
+            with transaction(con):
                 for table in ("events", "summaries", "sessions"):
                     con.execute(f"DELETE FROM {table} WHERE {_KEY_MATCH}", params)
             self._next_seq.pop(SessionKey(app_name, user_id, session_id), None)
@@ -276,7 +275,7 @@ class SessionWrites(DuckDBService):
             self._next_seq.update(next_seq)
             self._advance_heads(batch, next_seq)
             return
-        with _transaction(con):
+        with transaction(con):
             if created:
                 self._insert_sessions(con, created, now)
             _insert_event_rows(con, rows)
@@ -334,7 +333,7 @@ class SessionWrites(DuckDBService):
         delta_copy = json.loads(json.dumps(delta))
 
         def update(con: _Connection) -> None:
-            with _transaction(con):
+            with transaction(con):
                 row = con.execute(f"SELECT state FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
                 if row is None:
                     raise KeyError(f"no such session: {describe(key)}")
@@ -360,7 +359,7 @@ class SessionWrites(DuckDBService):
         topics_json = json.dumps(list(summary.topics))
 
         def write(con: _Connection) -> None:
-            with _transaction(con):
+            with transaction(con):
                 exists = con.execute(f"SELECT 1 FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
                 if exists is None:
                     raise KeyError(f"no such session: {describe(key)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -237,6 +238,11 @@ def test_sessions_dir_flag_replays_a_users_logs(tmp_path: Path) -> None:
     text = out.getvalue()
     assert "1 malformed lines skipped (s1.jsonl line 7" in text and "tokenizer ratio" in text
     assert main(["cache-check", "--sessions-dir", str(tmp_path / "nowhere")], out=io.StringIO()) == 2
+    # A price with no cache-write rate would price the bill's cache writes by a guess: refused, naming the fix.
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["cache-check", "--sessions-dir", str(folder), "--price-model", "gpt-4.1"], out=io.StringIO()) == 2
+    assert "no cache_write price" in err.getvalue() and "claude-sonnet-4-5" in err.getvalue()
 
 
 REAL = Path(os.environ.get("AGENTLAB_DATA_DIR", "/nonexistent")) / "agent_trajectories" / "claude_code"

@@ -8,13 +8,13 @@ import pytest
 
 from agentlab.bench.supports import (
     Rules,
+    UserForms,
     non_trivial,
     occurs,
     result_units,
     said_by_user,
     step_supports,
     user_dates,
-    user_forms,
 )
 from agentlab.events import Event, Message, ToolCall
 
@@ -89,9 +89,9 @@ def test_a_date_the_user_gave_in_words_is_not_a_support() -> None:
         "HAT041", "2024-05-27", "2024-06-02"}
     # A year the user gave must match; case is not a form the user's words are kept in.
     assert user_dates("on May 27, 2023 and 5/28") == {(2023, 5, 27), (None, 5, 28)}
-    forms = user_forms(["my code is hat229"])
+    forms = UserForms.of(["my code is hat229"])
     assert said_by_user("HAT229", "value", forms) and not said_by_user("HAT230", "value", forms)
-    assert not said_by_user("2024-05-27", "value", user_forms(["on May 27, 2023"]))
+    assert not said_by_user("2024-05-27", "value", UserForms.of(["on May 27, 2023"]))
 
 
 def test_a_value_the_agent_wrote_before_a_tool_held_it_is_not_a_support() -> None:

@@ -58,3 +58,19 @@ def test_unknown_or_unloadable_encoding_falls_back_to_offline_default() -> None:
     assert tokens.get_encoding("gpt-4").name == tokens.DEFAULT_ENCODING
     assert tokens.get_encoding("some-local-model").name == tokens.DEFAULT_ENCODING
     assert count_text("hello world", encoding="gpt-4") == count_text("hello world")
+
+
+def test_the_message_count_cache_keeps_no_message_alive_and_tells_messages_apart() -> None:
+    import gc
+    import weakref
+
+    big = Message.user("word " * 50_000)
+    n = tokens.count_message(big)
+    assert n == tokens.count_message(Message.user("word " * 50_000))  # served from the cache, same count
+    ref = weakref.ref(big)
+    del big
+    gc.collect()
+    assert ref() is None  # a proxy's evicted conversation is not held in memory by the counter
+    plain = Message.assistant("ok")
+    called = Message.assistant("ok", (ToolCall("c1", "search_logs", '{"query": "Lisbon visits"}'),))
+    assert tokens.count_message(called) > tokens.count_message(plain)

@@ -81,12 +81,6 @@ class TrajectoryDataset(PolicyJSON):
         return ",".join(self.chosen())
 
 
-def selected_trajectories(settings: Settings) -> list[Trajectory]:
-    """The trajectories ``[dataset] datasets`` chooses, in file order."""
-    choice = settings.of("dataset", TrajectoryDataset)
-    return list(load_selected(choice.chosen(), choice.sessions_dir, strict=choice.strict).trajectories)
-
-
 @register
 class TrajectoriesTask(Task):
     """Recorded tau-bench and SWE-agent trajectories; the score is the share of supports each arm kept visible."""
@@ -168,4 +162,4 @@ class TrajectoriesTask(Task):
         return [Score(METRIC, value, self.version, None if value is not None else "no support in this trajectory")]
 
 
-__all__ = ["TrajectoriesTask", "TrajectoryDataset", "selected_trajectories"]
+__all__ = ["TrajectoriesTask", "TrajectoryDataset"]
