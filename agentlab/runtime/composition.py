@@ -47,7 +47,7 @@ from agentlab.core.projection import ContextMechanism, branch_key
 from agentlab.core.tools import ToolContext, function_declaration
 from agentlab.events import OBJ_STATE, Event, Message, ToolCall, user_event
 
-__all__ = ["AgentTool", "ChainAgent", "CycleAgent", "ParallelAgent", "fork_invocation", "mechanisms_of"]
+__all__ = ["AgentTool", "ChainAgent", "CycleAgent", "ParallelAgent", "fork_invocation", "mechanisms_of", "on_branch"]
 
 T = TypeVar("T")
 
@@ -86,7 +86,7 @@ def mechanisms_of(agents: Sequence[Any]) -> list[ContextMechanism]:
     return seen
 
 
-def _on_branch(event: Event, key: str) -> Event:
+def on_branch(event: Event, key: str) -> Event:
     """``event`` carrying ``key`` (or a key below it) and naming its branch in its metadata."""
     if not (event.filter_key == key or event.filter_key.startswith(key + "/")):
         event.filter_key = key
@@ -171,7 +171,7 @@ class ParallelAgent(_Composite):
         streams = [a.run(fork_invocation(inv, a, k)) for a, k in zip(self.agents, keys, strict=True)]
         finals: dict[str, str] = {}
         async for index, event in merge_streams(streams):
-            event = _on_branch(event, keys[index])
+            event = on_branch(event, keys[index])
             if event.is_final_response() and event.filter_key == keys[index]:
                 finals[self.agents[index].name] = event.text
             yield event
@@ -309,7 +309,7 @@ class AgentTool:
         yield first
         report = ""
         async for event in self.agent.run(child):
-            event = _on_branch(event, key)
+            event = on_branch(event, key)
             if event.is_final_response() and event.filter_key == key:
                 report = event.text
             yield event
