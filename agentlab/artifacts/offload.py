@@ -35,6 +35,8 @@ from agentlab.artifacts.tools import (
     ARTIFACT_LIST_TOOL,
     ARTIFACT_LOAD_TOOL,
     ARTIFACT_SAVE_TOOL,
+    DEFAULT_LOAD_LIMIT,
+    MAX_LOAD_LIMIT,
     ArtifactLoadTool,
 )
 from agentlab.core.projection import (
@@ -82,9 +84,9 @@ class ArtifactOffloadPolicy(PolicyJSON):
     #: Tokens of the result's end the handle shows.
     preview_tail_tokens: int = 64
     #: Bytes one ``artifact_load`` returns by default.
-    load_limit: int = 4096
+    load_limit: int = DEFAULT_LOAD_LIMIT
     #: The largest page ``artifact_load`` returns.
-    max_load_limit: int = 16 * 1024
+    max_load_limit: int = MAX_LOAD_LIMIT
 
     def __post_init__(self) -> None:
         if self.threshold_tokens < 1:

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 from agentlab.artifacts.names import ArtifactError
 from agentlab.artifacts.service import ArtifactInfo, ArtifactScope, ArtifactService
 from agentlab.core.projection import ContextMechanism
-from agentlab.core.tools import check_arguments, function_declaration
+from agentlab.core.tools import check_arguments, function_declaration, int_argument
 from agentlab.recall.render import utf8_page
-from agentlab.recall.tools import _int_arg  # the recall tools' integer arguments, same errors
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
@@ -174,9 +173,9 @@ class ArtifactLoadTool:
         """Load one page; an unknown name, revision or offset is a ``ValueError`` the model reads."""
         check_arguments(self.name, arguments, ("name", "revision", "offset", "limit"), ("name",))
         return await load_page(artifact_scope(ctx.invocation), str(arguments["name"]),
-                               revision=_int_arg("revision", arguments.get("revision")),
-                               offset=_int_arg("offset", arguments.get("offset")),
-                               limit=_int_arg("limit", arguments.get("limit")),
+                               revision=int_argument("revision", arguments.get("revision")),
+                               offset=int_argument("offset", arguments.get("offset")),
+                               limit=int_argument("limit", arguments.get("limit")),
                                default_limit=self.default_limit, max_limit=self.max_limit)
 
 

@@ -77,6 +77,22 @@ def check_arguments(tool_name: str, arguments: dict[str, Any], allowed: Iterable
         raise ValueError(f"missing required argument(s) for {tool_name}: {', '.join(missing)}")
 
 
+def int_argument(name: str, value: Any) -> int | None:
+    """A tool's integer argument: ``None`` when absent or empty, else ``int(value)``.
+
+    Models send numbers as strings at times, so ``"3"`` is accepted; a boolean or anything
+    ``int`` refuses is a ``ValueError`` naming the argument and the value given.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
 def render_tool_result(value: Any) -> str:
     """Tool results travel as text: strings as they are, anything else as JSON."""
     if isinstance(value, str):
@@ -185,5 +201,5 @@ def tool(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     return FunctionTool(fn, **kwargs)
 
 
-__all__ = ["FunctionTool", "Tool", "ToolContext", "check_arguments", "function_declaration", "render_tool_result",
-           "tool"]
+__all__ = ["FunctionTool", "Tool", "ToolContext", "check_arguments", "function_declaration", "int_argument",
+           "render_tool_result", "tool"]

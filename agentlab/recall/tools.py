@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentlab.core.projection import EventsRole
-from agentlab.core.tools import check_arguments, function_declaration
+from agentlab.core.tools import check_arguments, function_declaration, int_argument
 from agentlab.events import Event
 from agentlab.recall.policy import SCOPES, SEARCH_MODES, RecallPolicy
 from agentlab.recall.render import loaded_message, utf8_page
@@ -100,17 +100,6 @@ async def resolve_tool_call_anchor(inv: Invocation, session_id: str, tool_call_i
     return _latest_tool_result_id(stored.events, tool_call_id) if stored is not None else ""
 
 
-def _int_arg(name: str, value: Any) -> int | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-
-
 def _str_arg(value: Any) -> str:
     return str(value).strip() if value is not None else ""
 
@@ -153,8 +142,8 @@ async def session_load(inv: Invocation, policy: RecallPolicy, *, session_id: str
         window = await inv.session_service.get_event_window(inv.app_name, inv.user_id, sid, anchor, b, a,
                                                             roles=MESSAGE_ROLES)
 
-    offset = max(0, _int_arg("content_offset", content_offset) or 0)
-    limit = _int_arg("content_limit", content_limit) or 0
+    offset = max(0, int_argument("content_offset", content_offset) or 0)
+    limit = int_argument("content_limit", content_limit) or 0
     limit = policy.content_limit if limit <= 0 else min(limit, policy.max_content_limit)
 
     messages = []
@@ -262,10 +251,10 @@ class SessionLoadTool:
             session_id=_str_arg(arguments.get("session_id")) or None,
             event_id=_str_arg(arguments.get("event_id")) or None,
             tool_call_id=_str_arg(arguments.get("tool_call_id")) or None,
-            before=_int_arg("before", arguments.get("before")),
-            after=_int_arg("after", arguments.get("after")),
-            content_offset=_int_arg("content_offset", arguments.get("content_offset")),
-            content_limit=_int_arg("content_limit", arguments.get("content_limit")),
+            before=int_argument("before", arguments.get("before")),
+            after=int_argument("after", arguments.get("after")),
+            content_offset=int_argument("content_offset", arguments.get("content_offset")),
+            content_limit=int_argument("content_limit", arguments.get("content_limit")),
         )
 
 

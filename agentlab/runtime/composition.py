@@ -47,7 +47,7 @@ from agentlab.core.projection import ContextMechanism, branch_key
 from agentlab.core.tools import ToolContext, function_declaration
 from agentlab.events import OBJ_STATE, Event, Message, ToolCall, user_event
 
-__all__ = ["AgentTool", "ChainAgent", "CycleAgent", "ParallelAgent", "fork_invocation", "mechanisms_of"]
+__all__ = ["AgentTool", "ChainAgent", "CycleAgent", "ParallelAgent", "fork_invocation", "mechanisms_of", "on_branch"]
 
 T = TypeVar("T")
 
@@ -86,7 +86,7 @@ def mechanisms_of(agents: Sequence[Any]) -> list[ContextMechanism]:
     return seen
 
 
-def _on_branch(event: Event, key: str) -> Event:
+def on_branch(event: Event, key: str) -> Event:
     """``event`` carrying ``key`` (or a key below it) and naming its branch in its metadata."""
     if not (event.filter_key == key or event.filter_key.startswith(key + "/")):
         event.filter_key = key
@@ -94,32 +94,44 @@ def _on_branch(event: Event, key: str) -> Event:
     return event
 
 
-def _check_agents(kind: str, agents: Sequence[Agent]) -> list[Agent]:
-    agents = list(agents)
-    if not agents:
-        raise ValueError(f"a {kind} needs at least one sub-agent")
-    names = [a.name for a in agents]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ValueError(f"a {kind}'s sub-agents need distinct names (they name branches): {', '.join(dupes)} repeated")
-    return agents
+class _Composite:
+    """What every composition shares: a name, checked sub-agents, their mechanisms, a state event."""
+
+    kind = "composition"
+
+    def __init__(self, name: str, agents: Sequence[Agent]) -> None:
+        agents = list(agents)
+        if not agents:
+            raise ValueError(f"a {self.kind} needs at least one sub-agent")
+        names = [a.name for a in agents]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"a {self.kind}'s sub-agents need distinct names (they name branches): "
+                             f"{', '.join(dupes)} repeated")
+        self.name = name
+        self.agents = agents
+
+    def context_mechanisms(self) -> list[ContextMechanism]:
+        """The sub-agents' mechanisms, each once."""
+        return mechanisms_of(self.agents)
+
+    def _state(self, inv: Invocation, delta: dict[str, Any], **meta: Any) -> Event:
+        return Event(author=self.name, object=OBJ_STATE, invocation_id=inv.id, request_id=inv.request_id,
+                     filter_key=inv.filter_key, state_delta=delta, metadata={**meta, "branch": inv.filter_key})
 
 
-class ChainAgent:
+class ChainAgent(_Composite):
     """Runs its sub-agents one after the other on the parent's branch.
 
     Each sees what the earlier ones wrote (they share the filter key), as ADK's ``SequentialAgent``.
     An error event stops the chain (``stop_on_error=False`` carries on).
     """
 
-    def __init__(self, name: str, agents: Sequence[Agent], *, stop_on_error: bool = True) -> None:
-        self.name = name
-        self.agents = _check_agents("chain", agents)
-        self.stop_on_error = stop_on_error
+    kind = "chain"
 
-    def context_mechanisms(self) -> list[ContextMechanism]:
-        """The sub-agents' mechanisms, each once."""
-        return mechanisms_of(self.agents)
+    def __init__(self, name: str, agents: Sequence[Agent], *, stop_on_error: bool = True) -> None:
+        super().__init__(name, agents)
+        self.stop_on_error = stop_on_error
 
     async def run(self, inv: Invocation) -> AsyncIterator[Event]:
         """Run each sub-agent in turn and yield its events."""
@@ -132,7 +144,7 @@ class ChainAgent:
                 return
 
 
-class ParallelAgent:
+class ParallelAgent(_Composite):
     """Runs its sub-agents at once, each on a branch of its own (see the module docstring).
 
     Before the branches start it writes one fork marker per branch, and after the last one
@@ -142,14 +154,11 @@ class ParallelAgent:
     same answers by branch name.
     """
 
-    def __init__(self, name: str, agents: Sequence[Agent], *, report: bool = True) -> None:
-        self.name = name
-        self.agents = _check_agents("parallel fan-out", agents)
-        self.report = report
+    kind = "parallel fan-out"
 
-    def context_mechanisms(self) -> list[ContextMechanism]:
-        """The sub-agents' mechanisms, each once."""
-        return mechanisms_of(self.agents)
+    def __init__(self, name: str, agents: Sequence[Agent], *, report: bool = True) -> None:
+        super().__init__(name, agents)
+        self.report = report
 
     def branch_keys(self, parent_key: str) -> list[str]:
         """The filter key of each sub-agent's branch under ``parent_key``: the parent's key, ``/``, its name."""
@@ -162,7 +171,7 @@ class ParallelAgent:
         streams = [a.run(fork_invocation(inv, a, k)) for a, k in zip(self.agents, keys, strict=True)]
         finals: dict[str, str] = {}
         async for index, event in merge_streams(streams):
-            event = _on_branch(event, keys[index])
+            event = on_branch(event, keys[index])
             if event.is_final_response() and event.filter_key == keys[index]:
                 finals[self.agents[index].name] = event.text
             yield event
@@ -172,10 +181,6 @@ class ParallelAgent:
             yield Event(author=self.name, choices=[Message.assistant(text)], invocation_id=inv.id,
                         request_id=inv.request_id, filter_key=inv.filter_key,
                         state_delta={f"join:{self.name}": finals}, metadata={"join": keys, "branch": inv.filter_key})
-
-    def _state(self, inv: Invocation, delta: dict[str, Any], **meta: Any) -> Event:
-        return Event(author=self.name, object=OBJ_STATE, invocation_id=inv.id, request_id=inv.request_id,
-                     filter_key=inv.filter_key, state_delta=delta, metadata={**meta, "branch": inv.filter_key})
 
 
 async def merge_streams(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
@@ -202,7 +207,7 @@ async def merge_streams(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[tu
             task.cancel()
 
 
-class CycleAgent:
+class CycleAgent(_Composite):
     """Repeats its sub-agents (as a chain, on the parent's branch) until one of three stops.
 
     After each full pass: ``until(inv, events_of_the_pass)`` true stops it (``"condition"``); an
@@ -213,6 +218,8 @@ class CycleAgent:
     ``max_iterations`` is refused (it could only stop by escalation).
     """
 
+    kind = "cycle"
+
     def __init__(self, name: str, agents: Sequence[Agent], *, max_iterations: int | None = None,
                  until: Condition | None = None, allow_unbounded: bool = False) -> None:
         if max_iterations is not None and max_iterations < 1:
@@ -220,14 +227,9 @@ class CycleAgent:
         if max_iterations is None and until is None and not allow_unbounded:
             raise ValueError("a cycle needs max_iterations or an until condition "
                              "(or allow_unbounded=True to stop by escalation only)")
-        self.name = name
-        self.agents = _check_agents("cycle", agents)
+        super().__init__(name, agents)
         self.max_iterations = max_iterations
         self.until = until
-
-    def context_mechanisms(self) -> list[ContextMechanism]:
-        """The sub-agents' mechanisms, each once."""
-        return mechanisms_of(self.agents)
 
     async def run(self, inv: Invocation) -> AsyncIterator[Event]:
         """Run passes until the condition, an escalation or the maximum; then state which."""
@@ -260,9 +262,7 @@ class CycleAgent:
                 stopped_by = "max_iterations"
                 break
         outcome = {"iterations": iterations, "stopped_by": stopped_by}
-        yield Event(author=self.name, object=OBJ_STATE, invocation_id=inv.id, request_id=inv.request_id,
-                    filter_key=inv.filter_key, state_delta={f"cycle:{self.name}": outcome},
-                    metadata={"cycle": outcome, "branch": inv.filter_key})
+        yield self._state(inv, {f"cycle:{self.name}": outcome}, cycle=outcome)
 
 
 class AgentTool:
@@ -309,7 +309,7 @@ class AgentTool:
         yield first
         report = ""
         async for event in self.agent.run(child):
-            event = _on_branch(event, key)
+            event = on_branch(event, key)
             if event.is_final_response() and event.filter_key == key:
                 report = event.text
             yield event

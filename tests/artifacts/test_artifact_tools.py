@@ -66,6 +66,11 @@ async def test_bad_calls_are_errors_the_model_can_read() -> None:
         await ArtifactLoadTool().call({"name": "x", "revision": 3}, ctx)
     with pytest.raises(ValueError, match="unknown argument"):
         await ArtifactLoadTool().call({"name": "x", "path": "/etc"}, ctx)
+    with pytest.raises(ValueError, match="offset must be an integer, got 'two'"):
+        await ArtifactLoadTool().call({"name": "x", "offset": "two"}, ctx)
+    with pytest.raises(ValueError, match="revision must be an integer, got True"):
+        await ArtifactLoadTool().call({"name": "x", "revision": True}, ctx)
+    assert (await ArtifactLoadTool().call({"name": "x", "offset": "1"}, ctx))["content"].endswith("hort")
     with pytest.raises(ValueError, match="no artifact store"):
         await ArtifactListTool().call({}, await context(None))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agentlab.events import Event, Message, ToolCall
 from agentlab.recall import RecallPolicy
 from agentlab.runtime.invocation import Invocation
-from agentlab.session.base import Session
+from agentlab.session.base import Session, Summary, SummaryBoundary
 from agentlab.session.inmemory import InMemorySessionService
 
 APP = "app"
@@ -51,3 +51,10 @@ def invocation(svc: InMemorySessionService, session: Session, text: str = "quest
 
 def policy(**changes) -> RecallPolicy:
     return RecallPolicy(**changes)
+
+
+async def summarise_up_to(svc: InMemorySessionService, session: Session, last_event: Event, filter_key: str = "",
+                          text: str = "earlier turns summarised") -> None:
+    """Write a summary of ``filter_key``'s view whose boundary is ``last_event`` (what it hides)."""
+    boundary = SummaryBoundary(filter_key=filter_key, cutoff_at=last_event.timestamp, last_event_id=last_event.id)
+    await svc.write_summary(session, filter_key, Summary(text=text, boundary=boundary))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from recall_helpers import Ledger, invocation, policy
+from recall_helpers import Ledger, invocation, policy, summarise_up_to
 
 from agentlab.recall.search import session_search
-from agentlab.session.base import Summary, SummaryBoundary
 from agentlab.session.inmemory import InMemorySessionService
 
 
@@ -25,6 +24,5 @@ async def test_branch_session_and_hidden_scopes():
 
     assert await ids("current_branch") == {root.id, mine.id}  # ancestors and itself
     assert await ids("current_session") == {root.id, mine.id, sibling.id, child.id}
-    boundary = SummaryBoundary("main/a", mine.timestamp, mine.id)
-    await svc.write_summary(s, "main/a", Summary(text="covered", boundary=boundary))
+    await summarise_up_to(svc, s, mine, "main/a")
     assert await ids("current_hidden") == {root.id, mine.id}  # hidden and visible to the branch

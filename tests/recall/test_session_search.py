@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from recall_helpers import APP, USER, Ledger, invocation, policy
+from recall_helpers import APP, USER, Ledger, invocation, policy, summarise_up_to
 
 from agentlab.events import Message
 from agentlab.recall.embed import HashEmbedder
 from agentlab.recall.search import index_for, session_search
 from agentlab.session.base import Summary, SummaryBoundary
 from agentlab.session.inmemory import InMemorySessionService
-
-
-async def _summarise_up_to(svc, session, last_event, filter_key=""):
-    boundary = SummaryBoundary(filter_key=filter_key, cutoff_at=last_event.timestamp, last_event_id=last_event.id)
-    await svc.write_summary(session, filter_key, Summary(text="earlier turns summarised", boundary=boundary))
 
 
 async def test_current_hidden_returns_only_events_at_or_before_the_boundary():
@@ -31,7 +26,7 @@ async def test_current_hidden_returns_only_events_at_or_before_the_boundary():
     none = await session_search(inv, policy(), "alpha token", scope="current_hidden")
     assert none["count"] == 0 and "no summary" in none["hidden_history"]
 
-    await _summarise_up_to(svc, s, e2)
+    await summarise_up_to(svc, s, e2)
     got = await session_search(inv, policy(), "alpha token", scope="current_hidden")
     ids = [r["event_id"] for r in got["results"]]
     assert e0.id in ids and e2.id in ids and e4.id not in ids
@@ -57,11 +52,11 @@ async def test_current_hidden_boundary_lookup_order_and_time_cutoff():
         got = await session_search(inv, policy(), "kiwi plan", scope="current_hidden")
         return {r["event_id"] for r in got["results"]}
 
-    await _summarise_up_to(svc, s, a)  # full-session summary: the last resort
+    await summarise_up_to(svc, s, a)  # full-session summary: the last resort
     assert await hidden_ids() == {a.id}
-    await _summarise_up_to(svc, s, b, filter_key="farm")  # a parent key beats the full session
+    await summarise_up_to(svc, s, b, filter_key="farm")  # a parent key beats the full session
     assert await hidden_ids() == {a.id, b.id}
-    await _summarise_up_to(svc, s, c, filter_key="farm/orchard")  # the exact key beats both
+    await summarise_up_to(svc, s, c, filter_key="farm/orchard")  # the exact key beats both
     assert await hidden_ids() == {a.id, b.id, c.id}
     # a boundary whose event id is unknown falls back to its cutoff time
     gone = SummaryBoundary("farm/orchard", a.timestamp, "ev-gone")
@@ -82,7 +77,7 @@ async def test_scopes_other_and_all_sessions():
     await led.user(cur, "newer visible invoice text")
     stranger = await led.session("other-user-session", user_id="u2")
     await led.user(stranger, "invoice secret of another user")
-    await _summarise_up_to(svc, cur, c1)
+    await summarise_up_to(svc, cur, c1)
     inv = invocation(svc, cur)
 
     other = await session_search(inv, policy(), "invoice", scope="other_sessions")

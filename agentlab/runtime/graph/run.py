@@ -35,7 +35,7 @@ from typing import Any
 from agentlab.core.invocation import Invocation
 from agentlab.core.projection import ContextMechanism, branch_key
 from agentlab.events import OBJ_ERROR, OBJ_STATE, Event, Message, new_id
-from agentlab.runtime.composition import fork_invocation, mechanisms_of, merge_streams
+from agentlab.runtime.composition import fork_invocation, mechanisms_of, merge_streams, on_branch
 from agentlab.runtime.graph.builder import END, START, CompiledGraph, GraphError
 from agentlab.runtime.graph.nodes import Delta, Interrupt, NodeContext
 
@@ -183,10 +183,7 @@ class GraphAgent:
                 if isinstance(item, Delta):
                     delta = item
                     continue
-                if not (item.filter_key == key or item.filter_key.startswith(key + "/")):
-                    item.filter_key = key
-                item.metadata.setdefault("branch", item.filter_key)
-                item.metadata.setdefault("node", name)
+                on_branch(item, key).metadata.setdefault("node", name)
                 yield item
         except Exception as exc:  # a failing node is recorded; the run can be resumed (retried)
             cp["status"] = "failed"
