@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+from datetime import date
 from pathlib import Path
+
+import pytest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -15,15 +18,41 @@ else:  # pragma: no cover - exercised only on 3.10
 import agentlab
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSION_HEADING = re.compile(r"^## (\d+)\.(\d+)\.(\d+)\b", re.MULTILINE)
+#: Keep a Changelog 1.1.0's group headings, plus ``Upgrading`` (what a user must do), which comes first.
+GROUPS = ("Upgrading", "Added", "Changed", "Deprecated", "Removed", "Fixed", "Security")
+UNRELEASED = "## [Unreleased]"
+RELEASE_HEADING = re.compile(r"^## \[(\d+)\.(\d+)\.(\d+)\] - (\d{4}-\d{2}-\d{2})$")
 
 
 def project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def changelog_versions(text: str) -> list[tuple[int, int, int]]:
-    return [(int(a), int(b), int(c)) for a, b, c in VERSION_HEADING.findall(text)]
+def releases(text: str) -> list[tuple[tuple[int, int, int], str, list[str]]]:
+    """``(version, date, [group, ...])`` of each ``## [x.y.z] - YYYY-MM-DD`` heading, in file order.
+
+    Raises ``AssertionError`` naming the line for a ``##`` heading that is neither ``## [Unreleased]``
+    (allowed once, first) nor a dated release, and for a ``###`` heading that is not a group.
+    """
+    found: list[tuple[tuple[int, int, int], str, list[str]]] = []
+    seen_unreleased = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("## "):
+            if line == UNRELEASED:
+                assert not found and not seen_unreleased, f"line {n}: {UNRELEASED} must come once, first"
+                seen_unreleased = True
+                continue
+            match = RELEASE_HEADING.match(line)
+            assert match, f"line {n}: {line!r} is not '## [x.y.z] - YYYY-MM-DD' nor {UNRELEASED!r}"
+            a, b, c, day = match.groups()
+            date.fromisoformat(day)  # a real date: ValueError otherwise
+            found.append(((int(a), int(b), int(c)), day, []))
+        elif line.startswith("### "):
+            group = line[4:].strip()
+            assert group in GROUPS, f"line {n}: {line!r} is not a group heading {GROUPS}"
+            if found:
+                found[-1][2].append(group)
+    return found
 
 
 def test_the_package_states_the_version_of_pyproject() -> None:
@@ -31,10 +60,33 @@ def test_the_package_states_the_version_of_pyproject() -> None:
 
 
 def test_the_changelog_starts_with_the_current_version_and_lists_versions_newest_first() -> None:
-    versions = changelog_versions((ROOT / "CHANGELOG.md").read_text())
+    text = (ROOT / "CHANGELOG.md").read_text()
+    found = releases(text)
+    versions = [version for version, _, _ in found]
     current = tuple(int(p) for p in project()["version"].split("."))
     assert versions and versions[0] == current
     assert versions == sorted(versions, reverse=True) and len(set(versions)) == len(versions)
+    dates = [day for _, day, _ in found]
+    assert dates == sorted(dates, reverse=True)
+    for version, _, groups in found:
+        # each group once, in Keep a Changelog's order (Upgrading first)
+        assert groups == sorted(set(groups), key=GROUPS.index), (version, groups)
+    assert text.splitlines().count(UNRELEASED) == 1, f"the changelog opens with {UNRELEASED!r} for new bullets"
+
+
+def test_the_changelog_check_refuses_the_old_dated_topic_form() -> None:
+    bad = "# Changelog\n\n## 0.2.0 — unreleased\n\n### Skills (2026-12-04, `8ea66b7..`)\n"
+    with pytest.raises(AssertionError, match="is not"):
+        releases(bad)
+    bad = "## [0.2.0] - 2026-12-04\n\n### Skills and their evolution\n"
+    with pytest.raises(AssertionError, match="not a group heading"):
+        releases(bad)
+    with pytest.raises(AssertionError, match="once, first"):
+        releases("## [0.2.0] - 2026-12-04\n\n## [Unreleased]\n")
+    with pytest.raises(ValueError):
+        releases("## [0.2.0] - 2026-13-04\n")
+    assert releases("## [Unreleased]\n\n### Added\n\n## [0.2.0] - 2026-12-04\n\n### Upgrading\n"
+                    "### Fixed\n") == [((0, 2, 0), "2026-12-04", ["Upgrading", "Fixed"])]
 
 
 def _make_ruff_commands() -> dict[str, list[str]]:
