@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from agentlab.bench.cli_common import _VARIANT_NAME, EMBEDDED_DEFAULT_LIMIT, CliError, _banner
+from agentlab.bench.cli.common import _VARIANT_NAME, EMBEDDED_DEFAULT_LIMIT, CliError, _banner
 from agentlab.bench.config import (
     Settings,
     apply_overrides,
@@ -45,12 +45,12 @@ from agentlab.bench.config import (
     variant_settings,
 )
 from agentlab.bench.datasets.base import DatasetError
-from agentlab.bench.executor import RunRequest, run_config
+from agentlab.bench.running.executor import RunRequest, run_config
 from agentlab.bench.tasks import Task, discover, get_task
 from agentlab.model.base import ModelInfo
 
 if TYPE_CHECKING:
-    from agentlab.bench.arms import Arm
+    from agentlab.policies.arms import Arm
 
 #: What a resolved run does: answer and score cases, only count prompt tokens, or only measure retrieval.
 Action = Literal["run", "dry_run", "retrieval_only"]
@@ -69,7 +69,7 @@ class RunSpec:
     Built by :func:`resolve_run`; :meth:`bind` adds the model's window and the dataset fingerprint,
     after which :meth:`run_ids` names every run. Frozen (its mappings are read-only views): what
     was resolved is what runs. It carries what it looked up — the task instance, each mode's
-    :class:`~agentlab.bench.arms.Arm` and the settings — so the commands that carry it out (run,
+    :class:`~agentlab.policies.arms.Arm` and the settings — so the commands that carry it out (run,
     ``--dry-run``, ``league``, ``sweep``) take them from here instead of looking them up again.
     """
 
@@ -292,8 +292,8 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
     """Flags + the benchmark's settings file + the mode → the run's :class:`RunSpec` (not yet bound).
 
     The keyword arguments are the run command's flags (``limit=0`` = all cases, ``None`` = the
-    default: all, or :data:`~agentlab.bench.cli_common.EMBEDDED_DEFAULT_LIMIT` on the embedded model).
-    Every user error is a :class:`~agentlab.bench.cli_common.CliError` (or a settings / dataset
+    default: all, or :data:`~agentlab.bench.cli.common.EMBEDDED_DEFAULT_LIMIT` on the embedded model).
+    Every user error is a :class:`~agentlab.bench.cli.common.CliError` (or a settings / dataset
     error) with one line; nothing is stored and no model is called. ``loader`` reads the settings
     file and ``version`` names the code (tests replace them). ``task``: the command's instance of the
     benchmark's task, when it has one already (a league's arms, a sweep's points): the spec reuses

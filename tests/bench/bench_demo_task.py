@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from agentlab.bench.config import ModeRoles, Settings
-from agentlab.bench.metrics import Score, summary_scores
-from agentlab.bench.store import CompactionRow
+from agentlab.bench.scoring.metrics import Score, summary_scores
+from agentlab.bench.store.results import CompactionRow
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
 from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
 from agentlab.events import Message
@@ -151,7 +151,7 @@ class DemoTask(Task):
 
 
 def retrieval_only_impl(cases: list[Case], k: int) -> dict[str, Any]:
-    from agentlab.bench.metrics import evidence_recall_at_k
+    from agentlab.bench.scoring.metrics import evidence_recall_at_k
 
     # A fake "retriever" that ranks transcript lines by item number distance to the question.
     values = []

@@ -9,7 +9,8 @@ import bench_demo_task as demo
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench import cli, cli_run
+from agentlab.bench.cli import main as cli
+from agentlab.bench.cli import run as cli_run
 from agentlab.bench.config import (
     Settings,
     SettingsError,
@@ -17,7 +18,7 @@ from agentlab.bench.config import (
     load_settings,
     parse_value,
 )
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 
 
 @pytest.fixture(autouse=True)
@@ -491,7 +492,7 @@ def test_run_summary_means_count_failed_cases_as_zero(tmp_path: Path) -> None:
 
 
 async def test_http_clients_are_closed_through_wrappers_in_the_loop_that_opened_them() -> None:
-    from agentlab.bench.cli import _close_clients
+    from agentlab.bench.cli.main import _close_clients
 
     closed: list[str] = []
 
@@ -515,8 +516,8 @@ async def test_http_clients_are_closed_through_wrappers_in_the_loop_that_opened_
 
 
 def test_run_means_print_and_serialise_without_pandas() -> None:
-    from agentlab.bench.cli_common import _records
-    from agentlab.bench.cli_run import RunMeans
+    from agentlab.bench.cli.common import _records
+    from agentlab.bench.cli.run import RunMeans
 
     means = RunMeans([("rougeL", 0.25, 3, 1, 0), ("word_jaccard", None, 3, 0, 3)])
     assert len(means) == 2 and len(RunMeans([])) == 0

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench import arms
 from agentlab.extensions import EXTENSIONS_ENV, LEGACY_ENV, ExtensionError, extension_entries, load_extensions
+from agentlab.policies import arms
 
 ARM_MODULE = '''
-from agentlab.bench.arms import Arm, register_arm
+from agentlab.policies.arms import Arm, register_arm
 
 register_arm(Arm("{name}", role="lossy", build=lambda settings, model: [], description="an extension's arm"))
 '''

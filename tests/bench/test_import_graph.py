@@ -100,14 +100,14 @@ def find_cycle(graph: Mapping[str, set[str]]) -> list[str] | None:
 
 def test_agentlab_bench_has_no_import_cycle() -> None:
     graph = import_graph(PACKAGE_ROOT / "bench", "agentlab.bench")
-    assert "agentlab.bench.tasks" in graph and "agentlab.bench.store" in graph  # the graph was read
+    assert "agentlab.bench.tasks" in graph and "agentlab.bench.store.results" in graph  # the graph was read
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_the_store_imports_no_task_module() -> None:
     graph = import_graph(PACKAGE_ROOT / "bench", "agentlab.bench")
-    assert not {m for m in graph["agentlab.bench.store"] if m.startswith("agentlab.bench.tasks")}
+    assert not {m for m in graph["agentlab.bench.store.results"] if m.startswith("agentlab.bench.tasks")}
 
 
 def test_a_planted_cycle_is_found_through_function_level_and_type_checking_imports(tmp_path: Path) -> None:
@@ -121,10 +121,10 @@ def test_a_planted_cycle_is_found_through_function_level_and_type_checking_impor
     files = {module_name(p, tmp_path / "agentlab"): p for p in pkg.rglob("*.py")}
     graph = {name: imported_modules(p.read_text(), name, p.name == "__init__.py", set(files)) - {name}
              for name, p in files.items()}
-    assert graph["agentlab.bench.tasks"] == {"agentlab.bench.store"}  # the relative import resolved
+    assert graph["agentlab.bench.tasks"] == {"agentlab.bench.store.results"}  # the relative import resolved
     cycle = find_cycle(graph)
     assert cycle is not None and set(cycle) == {"agentlab.bench.config", "agentlab.bench.tasks",
-                                                "agentlab.bench.store"}
+                                                "agentlab.bench.store.results"}
     (pkg / "config.py").write_text("X = 1\n")  # break it: no cycle left
     graph["agentlab.bench.config"] = set()
     assert find_cycle(graph) is None

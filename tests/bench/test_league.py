@@ -16,14 +16,15 @@ import pytest
 from cli_helpers import run_cli
 from test_toy_arm import TOY, echo, qmsum_selection
 
-import agentlab.bench.league as league
-from agentlab.bench import analysis, arms
-from agentlab.bench.cli_common import CliError
+import agentlab.bench.league.play as league
+from agentlab.bench import analysis
+from agentlab.bench.cli.common import CliError
 from agentlab.bench.datasets.qmsum import QMSumCase, TextSpan
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import CaseSelection, get_task
 from agentlab.model.base import ModelError, ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
+from agentlab.policies import arms
 from agentlab.testing.openai_server import OpenAITestServer
 
 FAIL_QUESTION = "Which budget did Alice want for the zebra, in euros?"

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench import executor
-from agentlab.bench.cli_common import CliError
+from agentlab.bench.cli.common import CliError
 from agentlab.bench.config import apply_overrides, load_settings
 from agentlab.bench.datasets.longmemeval import write_longmemeval_fixture
-from agentlab.bench.replay import check_seeding
+from agentlab.bench.running import executor
+from agentlab.bench.running.replay import check_seeding
 from agentlab.bench.spec import resolve_run
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import get_task
 from agentlab.model.base import ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel

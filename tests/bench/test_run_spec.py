@@ -20,9 +20,9 @@ from run_id_commands import (
     scripted_and_no_cases,
 )
 
-from agentlab.bench.cli_common import CliError
+from agentlab.bench.cli.common import CliError
 from agentlab.bench.spec import RunSpec, load_selection, resolve_run
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.model.base import ModelInfo
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "run_ids_main.json").read_text(encoding="utf-8"))

@@ -29,8 +29,8 @@ from agentlab.bench.config import (
     generation_config,
     load_settings,
 )
-from agentlab.bench.metrics import Score
-from agentlab.bench.store import ResultStore
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import TASKS, Case, CaseResult, CaseSelection, RunContext, Task, register
 from agentlab.events import Message
 from agentlab.model.base import GenerationConfig, ModelRequest
