@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from agentlab.bench.config import ModeRoles
+from agentlab.bench.facts import ModeRoles
 from agentlab.bench.scoring.metrics import percentiles
 from agentlab.bench.store.results import DEFAULT_DB, MODE_MEANS_SQL, ResultStore
 

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentlab.bench.config import ModeRoles, Settings
+from agentlab.bench.config import Settings
+from agentlab.bench.facts import ModeRoles
 from agentlab.bench.scoring.metrics import Score, summary_scores
 from agentlab.bench.store.results import CompactionRow
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register

@@ -153,7 +153,7 @@ def test_signal_in_a_subprocess_then_rerun_completes_only_missing(tmp_path: Path
     markers.mkdir()
     db = tmp_path / "r.duckdb"
     env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "AGENTLAB_TASK_MODULES": "bench_demo_task", "BENCH_DEMO_SLEEP": "0.25",
+           "AGENTLAB_EXTENSIONS": "bench_demo_task", "BENCH_DEMO_SLEEP": "0.25",
            "BENCH_DEMO_MARKERS": str(markers)}
     script = ("import bench_demo_task as d; d.patch_models(); from agentlab.bench.cli.main import main; "
               "raise SystemExit(main())")

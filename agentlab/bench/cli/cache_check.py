@@ -13,7 +13,7 @@ import argparse
 import time
 from typing import TextIO
 
-from agentlab.bench.cli.common import CliError, _print_json
+from agentlab.bench.cli.common import CliError, print_json
 from agentlab.bench.retention.cache_check import check, format_check
 from agentlab.bench.retention.sources import CLAUDE_CODE, load_selected
 from agentlab.model.prices import price_for
@@ -52,7 +52,7 @@ def cmd_cache_check(args: argparse.Namespace, out: TextIO) -> int:
     wall = time.perf_counter() - started
     note = data.note.removeprefix("; ")
     if args.json:
-        _print_json({"data_note": note, **result.as_dict(), "seconds": round(wall, 3)}, out)
+        print_json({"data_note": note, **result.as_dict(), "seconds": round(wall, 3)}, out)
         return 0
     out.write(f"cache check: long_context of {result.n_sessions} Claude Code sessions, {result.n_calls} recorded "
               f"calls, no model called\ndata: {note}\n")

@@ -7,21 +7,18 @@ each other.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import re
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from agentlab.bench.retrieval.retrievers import RETRIEVER_CHOICES
 from agentlab.bench.store.results import DEFAULT_DB
+from agentlab.bench.usage import EMBEDDED_DEFAULT_LIMIT as EMBEDDED_DEFAULT_LIMIT
+from agentlab.bench.usage import print_banner as print_banner
+from agentlab.bench.usage import print_json as print_json
 
-#: What ``--variant NAME`` may contain (it is shown in tables and typed back into ``--variant``).
-_VARIANT_NAME = re.compile(r"[A-Za-z0-9_.=;:+,-]+")
 #: Values of --executor.
 EXECUTORS = ("in-process", "ray")
-#: Cases run with the embedded model when no --limit is given.
-EMBEDDED_DEFAULT_LIMIT = 5
 SMOKE_LABEL = ("SMOKE TEST: produced with the embedded SmolLM2-135M model; these numbers only show that the "
                "pipeline runs and are not comparable with published results.")
 
@@ -33,7 +30,8 @@ class CliError(Exception):
 # ---------------------------------------------------------------------------------- parsers
 
 
-def _run_parser(prog: str) -> argparse.ArgumentParser:
+def run_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser of a run: ``python -m agentlab.bench <benchmark> [flags]``."""
     p = argparse.ArgumentParser(prog=prog, description="Run one mode of a benchmark (resumable).")
     p.add_argument("benchmark")
     p.add_argument("--arm", "--mode", dest="mode",
@@ -92,7 +90,8 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
 
 
 
-def _report_parser(prog: str) -> argparse.ArgumentParser:
+def report_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser of ``report``."""
     p = argparse.ArgumentParser(prog=f"{prog} report", description="Rebuild and print the derived tables.")
     p.add_argument("benchmark")
     p.add_argument("--db", type=Path, default=DEFAULT_DB)
@@ -104,7 +103,8 @@ def _report_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def _sweep_parser(prog: str) -> argparse.ArgumentParser:
+def sweep_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser of ``sweep``."""
     p = argparse.ArgumentParser(
         prog=f"{prog} sweep", allow_abbrev=False,  # unknown flags go to the runs: no prefix guessing
         description="Run one mode over the cartesian product of --grid settings, each point a resumable variant "
@@ -122,13 +122,15 @@ def _sweep_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def _list_parser(prog: str) -> argparse.ArgumentParser:
+def list_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser of ``list``."""
     p = argparse.ArgumentParser(prog=f"{prog} list", description="List the registered benchmarks.")
     p.add_argument("--json", action="store_true")
     return p
 
 
-def _fixture_parser(prog: str) -> argparse.ArgumentParser:
+def fixture_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser of ``fixture``."""
     from agentlab.bench.datasets.longmemeval import QUESTION_TYPES
 
     p = argparse.ArgumentParser(
@@ -162,17 +164,11 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _records(df: Any) -> list[dict[str, Any]]:
+def frame_records(df: Any) -> list[dict[str, Any]]:
+    """A DataFrame's rows as JSON-ready dicts (NaN and infinity as ``None``, dates as ISO text)."""
     if df is None or len(df) == 0:
         return []
     return [{k: _jsonable(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
 
 
-def _print_json(obj: Any, out: TextIO) -> None:
-    out.write(json.dumps(obj, ensure_ascii=False, indent=1, default=str) + "\n")
-
-
-def _banner(text: str, out: TextIO) -> None:
-    line = "!" * min(100, max(40, len(text) + 8))
-    out.write(f"{line}\n!!! {text}\n{line}\n")
 

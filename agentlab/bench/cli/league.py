@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 import agentlab.bench.league.play as league
-from agentlab.bench.cli.common import EMBEDDED_DEFAULT_LIMIT, CliError, _print_json
+from agentlab.bench.cli.common import EMBEDDED_DEFAULT_LIMIT, CliError, print_json
 from agentlab.bench.store.results import DEFAULT_DB
 
 
@@ -78,7 +78,7 @@ def cmd_league(args: argparse.Namespace, out: TextIO) -> int:
                          "(finished arms are reused, not rerun).\n")
         return 130
     if args.json:
-        _print_json(result.to_dict(), out)
+        print_json(result.to_dict(), out)
     else:
         out.write(league.format_league(result))
     return 0

@@ -32,9 +32,9 @@ With the embedded model (the offline smoke-test model) and no ``--limit``, only 
 run, and everything it produces is labelled a smoke test. ``--limit 0`` runs all cases.
 """
 
-# The docstring above is the --help text. The commands live beside this module: cli_run (a run,
-# its baselines and case choice, and the settings loading), cli_report, cli_sweep, and what they
-# share in cli_common. This module dispatches the command line and turns a user error into one
+# The docstring above is the --help text. The commands live beside this module: run (a run, its
+# baselines and the settings loading), report, sweep, retention, league, cache_check, and what they
+# share in common. This module dispatches the command line and turns a user error into one
 # `error: ...` line with exit status 2.
 
 from __future__ import annotations
@@ -44,19 +44,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from agentlab.bench.cli import run as cli_run
 from agentlab.bench.cli.common import (
     EMBEDDED_DEFAULT_LIMIT,
     EXECUTORS,
     SMOKE_LABEL,
     CliError,
-    _fixture_parser,
-    _list_parser,
-    _print_json,
-    _report_parser,
-    _run_parser,
-    _sweep_parser,
     add_executor_args,
+    fixture_parser,
+    list_parser,
+    print_json,
+    report_parser,
+    run_parser,
+    sweep_parser,
 )
 from agentlab.bench.cli.report import COMPARISON_SECTIONS, REPORT_RULES, cmd_report
 from agentlab.bench.cli.run import (
@@ -70,14 +69,9 @@ from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.running.distributed import ExecutorError
 from agentlab.bench.spec import comparison_modes
 from agentlab.bench.tasks import UnknownBenchmark, Unsupported, discover
+from agentlab.bench.usage import UsageError
 from agentlab.duckdb_files import DatabaseFileError
 from agentlab.extensions import ExtensionError
-
-# Private helpers that moved to cli_run with the run command; tests still reach them from here.
-_load = cli_run._load
-_load_with_reference = cli_run._load_with_reference
-_check_policies = cli_run._check_policies
-_close_clients = cli_run._close_clients
 
 
 def cmd_fixture(args: argparse.Namespace, out: TextIO) -> int:
@@ -105,7 +99,7 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
                      "version": cls.version, "settings": str(path) if path.is_file() else None,
                      "description": cls.description, "arms": cls().arm_names()})
     if args.json:
-        _print_json({"benchmarks": rows}, out)
+        print_json({"benchmarks": rows}, out)
         return 0
     if not rows:
         out.write("no benchmarks registered\n")
@@ -156,15 +150,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return 0 if argv else 2
     try:
         if argv[0] == "list":
-            return cmd_list(_list_parser(prog).parse_args(argv[1:]), out)
+            return cmd_list(list_parser(prog).parse_args(argv[1:]), out)
         if argv[:2] == ["report", "serve"]:  # the proxy's savings: its database or a running server
             from agentlab.serve.__main__ import report_main
 
             return report_main(argv[2:], out, prog=f"{prog} report serve")
         if argv[0] == "report":
-            return cmd_report(_report_parser(prog).parse_args(argv[1:]), out)
+            return cmd_report(report_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "sweep":
-            sweep_args, run_flags = _sweep_parser(prog).parse_known_args(argv[1:])
+            sweep_args, run_flags = sweep_parser(prog).parse_known_args(argv[1:])
             return cmd_sweep(sweep_args, run_flags, out)
         if argv[0] == "retention":
             from agentlab.bench.cli.retention import cmd_retention, retention_parser
@@ -179,9 +173,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
             return cmd_cache_check(cache_check_parser(prog).parse_args(argv[1:]), out)
         if argv[0] == "fixture":
-            return cmd_fixture(_fixture_parser(prog).parse_args(argv[1:]), out)
-        return cmd_run(_run_parser(prog).parse_args(argv), out)
-    except (CliError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, DatabaseFileError,
+            return cmd_fixture(fixture_parser(prog).parse_args(argv[1:]), out)
+        return cmd_run(run_parser(prog).parse_args(argv), out)
+    except (CliError, UsageError, SettingsError, UnknownBenchmark, DatasetError, FileNotFoundError, DatabaseFileError,
             ExecutorError, ExtensionError, Unsupported) as exc:
         message = exc.args[0] if isinstance(exc, UnknownBenchmark | FileNotFoundError) and exc.args else str(exc)
         sys.stderr.write(f"error: {message}\n")

@@ -1,7 +1,7 @@
 """``python -m agentlab.bench report``: rebuild the derived tables and print or return them.
 
-The run command ends with the comparison sections of the same report (:func:`_report_payload`,
-:func:`_write_report`), so both read the tables one way.
+The run command ends with the comparison sections of the same report (:func:`report_payload`,
+:func:`write_report`), so both read the tables one way.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentlab.bench.cli.common import SMOKE_LABEL, CliError, _banner, _print_json, _records
+from agentlab.bench.cli.common import SMOKE_LABEL, CliError, frame_records, print_banner, print_json
 from agentlab.bench.scoring.call_costs import with_run_costs
 from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import Task, UnknownBenchmark, get_task
@@ -40,7 +40,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(f"no results database at {args.db}; run `python -m agentlab.bench {args.benchmark} ...` first")
     run_ids = set(args.run) if args.run else None
     variants = set(args.variant) if args.variant else None
-    payload = _report_payload(args.benchmark, args.db, frames=True, between=args.between,
+    payload = report_payload(args.benchmark, args.db, frames=True, between=args.between,
                               run_ids=run_ids, variants=variants)
     runs = payload["runs"]
     if run_ids is not None:
@@ -61,12 +61,12 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
             payload[key] = _narrow(payload[key], run_ids, variants)
     if args.json:
         payload["code_versions"] = code_versions(payload["runs"])
-        payload = {k: (_records(v.drop(columns=["config"]) if k == "runs" else v) if hasattr(v, "to_dict") else v)
+        payload = {k: (frame_records(v.drop(columns=["config"]) if k == "runs" else v) if hasattr(v, "to_dict") else v)
                    for k, v in payload.items()}
-        payload["benchmark_tables"] = {name: _records(df) for name, df in payload["benchmark_tables"].items()}
-        _print_json(payload, out)
+        payload["benchmark_tables"] = {name: frame_records(df) for name, df in payload["benchmark_tables"].items()}
+        print_json(payload, out)
         return 0
-    _write_report(payload, out)
+    write_report(payload, out)
     return 0
 
 
@@ -87,7 +87,7 @@ def _narrow(df: Any, run_ids: set[str] | None, variants: set[str] | None,
     return df[keep]
 
 
-def _report_payload(benchmark: str, db: Path, frames: bool = False, between: Sequence[str] | None = None,
+def report_payload(benchmark: str, db: Path, frames: bool = False, between: Sequence[str] | None = None,
                     run_ids: set[str] | None = None, variants: set[str] | None = None,
                     task: Task | None = None) -> dict[str, Any]:
     """Rebuild the derived tables and read them back: DataFrames with ``frames``, else JSON records.
@@ -123,8 +123,8 @@ def _report_payload(benchmark: str, db: Path, frames: bool = False, between: Seq
             "prompt_cache_notes": cache_notes}
     if frames:
         return {**head, **tables, "benchmark_tables": own}
-    return {**head, **{k: _records(v) for k, v in tables.items()},
-            "benchmark_tables": {name: _records(df) for name, df in own.items()}}
+    return {**head, **{k: frame_records(v) for k, v in tables.items()},
+            "benchmark_tables": {name: frame_records(df) for name, df in own.items()}}
 
 
 #: Stands for a run stored without a code version.
@@ -162,8 +162,8 @@ def code_versions_line(runs: Any) -> str | None:
             "differ between them, see CHANGELOG.md\n")
 
 
-def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] | None = None) -> None:
-    """Print a :func:`_report_payload` (made with ``frames=True``): every section, or ``sections``."""
+def write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] | None = None) -> None:
+    """Print a :func:`report_payload` (made with ``frames=True``): every section, or ``sections``."""
     shown = set(sections) if sections is not None else None
 
     def section(key: str, title: str, df: Any, columns: list[str]) -> None:
@@ -177,7 +177,7 @@ def _write_report(payload: dict[str, Any], out: TextIO, sections: Sequence[str] 
         out.write(picked.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n")
 
     if payload["smoke_test"] and shown is None:
-        _banner(SMOKE_LABEL, out)
+        print_banner(SMOKE_LABEL, out)
     versions_note = code_versions_line(payload["runs"])
     if versions_note:
         out.write(versions_note)

@@ -42,26 +42,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentlab.bench.cli.common import CliError, _print_json
+from agentlab.bench.cli.common import CliError, print_json
 from agentlab.bench.retention.cache import ranking_differences, rankings, with_cache
 from agentlab.bench.retention.delivery import Delivery
 from agentlab.bench.retention.questions import (
     DEFAULT_CONTEXT_WINDOW,
-    FRACTION_TRIGGERED_PEERS,
-    PEER_TRIGGER_FRACTION,
     RetentionSummary,
     aggregate,
     retention_settings,
     split_arms,
 )
+from agentlab.bench.retention.report import (
+    DEFAULT_PRICE_MODEL,
+    active_profile,
+    format_cache_table,
+    resolve_price,
+    stored_note,
+    write_fraction_note,
+)
 from agentlab.bench.retention.summary_bounds import DEFAULT_SUMMARY_TOKENS, MIN_SUMMARY_TOKENS
 from agentlab.bench.store.results import DEFAULT_DB
-from agentlab.model.prices import PriceFileError, no_price_note, price_for
 from agentlab.model.prompt_caching import PROFILES, get_profile
 from agentlab.policies.arms import arm_names, get_arm
 
-#: The model whose price the cost columns use when ``--price-model`` is not given, per cache profile.
-DEFAULT_PRICE_MODEL: dict[str, str | None] = {"openai": "gpt-4.1", "anthropic": "claude-sonnet-4-5", "none": None}
 
 def retention_benchmarks() -> list[str]:
     """The registered benchmarks whose task implements retention (:meth:`~agentlab.bench.tasks.Task.has_retention`)."""
@@ -152,64 +155,9 @@ def format_table(summaries: Sequence[RetentionSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_cache_table(summaries: Sequence[Any]) -> str:
-    """The cache table: one line per arm, means per case (cost columns only when the summaries have a price)."""
-    w = max([28, *(len(s.arm) for s in summaries)])
-    priced = all("net_cost_usd" in s.extra for s in summaries)
-    money = f" {'raw $':>9s} {'net $':>9s}" if priced else ""
-    lines = [f"{'arm':{w}s} {'raw':>8s} {'cached':>8s} {'uncached':>8s} {'written':>8s} {'busts':>6s} "
-             f"{'hit':>5s}{money}"]
-    for s in summaries:
-        e = s.extra
-        cost = f" {e['raw_cost_usd']:9.5f} {e['net_cost_usd']:9.5f}" if priced else ""
-        lines.append(f"{s.arm:{w}s} {e['raw_tokens']:8.0f} {e['cached_tokens']:8.0f} {e['uncached_tokens']:8.0f} "
-                     f"{e['cache_write_tokens']:8.0f} {e['cache_busts']:6.1f} {e['cache_hit_rate']:5.2f}{cost}")
-    return "\n".join(lines) + "\n"
-
-
-def write_fraction_note(out: TextIO, arms: Any, settings: Any) -> None:
-    """The line naming the peers whose absolute trigger runs at a fraction of the budget here (none: nothing)."""
-    fractioned = [n for n in FRACTION_TRIGGERED_PEERS if n not in settings and any(a.startswith(n) for a in arms)]
-    if fractioned:
-        out.write(f"({', '.join(fractioned)}: trigger at {PEER_TRIGGER_FRACTION} of the budget, not the source's "
-                  "absolute 100,000 tokens)\n")
-
-
-def active_profile(cache_profile: str, price_model: str | None) -> str | None:
-    """The cache profile the cost columns use: ``None`` (no cache table) for ``none`` without a price model."""
-    return None if cache_profile == "none" and price_model is None else cache_profile
-
-
-def resolve_price(cache_profile: str, price_model: str | None) -> tuple[Any, str | None, str]:
-    """(the price or ``None``, the model priced, one line saying which price the costs use)."""
-    model = price_model if price_model is not None else DEFAULT_PRICE_MODEL[cache_profile]
-    source = "--price-model" if price_model is not None else f"the {cache_profile} profile's default"
-    if not model:
-        return None, None, "no price model: cost columns omitted (--price-model MODEL to add them)"
-    try:
-        price = price_for(model)
-    except PriceFileError as exc:
-        raise CliError(f"{exc}; fix data/prices.toml") from None
-    if price is None:
-        return None, model, no_price_note(model)
-    return price, model, f"costs priced as {price.describe()} ({source}); input only, no output tokens"
-
-
-def stored_note(db: Path | None, counts: dict[str, int]) -> str:
-    """The end of a command's last line: how many rows each table of ``db`` got, or that nothing was stored.
-
-    ``counts`` maps each table to its rows, the measure's own table first.
-    """
-    kept = [(table, n) for table, n in counts.items() if n]
-    if not kept:
-        return "; nothing stored"
-    (table, n), *rest = kept
-    return f"; {n} rows stored in {db} (table {table})" + "".join(f" and {m} in table {t}" for t, m in rest)
-
-
 def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     """Measure, print and store the retention of every chosen arm over the benchmark's cases."""
-    from agentlab.bench.cli.run import _load
+    from agentlab.bench.cli.run import load_task_settings
     from agentlab.bench.config import code_version
     from agentlab.bench.retention.questions import RETENTION_VERSION
     from agentlab.bench.running.executor import select
@@ -236,7 +184,7 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
                        "Task.retention_groups nor Task.retention); benchmarks with retention: "
                        f"{', '.join(retention_benchmarks())}")
     arms, skipped = _pick_arms(args.arms, task)
-    settings = _load(task, args.overrides)
+    settings = load_task_settings(task, args.overrides)
     budget_source = "--context-budget" if args.context_budget is not None else "the retention default"
     own = task.retention_report(arms, skipped, settings, context_budget=budget, budget_source=budget_source,
                                 limit=args.limit, as_json=args.json, out=out,
@@ -273,7 +221,7 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
             retention_version=RETENTION_VERSION, code_version=version)
     wall = time.perf_counter() - started
     if args.json:
-        _print_json({"benchmark": args.benchmark, "delivery": delivery.delivery, "chunk_turns": chunk,
+        print_json({"benchmark": args.benchmark, "delivery": delivery.delivery, "chunk_turns": chunk,
                      "context_budget": budget, "context_budget_source": budget_source, "cases": len(cases),
                      "model": None, "summaries": [s.__dict__ for s in summaries], "skipped": skipped,
                      "stored_rows": stored, "stored_cache_rows": cached, "seconds": round(wall, 3),
@@ -307,6 +255,4 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-__all__ = ["DEFAULT_PRICE_MODEL", "active_profile", "cmd_retention", "format_cache_table", "format_table", "resolve_price",
-           "retention_benchmarks", "retention_parser", "stored_note",
-           "write_fraction_note"]
+__all__ = ["cmd_retention", "format_table", "retention_benchmarks", "retention_parser"]

@@ -17,18 +17,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO, cast
 
 from agentlab.bench.cli.common import (
-    EMBEDDED_DEFAULT_LIMIT,
     SMOKE_LABEL,
     CliError,
-    _banner,
-    _print_json,
-    _records,
+    frame_records,
+    print_banner,
+    print_json,
 )
-from agentlab.bench.cli.report import COMPARISON_SECTIONS, _report_payload, _write_report
+from agentlab.bench.cli.report import COMPARISON_SECTIONS, report_payload, write_report
 from agentlab.bench.config import code_version, load_settings
+from agentlab.bench.running.models import build_model, choose_cases, close_clients, prepare_model
 from agentlab.bench.spec import (
     RunSpec,
-    check_policies,
     load_run_settings,
     load_selection,
     smoke_banner,
@@ -41,7 +40,7 @@ from agentlab.bench.tasks import Task
 # ------------------------------------------------------------------------------- settings
 
 
-def _load(task: Task, overrides: Sequence[str], smoke: bool = False, out: TextIO | None = None) -> Any:
+def load_task_settings(task: Task, overrides: Sequence[str], smoke: bool = False, out: TextIO | None = None) -> Any:
     """Task defaults < settings file < (smoke settings, embedded model only) < ``--set``."""
     return _load_with_reference(task, overrides, smoke=smoke, out=out)[0]
 
@@ -52,45 +51,11 @@ def _load_with_reference(task: Task, overrides: Sequence[str], *, smoke: bool = 
     settings, reference, changes = load_run_settings(task, overrides, smoke=smoke, embedded=embedded,
                                                      loader=load_settings)
     if changes and out is not None:
-        _banner(smoke_banner(task.name, changes), out)
+        print_banner(smoke_banner(task.name, changes), out)
     return settings, reference
 
 
 # ---------------------------------------------------------------------------------- checks
-
-_check_policies = check_policies
-
-
-def _build_model(spec: str, what: str, context_window: int | None = None) -> Any:
-    """The cached model for ``spec``, with a mistake in the spec or a missing key as a :class:`CliError`."""
-    from agentlab.model.base import ModelError
-    from agentlab.model.registry import get_model
-
-    try:
-        return get_model(spec, context_window=context_window)
-    except ModelError as exc:  # e.g. a missing OPENAI_API_KEY
-        raise CliError(f"{what} {spec!r}: {exc}") from exc
-    except ValueError as exc:  # an unknown spec
-        raise CliError(f"{what}: {exc}") from exc
-
-
-def _prepare_model(model: Any, spec: str, what: str, *, window: bool) -> Any:
-    """Resolve the model's window (answer model) and make sure its server answers, before any case."""
-    from agentlab.model.base import ModelError
-
-    info = None
-    if window:
-        resolve = getattr(model, "resolve_info", None)
-        try:
-            info = resolve() if resolve is not None else model.info
-        except ModelError as exc:
-            raise CliError(f"{what} {spec!r}: {exc}") from exc
-    check = getattr(model, "server_problem", None)
-    problem = check() if check is not None else None
-    if problem is not None:
-        server = getattr(getattr(model, "inner", model), "server_label", "its server")
-        raise CliError(f"{what} {spec!r}: the model server at {server} {problem}")
-    return info
 
 
 def _check_unit(task: Task, args: argparse.Namespace) -> None:
@@ -147,7 +112,7 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
         result = executor.dry_run(task, mode, settings, limit=spec.limit, selection=load_selection(task, settings),
                                   context_budget=spec.context_budget, arm=spec.arm(mode))
         if json_output:
-            _print_json(result, out)
+            print_json(result, out)
         else:
             out.write(f"{task.name}/{mode} dry run (no model called): {result['cases']} cases"
                       + (f" of {result['loaded']} loaded" if result.get("loaded") is not None else "")
@@ -180,7 +145,7 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
                 write_protocol_result(db, measured, task.name)
         result = {"benchmark": task.name, "mode": mode, "cases": len(cases), **result}
         if json_output:
-            _print_json(result, out)
+            print_json(result, out)
         elif unit is not None:
             out.write(format_comparison(result) if "results" in result else format_protocol(result))
         else:
@@ -193,16 +158,16 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
     notes = out if not json_output else sys.stderr
     chosen = executor_from_args(executor_args) if executor_args is not None else executor.InProcessExecutor()
     # Every check that can stop the run happens here, before the results file is touched.
-    model = _build_model(spec.model_spec, "--model", spec.context_window_flag)
-    info = _prepare_model(model, spec.model_spec, "--model", window=True)
+    model = build_model(spec.model_spec, "--model", spec.context_window_flag)
+    info = prepare_model(model, spec.model_spec, "--model", window=True)
     judge = None
     if spec.judge_spec is not None:
         judge_model = model
         if spec.judge_spec != spec.model_spec:
-            judge_model = _build_model(spec.judge_spec, "--judge-model")
-            _prepare_model(judge_model, spec.judge_spec, "--judge-model", window=False)
+            judge_model = build_model(spec.judge_spec, "--judge-model")
+            prepare_model(judge_model, spec.judge_spec, "--judge-model", window=False)
         judge = Judge(judge_model, spec.judge_spec)
-    selection, rule = _choose_cases(task, settings, model, spec, notes)
+    selection, rule = choose_cases(task, settings, model, spec, notes)
     spec = spec.bind(info, selection.dataset_sha256)  # a budget above the window stops here
     # The demo selection is already cut to its cases; --limit is not part of the run id either way.
     requests = [r if rule is None else dataclasses.replace(r, limit=None) for r in spec.requests()]
@@ -234,25 +199,25 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
              "variant": r.variant_label, "variant_settings": dict(spec.variant_settings),
              "context_window": info.context_window, "context_window_source": info.context_window_source,
              "context_budget": spec.context_budget,
-             "smoke_test": spec.smoke_test, "db": str(db), **s.to_dict(), "scores": _records(means[s.run_id]),
+             "smoke_test": spec.smoke_test, "db": str(db), **s.to_dict(), "scores": frame_records(means[s.run_id]),
              "executor": chosen.name, "workers": workers}
             for r, s in zip(requests, summaries, strict=True)]
     if json_output:
         payload: dict[str, Any] = {**runs[-1], "selection": rule or "published"}
         if len(runs) > 1:
             payload["runs"] = runs
-            payload["report"] = _report_payload(task.name, db, task=task)
-        _print_json(payload, out)
+            payload["report"] = report_payload(task.name, db, task=task)
+        print_json(payload, out)
         return 0
     if spec.smoke_test:
-        _banner(SMOKE_LABEL, out)
+        print_banner(SMOKE_LABEL, out)
     for r, s in zip(requests, summaries, strict=True):
         _write_run_summary(task.name, r.mode, s, means[s.run_id], out)
     if workers:
         out.write(f"  executor: {chosen.name}, {len(workers)} worker{'s' if len(workers) != 1 else ''} "
                   f"({', '.join(workers)})\n")
     if len(modes) > 1:
-        _write_report(_report_payload(task.name, db, frames=True, task=task), out, sections=COMPARISON_SECTIONS)
+        write_report(report_payload(task.name, db, frames=True, task=task), out, sections=COMPARISON_SECTIONS)
     else:
         out.write(f"  stored in {db}; `python -m agentlab.bench report {task.name}` builds the tables\n")
     return 0
@@ -284,63 +249,7 @@ async def run_with_baselines(task: Task, requests: Sequence[Any], *, model: Any,
     finally:
         # An HTTP client must close in the loop that opened it: left to the garbage collector, it
         # would try to close during a later asyncio.run (the next sweep point) and print a traceback.
-        await _close_clients(model, getattr(judge, "model", None))
-
-
-async def _close_clients(*models: Any) -> None:
-    """``aclose()`` the innermost HTTP-backed model of each wrapper chain (cache → client)."""
-    seen: set[int] = set()
-    for model in models:
-        while model is not None and id(model) not in seen:
-            seen.add(id(model))
-            close = getattr(model, "aclose", None)
-            if close is not None:
-                with contextlib.suppress(Exception):  # closing is best effort; the results are stored
-                    await close()
-            model = getattr(model, "inner", None)
-
-
-def _choose_cases(task: Task, settings: Any, model: Any, spec: RunSpec, out: TextIO) -> tuple[Any, str | None]:
-    """The published selection, or on the embedded model without ``--limit`` the demo selection.
-
-    Returns the selection and the rule to store with the runs (``None`` = published).
-    """
-    from agentlab.bench.running.selection import FITS_WINDOW_RULE, model_prompt_counter, select_fitting
-    from agentlab.model.window import resolve_context_window
-
-    selection = load_selection(task, settings)
-    if not spec.demo_selection:
-        return selection, None
-    window = resolve_context_window(model)
-    roles = task.roles()
-    if not window or roles is None:
-        _banner(f"embedded model without --limit: running the first {EMBEDDED_DEFAULT_LIMIT} published cases "
-                "(pass --limit 0 for all)", out)
-        return _limited(selection, EMBEDDED_DEFAULT_LIMIT), None
-    counter, counted_with = model_prompt_counter(model)
-    try:
-        fitting = select_fitting(task, selection, settings, window=window, limit=EMBEDDED_DEFAULT_LIMIT,
-                                 counter=counter, counted_with=counted_with)
-    except NotImplementedError:  # the task cannot plan its baseline prompts without a model
-        fitting = None
-    if fitting is None or not fitting.selection.cases:
-        _banner(f"embedded model without --limit: no {task.name} case's {roles.baseline} prompt fits the "
-                f"{window}-token window, so its baseline will fail `context_length`; running the first "
-                f"{EMBEDDED_DEFAULT_LIMIT} published cases (pass --limit N to choose)", out)
-        return _limited(selection, EMBEDDED_DEFAULT_LIMIT), None
-    groups = {task.case_group(c) for c in fitting.selection.cases}
-    _banner(f"DEMO SET, not the published selection: the embedded model's window is {window} tokens, so "
-            f"{task.name} runs {len(fitting.selection.cases)} of the {fitting.fitting} cases (of {fitting.published} "
-            f"published) whose {roles.baseline} prompt fits it (largest {fitting.max_prompt_tokens} "
-            f"tokens, {counted_with}; {len(groups)} group(s) of shared context). Pass --limit N for the first N "
-            "published cases, --limit 0 for all", out)
-    return fitting.selection, FITS_WINDOW_RULE
-
-
-def _limited(selection: Any, limit: int) -> Any:
-    from agentlab.bench.tasks import CaseSelection
-
-    return CaseSelection(list(selection.cases)[:limit], selection.dataset_sha256, selection.loaded, selection.note)
+        await close_clients(model, getattr(judge, "model", None))
 
 
 class RunMeans:
@@ -358,7 +267,7 @@ class RunMeans:
         return len(self.rows)
 
     def to_dict(self, orient: str = "records") -> list[dict[str, Any]]:
-        """The rows as records (the only orientation :func:`_records` asks for)."""
+        """The rows as records (the only orientation :func:`frame_records` asks for)."""
         if orient != "records":
             raise ValueError(f"RunMeans.to_dict: only orient='records'; got {orient!r}")
         return [dict(r) for r in self.rows]

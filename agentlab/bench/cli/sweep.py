@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from agentlab.bench.cli.common import CliError, _print_json, _run_parser
+from agentlab.bench.cli.common import CliError, print_json, run_parser
 from agentlab.bench.cli.run import run_spec, spec_of
 from agentlab.bench.spec import write_smoke_banner
 from agentlab.bench.tasks import get_task
@@ -51,7 +51,7 @@ def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -
     mode = args.mode or task.default_mode
     if not task.has_arm(mode):
         raise CliError(f"{task.name}: unknown arm {mode!r}; arms: {', '.join(task.arm_names())}")
-    parser = _run_parser("python -m agentlab.bench")
+    parser = run_parser("python -m agentlab.bench")
     shared = parser.parse_args([task.name, "--mode", mode, *run_flags])
     for flag, used in (("--dry-run", shared.dry_run), ("--retrieval-only", shared.retrieval_only),
                        ("--variant", shared.variant is not None)):
@@ -83,7 +83,7 @@ def cmd_sweep(args: argparse.Namespace, run_flags: Sequence[str], out: TextIO) -
                       f"{run['already_done']} already stored, {run['ok']} ok and {run['failed']} failed now, "
                       f"of {run['selected']} selected\n")
     if shared.json:
-        _print_json({"benchmark": task.name, "mode": mode, "grid": list(args.grid), "runs": results}, out)
+        print_json({"benchmark": task.name, "mode": mode, "grid": list(args.grid), "runs": results}, out)
     else:
         out.write(f"sweep done: {len(points)} variant(s) of {mode}; compare them with "
                   f"`python -m agentlab.bench report {task.name} --db {shared.db}`\n")

@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import agentlab.policies.arms as arms_mod
-from agentlab.bench.cli.common import EMBEDDED_DEFAULT_LIMIT, CliError
 from agentlab.bench.config import config_hash
 from agentlab.bench.league.store import COLUMN_NAMES, LEAGUE_COLUMNS, read_league
 from agentlab.bench.league.table import (
@@ -76,6 +75,7 @@ from agentlab.bench.league.table import (
 from agentlab.bench.spec import RunSpec, is_embedded, load_selection, resolve_run
 from agentlab.bench.store.results import DEFAULT_DB, ResultStore
 from agentlab.bench.tasks import Task, Unsupported, get_task
+from agentlab.bench.usage import EMBEDDED_DEFAULT_LIMIT, UsageError
 
 # ------------------------------------------------------------------------------------ arm choice
 
@@ -88,11 +88,11 @@ def choose_arms(task: Task, names: str, *, recall: bool = False, seeding: str | 
     recovered conditions, e.g. QMSum's ``summary`` and ``recall``); with ``--seeding lived`` the
     task's modes are left out (they seed their own way). ``recall`` adds ``<arm>+recall`` after
     every lossy generic arm. Naming ``x+recall`` brings its partner ``x`` along (recovery needs it).
-    Unknown names are a :class:`CliError` listing the known arms.
+    Unknown names are a :class:`UsageError` listing the known arms.
     """
     roles = task.roles()
     if roles is None:
-        raise CliError(f"{task.name} has no baseline mode to compare arms with, so a league does not apply")
+        raise UsageError(f"{task.name} has no baseline mode to compare arms with, so a league does not apply")
     baseline = roles.baseline
     lived = seeding == "lived"
     skipped: dict[str, str] = {}
@@ -115,7 +115,7 @@ def choose_arms(task: Task, names: str, *, recall: bool = False, seeding: str | 
     else:
         chosen = [n.strip() for n in names.split(",") if n.strip()]
         if not chosen:
-            raise CliError("--arms: name at least one arm, or 'all'")
+            raise UsageError("--arms: name at least one arm, or 'all'")
         rule = "named with --arms" + (", each lossy generic arm with +recall" if recall else "")
     out: list[str] = []
     for name in chosen:
@@ -124,9 +124,9 @@ def choose_arms(task: Task, names: str, *, recall: bool = False, seeding: str | 
         try:
             arm = task.arm(name)
         except LookupError as exc:
-            raise CliError(f"--arms: {exc.args[0]}") from exc
+            raise UsageError(f"--arms: {exc.args[0]}") from exc
         if lived and not arm.generic:
-            raise CliError(f"--arms {name}: {task.name}'s {name} mode seeds its own way; --seeding lived is for "
+            raise UsageError(f"--arms {name}: {task.name}'s {name} mode seeds its own way; --seeding lived is for "
                            "generic arms (leave it out, or drop --seeding lived)")
         if arm.role == "recovered" and arm.partner and arm.partner not in out and arm.partner != baseline:
             out.append(arm.partner)
@@ -137,7 +137,7 @@ def choose_arms(task: Task, names: str, *, recall: bool = False, seeding: str | 
             if task.has_arm(recalled) and recalled not in out:
                 out.append(recalled)
     if not out:
-        raise CliError(f"--arms {names}: no arm besides the baseline {baseline!r} to compare")
+        raise UsageError(f"--arms {names}: no arm besides the baseline {baseline!r} to compare")
     return out, skipped, rule
 
 
@@ -225,7 +225,7 @@ def _check_baseline_fits(task: Task, cases: Sequence[Any], settings: Any, window
     fix = ("drop --limit to run the embedded model's demo set (the cases whose baseline fits its window), "
            "or --fitting to take the first N such cases" if demo_possible else
            "pass --fitting to take only the cases whose baseline fits, or a model with a larger window")
-    raise CliError(f"{len(too_long)} of {len(cases)} selected {task.name} cases need a {roles.baseline} prompt over "
+    raise UsageError(f"{len(too_long)} of {len(cases)} selected {task.name} cases need a {roles.baseline} prompt over "
                    f"the model {model_spec}'s {window}-token window (largest {max(too_long)} tokens with "
                    f"{answer} answer tokens, cl100k estimate): the baseline would fail and every arm would be "
                    f"compared with failures; {fix}")
@@ -249,10 +249,10 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
     fits the model's window. ``evidence``: measure the LLM-free evidence kept of the arms that need
     no model first (:func:`measure_evidence`; stored in the ``retention`` table). ``notes``: where
     progress lines go (default stderr).
-    Every user error is a :class:`CliError` raised before anything is stored.
+    Every user error is a :class:`UsageError` raised before anything is stored.
     """
-    from agentlab.bench.cli.run import _build_model, _choose_cases, _close_clients, _prepare_model
     from agentlab.bench.running.executor import run_task, select
+    from agentlab.bench.running.models import build_model, choose_cases, close_clients, prepare_model
     from agentlab.model.base import observe_calls
 
     started = time.perf_counter()
@@ -276,21 +276,21 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
     first = specs[names[0]]
     settings = first.settings
     if metric is not None and not metric.strip():
-        raise CliError("--metric: give a metric name")
+        raise UsageError("--metric: give a metric name")
     if model_object is not None:
         built = model_object
         info = built.info
     else:
-        built = _build_model(first.model_spec, "--model", context_window)
-        info = _prepare_model(built, first.model_spec, "--model", window=True)
+        built = build_model(first.model_spec, "--model", context_window)
+        info = prepare_model(built, first.model_spec, "--model", window=True)
     judge = None
     if first.judge_spec is not None:
         from agentlab.bench.scoring.judge import Judge
 
         judging = built
         if first.judge_spec != first.model_spec and model_object is None:
-            judging = _build_model(first.judge_spec, "--judge-model")
-            _prepare_model(judging, first.judge_spec, "--judge-model", window=False)
+            judging = build_model(first.judge_spec, "--judge-model")
+            prepare_model(judging, first.judge_spec, "--judge-model", window=False)
         judge = Judge(judging, first.judge_spec)
     rule_name: str | None = None
     if selection is None and fitting:
@@ -302,16 +302,16 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         fitted = select_fitting(task, load_selection(task, settings), settings, window=window,
                                 limit=limit or EMBEDDED_DEFAULT_LIMIT, counter=counter, counted_with=counted_with)
         if not fitted.selection.cases:
-            raise CliError(f"--fitting: no {task.name} case's {roles.baseline} prompt fits the {window}-token window")
+            raise UsageError(f"--fitting: no {task.name} case's {roles.baseline} prompt fits the {window}-token window")
         selection, rule_name = fitted.selection, FITS_WINDOW_RULE
         notes.write(f"{fitted.selection.note}\n")
     elif selection is None:
-        selection, rule_name = _choose_cases(task, settings, built, first, notes)
+        selection, rule_name = choose_cases(task, settings, built, first, notes)
     bound = {name: spec.bind(info, selection.dataset_sha256) for name, spec in specs.items()}
     run_limit = None if rule_name is not None else first.limit
     cases = select(selection, run_limit)
     if not cases:
-        raise CliError(f"{task.name}: no case selected (check --limit and the settings)")
+        raise UsageError(f"{task.name}: no case selected (check --limit and the settings)")
     if info.context_window:
         _check_baseline_fits(task, cases, settings, int(info.context_window), first.model_spec,
                              demo_possible=is_embedded(first.model_spec) and limit is not None and not fitting,
@@ -327,7 +327,7 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         ids = spec.run_ids()
         baseline_id = baseline_id or ids[roles.baseline]
         if ids[roles.baseline] != baseline_id:
-            raise CliError(f"arm {name}: its baseline run {ids[roles.baseline]} differs from the league's "
+            raise UsageError(f"arm {name}: its baseline run {ids[roles.baseline]} differs from the league's "
                            f"{baseline_id} (the arms' settings differ); run them in separate leagues")
         for mode in spec.modes:
             if ids[mode] not in requests:
@@ -396,7 +396,7 @@ async def arun_league(benchmark: str, *, arms: str = "all", recall: bool = False
         if own_store:
             active.close()
         if model_object is None:
-            await _close_clients(built, getattr(judge, "model", None))
+            await close_clients(built, getattr(judge, "model", None))
 
 
 def run_league(benchmark: str, **kwargs: Any) -> LeagueResult:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import agentlab.bench.scoring.call_costs as call_costs
-from agentlab.bench.cli.common import CliError
 from agentlab.bench.config import canonical_json
 from agentlab.bench.league.store import COLUMN_NAMES, create_tables
 from agentlab.bench.scoring.recovery_rule import RECOVERY_GAP as RECOVERY_GAP
@@ -23,6 +22,7 @@ from agentlab.bench.scoring.recovery_rule import no_loss_reason
 from agentlab.bench.scoring.stats import mean_with_ci, paired_difference, pareto_front, recovery_ratio
 from agentlab.bench.spec import RunSpec
 from agentlab.bench.store.results import ResultStore
+from agentlab.bench.usage import UsageError
 
 #: Version of the league's definitions (stored with every league).
 LEAGUE_VERSION = "2"  # 2: recovery only over a loss (lossy below the baseline), not over |gap|
@@ -254,7 +254,7 @@ def pick_metric(rows: Sequence[dict[str, Any]], metric: str | None) -> tuple[str
     scored = sorted({r["metric"] for r in rows if r["metric"] is not None})
     if metric is not None:
         if metric not in scored:
-            raise CliError(f"--metric {metric!r}: the league's runs score {', '.join(scored) or 'no metric'}")
+            raise UsageError(f"--metric {metric!r}: the league's runs score {', '.join(scored) or 'no metric'}")
         return metric, "--metric"
     for name in PRIMARY_METRICS:
         if name in scored:

@@ -78,9 +78,9 @@ from agentlab.bench.retention.rows import (
     Question,
     RetentionRow,
     RetentionSummary,
-    _piece_in,
     aggregate,
     normalise,
+    piece_in,
     request_texts,
     units_present,
 )
@@ -242,7 +242,8 @@ async def _project(session: Session, mechanisms: Sequence[ContextMechanism], cur
 # ----------------------------------------------------------------------------- recovery
 
 
-async def _search_service(session: Session) -> Any:
+async def search_service(session: Session) -> Any:
+    """An in-memory session service holding ``session``: what a recall arm's search reads while measuring."""
     from agentlab.session.inmemory import InMemorySessionService
 
     service = InMemorySessionService()
@@ -280,7 +281,8 @@ async def search_left_out(service: Any, session_id: str, policy: RecallPolicy, q
     return [h.ref.event_id for h in hits[:top_k]]
 
 
-def _recall_policy(mechanisms: Sequence[Any]) -> RecallPolicy | None:
+def recall_policy_of(mechanisms: Sequence[Any]) -> RecallPolicy | None:
+    """The recall policy among an arm's mechanisms (given as settings or as its mechanism); ``None``: no recall."""
     for m in mechanisms:
         # A policy given as settings or as its mechanism (project() accepts both).
         policy = m.policy if isinstance(m, RecallMechanism) else m if isinstance(m, RecallPolicy) else None
@@ -366,7 +368,7 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
         shown = {e.id for e in result.draft.events
                  if e.id in by_id and not replaced_in_request(e, by_id[e.id])}
         left_out = history_ids - shown
-        recall = _recall_policy(mechanisms)
+        recall = recall_policy_of(mechanisms)
         paged = paged_back(result.draft) if offers_paging([result.draft]) else None  # offload handles
         recoverable: dict[int, float | None] = {}
         for k in ks:
@@ -379,9 +381,9 @@ async def measure_retention(history: Sequence[Event], questions: Sequence[Questi
             hits = set(paged or ())
             if recall is not None:
                 if service is None:
-                    service = await _search_service(session)
+                    service = await search_service(session)
                 hits |= set(await search_left_out(service, session_id, recall, q.text, left_out, k))
-            found = [ok or all(_piece_in(p.text, texts) or p.event_id in hits for p in unit.pieces)
+            found = [ok or all(piece_in(p.text, texts) or p.event_id in hits for p in unit.pieces)
                      for ok, unit in zip(present, q.evidence.units, strict=True)]
             recoverable[k] = sum(found) / n
         summaries = summary_texts(result)
@@ -436,7 +438,6 @@ __all__ = [
     "DEFAULT_KS",
     "RETENTION_VERSION",
     "FULL_HISTORY",
-    "HistoryGroup",
     "Question",
     "RetentionRow",
     "RetentionSummary",

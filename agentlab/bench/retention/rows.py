@@ -137,10 +137,11 @@ def request_texts(result: ProjectionResult) -> list[str]:
 
 def units_present(evidence: EvidenceMap, texts: Sequence[str]) -> list[bool]:
     """Per unit of ``evidence``: whether every piece's text is a substring of one of ``texts``."""
-    return [all(_piece_in(p.text, texts) for p in unit.pieces) for unit in evidence.units]
+    return [all(piece_in(p.text, texts) for p in unit.pieces) for unit in evidence.units]
 
 
-def _piece_in(text: str, texts: Sequence[str]) -> bool:
+def piece_in(text: str, texts: Sequence[str]) -> bool:
+    """Whether the evidence piece ``text`` appears, normalised, in one of ``texts``."""
     needle = normalise(text)
     return any(needle in t for t in texts)
 

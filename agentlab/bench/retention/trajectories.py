@@ -52,7 +52,7 @@ from typing import Any
 
 from agentlab.bench.datasets.trajectories import Trajectory
 from agentlab.bench.retention.offload import offers_paging, paged_back
-from agentlab.bench.retention.questions import _recall_policy, _search_service, normalise, search_left_out
+from agentlab.bench.retention.questions import normalise, recall_policy_of, search_left_out, search_service
 from agentlab.bench.retention.summary_bounds import (
     PlaceholderSummariser,
     SummaryCosts,
@@ -217,7 +217,7 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
     service: Any = None
     n_supports = visible = upper = recovered = refetch_steps = refetch_tokens = 0
     hidden: list[tuple[int, str]] = []
-    policy = _recall_policy(arm.mechanisms(settings, model))
+    policy = recall_policy_of(arm.mechanisms(settings, model))
     pages = offers_paging(r.draft for _, r, _ in replayed)
     for step, result, left_out in replayed:
         texts = request_texts(result)
@@ -238,7 +238,7 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
             continue
         query = _current_user(traj.events[:step.index])
         if service is None:
-            service = await _search_service(_session(traj, traj.events))
+            service = await search_service(_session(traj, traj.events))
         hits = set(await search_left_out(service, _session(traj, ()).id, policy,
                                          query.text if query is not None else "", set(left_out), k))
         recovered += sum(1 for s in missing if hits.intersection(s.sources))

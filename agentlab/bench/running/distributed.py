@@ -70,7 +70,7 @@ __all__ = [
 #: Seconds to wait for the first workers to report ready (model set up, imports done).
 READY_TIMEOUT = 300.0
 #: Environment variables a worker needs and a remote node may not have; forwarded when set.
-FORWARDED_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENTLAB_EXTENSIONS", "AGENTLAB_TASK_MODULES")
+FORWARDED_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENTLAB_EXTENSIONS")
 #: Object store of a Ray instance started by the driver: results are small, so keep it modest.
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 RAY_INSTALL_HINT = "pip install 'agentlab[ray]'"

@@ -38,10 +38,10 @@ from agentlab.bench.scoring.queries import (
 )
 from agentlab.bench.store.derived import write_derived
 from agentlab.bench.store.schema import (
-    _MIGRATIONS,
-    _SCHEMA,
     DERIVED_TABLES,
+    MIGRATIONS,
     RAW_TABLES,
+    RESULTS_SCHEMA,
     CaseRecord,
     CompactionRow,
     RunInfo,
@@ -120,8 +120,8 @@ class ResultStore:
         #: honour it through :meth:`current_runs_df`. Empty: every run is a candidate.
         self.run_selection = RunSelection()
         if not read_only:
-            self.conn.execute(_SCHEMA)
-            self.conn.execute(_MIGRATIONS)
+            self.conn.execute(RESULTS_SCHEMA)
+            self.conn.execute(MIGRATIONS)
 
     # ------------------------------------------------------------------------- lifecycle
 

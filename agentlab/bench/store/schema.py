@@ -27,7 +27,7 @@ from agentlab.bench.config import DEFAULT_VARIANT
 from agentlab.bench.scoring.metrics import Score
 from agentlab.model.base import CallRecord
 
-_SCHEMA = """
+RESULTS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id VARCHAR PRIMARY KEY,
     benchmark VARCHAR NOT NULL,
@@ -101,7 +101,7 @@ CREATE TABLE IF NOT EXISTS compactions (
 
 # Columns added after a table's first release: files written before them gain the column (NULL for
 # old rows) when they are opened for writing.
-_MIGRATIONS = """
+MIGRATIONS = """
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS attempts INTEGER;
 ALTER TABLE compactions ADD COLUMN IF NOT EXISTS mechanism VARCHAR;
 """

@@ -106,7 +106,7 @@ from agentlab.bench.tasks._harness import (
     project_prompt,
 )
 from agentlab.events import Event, Message
-from agentlab.extensions import LEGACY_ENV, load_extensions
+from agentlab.extensions import load_extensions
 
 if TYPE_CHECKING:
     from agentlab.bench.retention.delivery import DeliveryMode
@@ -116,11 +116,6 @@ if TYPE_CHECKING:
 
 #: App, user and agent names of a generic arm's runs.
 GENERIC_APP, GENERIC_USER, GENERIC_AGENT = "agentlab-bench", "user", "assistant"
-
-#: Extra modules to import when discovering tasks: the older name of ``$AGENTLAB_EXTENSIONS``
-#: (:mod:`agentlab.extensions`), which is read too.
-TASK_MODULES_ENV = LEGACY_ENV
-
 
 # ------------------------------------------------------------------------------------- task
 
@@ -202,7 +197,7 @@ class Task(ABC):
     def retention_groups(self, cases: Sequence[Case], settings: Settings, delivery: DeliveryMode) -> list[HistoryGroup]:
         """The histories the LLM-free retention measures over ``cases``, each with the questions asked over it.
 
-        One :class:`~agentlab.bench.retention.questions.HistoryGroup` per shared history (a meeting, a
+        One :class:`~agentlab.bench.retention.rows.HistoryGroup` per shared history (a meeting, a
         conversation), holding only the selected cases' questions, each with its gold evidence map
         (:class:`~agentlab.bench.retention.delivery.EvidenceMap`). ``delivery``: ``turns`` (the events the task
         seeds, as :meth:`history`) or ``tool_results`` (:meth:`tool_delivery`'s reading trajectory).

@@ -141,8 +141,8 @@ class TrajectoriesTask(Task):
                          context_budget: int, budget_source: str, limit: int, as_json: bool, out: Any,
                          cache_profile: str = "none", price_model: str | None = None,
                          db: Path | None = None, summary_tokens: int | None = None) -> int:
-        """``retention trajectories``: the per-step support table (:mod:`agentlab.bench.cli.trajectories`), stored in ``db``."""
-        from agentlab.bench.cli.trajectories import run_trajectory_retention
+        """``retention trajectories``: the per-step support table (:mod:`agentlab.bench.retention.trajectory_report`), stored in ``db``."""
+        from agentlab.bench.retention.trajectory_report import run_trajectory_retention
 
         choice = settings.of("dataset", TrajectoryDataset)
         # claude_code alone: read only the first `limit` pinned files (one main thread each) instead of all 300

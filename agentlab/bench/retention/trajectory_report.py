@@ -1,6 +1,6 @@
 """``python -m agentlab.bench retention trajectories``: the trajectory replay's printed and JSON output.
 
-Called by :func:`agentlab.bench.cli.retention.cmd_retention` once it has chosen the arms, parsed the
+Called by :func:`agentlab.bench.cli.retention.cmd_retention` (and by the ``trajectories`` task) once it has chosen the arms, parsed the
 settings and resolved the budget; this module only loads the trajectories, measures
 (:func:`agentlab.bench.retention.trajectories.measure_trajectories`), stores and prints. Rows are
 stored per trajectory and arm in the ``trajectory_retention`` table of ``--db``
@@ -18,17 +18,16 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentlab.bench.cli.common import _print_json
-from agentlab.bench.cli.retention import (
+from agentlab.bench.retention.cache import cache_means, ranking_differences
+from agentlab.bench.retention.parallel import measure_in_processes
+from agentlab.bench.retention.questions import retention_settings
+from agentlab.bench.retention.report import (
     active_profile,
     format_cache_table,
     resolve_price,
     stored_note,
     write_fraction_note,
 )
-from agentlab.bench.retention.cache import cache_means, ranking_differences
-from agentlab.bench.retention.parallel import measure_in_processes
-from agentlab.bench.retention.questions import retention_settings
 from agentlab.bench.retention.summary_bounds import (
     DEFAULT_SUMMARY_TOKENS,
     format_summary_costs,
@@ -43,6 +42,7 @@ from agentlab.bench.retention.trajectories import (
 )
 from agentlab.bench.store.cache import PROMPT_CACHE, RECORDED, store_with_cache
 from agentlab.bench.store.trajectories import TABLE, TRAJECTORY_RETENTION, trajectory_records
+from agentlab.bench.usage import print_json
 from agentlab.model.prompt_caching import get_profile
 
 
@@ -86,7 +86,7 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
     stored, cached = (0, 0) if db is None else _store(db, timed.rows, budget, profile, price, priced_model)
     wall = time.perf_counter() - started
     if as_json:
-        _print_json({"benchmark": "trajectories", "datasets": datasets, "context_budget": budget,
+        print_json({"benchmark": "trajectories", "datasets": datasets, "context_budget": budget,
                      "context_budget_source": budget_source, "cases": len(trajectories), "data_note": data_note, "model": None,
                      "recall_top_k": DEFAULT_K, "summaries": [asdict(s) for s in summaries], "skipped": skipped,
                      "summary_tokens": summary_tokens, "summary_tokens_note": bounds_line or None,
