@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,15 @@ def test_the_old_flat_paths_are_gone(old: str) -> None:
     assert not (BENCH / f"{old}.py").exists()
     spec = importlib.util.find_spec(f"agentlab.bench.{old}")
     assert spec is None or spec.submodule_search_locations  # a package of that name, never a module shim
+
+
+def test_the_layout_page_names_every_module_of_the_bench_packages() -> None:
+    text = (PACKAGE.parent / "docs" / "layout.md").read_text(encoding="utf-8")
+    jobs = ("cli", "running", "scoring", "store", "retention", "retrieval", "league")
+    missing = []
+    for job in jobs:
+        block = text.split(f"  bench/{job}/", 1)[1].split("\n  bench/", 1)[0].split("\nagentlab/", 1)[0]
+        missing += [f"{job}/{p.name}" for p in sorted((BENCH / job).glob("*.py"))
+                    if p.name != "__init__.py" and not re.search(rf"(?<![\w/]){re.escape(p.name)}", block)]
+    top = [p.name for p in BENCH.glob("*.py") if p.name not in ("__init__.py", "__main__.py") and p.name not in text]
+    assert missing + top == [], "docs/layout.md: describe these in their package's line"

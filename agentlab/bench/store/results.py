@@ -53,7 +53,8 @@ DEFAULT_DB = Path("results") / "agentlab.duckdb"
 #: The current-run CTE under its earlier name (the SQL itself lives in :mod:`agentlab.bench.scoring.queries`).
 PRIMARY_RUNS_CTE = CURRENT_RUNS_CTE
 
-# The names listed here that live in agentlab.bench.scoring.queries, .store_schema and .pairing are still imported from here.
+# The names listed here that live in agentlab.bench.scoring.queries, agentlab.bench.store.schema and
+# agentlab.bench.scoring.pairing are still imported from here.
 __all__ = [
     "DEFAULT_DB",
     "DERIVED_TABLES",
