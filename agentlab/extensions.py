@@ -4,8 +4,7 @@ A policy, an arm or a whole benchmark written outside the package registers itse
 is imported (``register_arm(...)``, ``@register``). ``$AGENTLAB_EXTENSIONS`` names those modules,
 comma-separated; every entry point of agentlab that looks an arm or a benchmark up calls
 :func:`load_extensions` first, so the same module is seen by ``python -m agentlab.bench``, by a
-notebook and by ``python -m agentlab.serve``. ``$AGENTLAB_TASK_MODULES`` (the older name, from when
-only benchmarks were loaded this way) is read too.
+notebook and by ``python -m agentlab.serve``.
 
 An entry is either a module name (``my_policy``, ``lab.policies``), imported as usual — from the
 current directory, ``PYTHONPATH`` or an installed package — or the path of a ``.py`` file
@@ -27,18 +26,16 @@ from pathlib import Path
 
 #: The variable that names the user's modules (comma-separated module names or ``.py`` paths).
 EXTENSIONS_ENV = "AGENTLAB_EXTENSIONS"
-#: Its older name, still read: modules named here are loaded exactly as those of :data:`EXTENSIONS_ENV`.
-LEGACY_ENV = "AGENTLAB_TASK_MODULES"
 
 class ExtensionError(ValueError):
-    """A module named in ``$AGENTLAB_EXTENSIONS`` (or ``$AGENTLAB_TASK_MODULES``) could not be loaded."""
+    """A module named in ``$AGENTLAB_EXTENSIONS`` could not be loaded."""
 
 
 def extension_entries(environ: dict[str, str] | None = None) -> list[str]:
     """The entries the environment names, in order, each once (:data:`EXTENSIONS_ENV` first)."""
     env = os.environ if environ is None else environ
     entries: list[str] = []
-    for variable in (EXTENSIONS_ENV, LEGACY_ENV):
+    for variable in (EXTENSIONS_ENV,):
         for entry in (part.strip() for part in env.get(variable, "").split(",")):
             if entry and entry not in entries:
                 entries.append(entry)
@@ -46,7 +43,7 @@ def extension_entries(environ: dict[str, str] | None = None) -> list[str]:
 
 
 def _variable_of(entry: str) -> str:
-    for variable in (EXTENSIONS_ENV, LEGACY_ENV):
+    for variable in (EXTENSIONS_ENV,):
         if entry in (part.strip() for part in os.environ.get(variable, "").split(",")):
             return "$" + variable
     return "$" + EXTENSIONS_ENV

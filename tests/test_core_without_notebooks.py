@@ -31,7 +31,7 @@ for info in pkgutil.walk_packages(agentlab.__path__, "agentlab."):
         continue
     importlib.import_module(info.name)
     imported += 1
-from agentlab.bench import cli
+from agentlab.bench.cli import main as cli
 assert cli.main(["list"]) == 0
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
 assert not loaded, loaded

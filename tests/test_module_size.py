@@ -1,8 +1,8 @@
 """No module of ``agentlab/`` is over 600 lines: a module that long does several things.
 
 There are no exceptions: split a module that grows past the limit by what its parts do (the
-issue-34 splits — ``serve/proxy.py``, ``bench/league.py``, ``session/duckdb.py``, ``bench/store.py``,
-``bench/distributed.py``, ``bench/executor.py`` — show how, each keeping its old import paths).
+issue-34 splits — ``serve/proxy.py``, ``bench/league/play.py``, ``session/duckdb.py``, ``bench/store/results.py``,
+``bench/running/distributed.py``, ``bench/running/executor.py`` — show how, each keeping its old import paths).
 """
 
 from __future__ import annotations

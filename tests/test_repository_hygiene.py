@@ -152,7 +152,7 @@ def test_the_ci_layout_and_ordinary_paths_are_not_machine_paths(line: str) -> No
     "see docs/sources.md#" + "no-such-section",
 ])
 def test_a_planted_citation_that_cannot_be_followed_is_found(line: str) -> None:
-    assert citation_violations("agentlab/bench/metrics.py", f'"""x\n{line}\n"""\n', PAGES) != []
+    assert citation_violations("agentlab/bench/scoring/metrics.py", f'"""x\n{line}\n"""\n', PAGES) != []
 
 
 def test_a_broken_link_inside_a_docs_page_is_found() -> None:
@@ -169,7 +169,7 @@ def test_only_the_changelog_may_name_a_removed_page() -> None:
 
 def test_a_citation_of_a_held_page_and_section_is_fine() -> None:
     text = "F1 as the summary benchmark defines it (docs/sources.md#summary-benchmark-metrics); docs/sources.md"
-    assert citation_violations("agentlab/bench/metrics.py", text, PAGES) == []
+    assert citation_violations("agentlab/bench/scoring/metrics.py", text, PAGES) == []
 
 
 def test_heading_anchors_follow_github() -> None:

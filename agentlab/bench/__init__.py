@@ -1,15 +1,15 @@
 """Benchmark harnesses: datasets, tasks, metrics, judge, executor, DuckDB store and analysis.
 
-Run from the shell with ``python -m agentlab.bench`` (see :mod:`agentlab.bench.cli`); from a
+Run from the shell with ``python -m agentlab.bench`` (see :mod:`agentlab.bench.cli.main`); from a
 notebook use :mod:`agentlab.bench.analysis` (``*_df()`` functions). A new benchmark is one module in
 :mod:`agentlab.bench.tasks` implementing :class:`Task` (the interface is documented there).
 """
 
 from agentlab.bench.config import Settings, load_settings
 from agentlab.bench.facts import ModeRoles
-from agentlab.bench.judge import Judge, JudgeResult
-from agentlab.bench.metrics import Score
-from agentlab.bench.store import DEFAULT_DB, ResultStore
+from agentlab.bench.scoring.judge import Judge, JudgeResult
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.store.results import DEFAULT_DB, ResultStore
 from agentlab.bench.tasks import (
     Case,
     CaseError,

@@ -1,8 +1,8 @@
-"""``python -m agentlab.bench`` (see :mod:`agentlab.bench.cli`); ends without the interpreter's teardown
-once everything is stored (:mod:`agentlab.bench.process_exit`).
+"""``python -m agentlab.bench`` (see :mod:`agentlab.bench.cli.main`); ends without the interpreter's teardown
+once everything is stored (:mod:`agentlab.bench.running.process_exit`).
 """
 
-from agentlab.bench.cli import main
-from agentlab.bench.process_exit import finish
+from agentlab.bench.cli.main import main
+from agentlab.bench.running.process_exit import finish
 
 finish(main())

@@ -4,7 +4,7 @@
 >>> analysis.recovery_df(benchmark="qmsum")            # doctest: +SKIP
 
 Each function opens the results file read-only (``results/agentlab.duckdb`` unless ``db=`` is
-given, or pass an open :class:`~agentlab.bench.store.ResultStore` as ``store=``), filters by
+given, or pass an open :class:`~agentlab.bench.store.results.ResultStore` as ``store=``), filters by
 benchmark / mode when asked, and returns a DataFrame. The three derived tables are rebuilt first
 when ``rebuild=True`` (the ``report`` command always rebuilds them).
 """
@@ -19,9 +19,9 @@ from typing import Any
 
 import pandas as pd
 
-from agentlab.bench.config import ModeRoles
-from agentlab.bench.metrics import percentiles
-from agentlab.bench.store import DEFAULT_DB, MODE_MEANS_SQL, ResultStore
+from agentlab.bench.facts import ModeRoles
+from agentlab.bench.scoring.metrics import percentiles
+from agentlab.bench.store.results import DEFAULT_DB, MODE_MEANS_SQL, ResultStore
 
 
 @contextlib.contextmanager
@@ -153,12 +153,12 @@ def calls_df(benchmark: str | None = None, mode: str | None = None, *, db: str |
 def retention_df(benchmark: str | None = None, arm: str | None = None, *, delivery: str | None = None,
                  db: str | Path | None = None, store: ResultStore | None = None) -> pd.DataFrame:
     """The LLM-free retention rows of ``python -m agentlab.bench retention``: one per benchmark,
-    delivery, budget, arm and case (columns in :mod:`agentlab.bench.retention_store`).
+    delivery, budget, arm and case (columns in :mod:`agentlab.bench.store.retention`).
 
     Empty, with the columns, when nothing was measured yet. ``chunk_turns`` is missing where it
     does not apply (turn delivery, or whole-session reads).
     """
-    from agentlab.bench.retention_store import read_retention
+    from agentlab.bench.store.retention import read_retention
 
     with _open(db, store) as s:
         return read_retention(s.conn, benchmark=benchmark, arm=arm, delivery=delivery)
@@ -167,12 +167,12 @@ def retention_df(benchmark: str | None = None, arm: str | None = None, *, delive
 def trajectory_retention_df(dataset: str | None = None, arm: str | None = None, *, db: str | Path | None = None,
                             store: ResultStore | None = None) -> pd.DataFrame:
     """The rows of ``python -m agentlab.bench retention trajectories``: one per dataset, budget, arm and
-    recorded trajectory (columns in :mod:`agentlab.bench.trajectory_store`).
+    recorded trajectory (columns in :mod:`agentlab.bench.store.trajectories`).
 
     Empty, with the columns, when nothing was measured yet. ``hidden`` is a JSON list of
     (step index, support text); ``n_hidden`` its length.
     """
-    from agentlab.bench.trajectory_store import read_trajectory_retention
+    from agentlab.bench.store.trajectories import read_trajectory_retention
 
     with _open(db, store) as s:
         return read_trajectory_retention(s.conn, dataset=dataset, arm=arm)
@@ -182,12 +182,12 @@ def prompt_cache_df(measure: str | None = None, arm: str | None = None, *, db: s
                     store: ResultStore | None = None) -> pd.DataFrame:
     """The prompt-cache figures of the retention rows measured with ``--cache-profile``: one per measure
     (``retention`` or ``trajectories``), benchmark or dataset, delivery, budget, arm, case and profile
-    (columns in :mod:`agentlab.bench.cache_store`).
+    (columns in :mod:`agentlab.bench.store.cache`).
 
     Empty, with the columns, when nothing was stored yet. ``chunk_turns`` is missing where it does
     not apply; the costs are missing when no price was resolved.
     """
-    from agentlab.bench.cache_store import read_prompt_cache
+    from agentlab.bench.store.cache import read_prompt_cache
 
     with _open(db, store) as s:
         return read_prompt_cache(s.conn, measure=measure, arm=arm)
@@ -200,9 +200,9 @@ def league_df(benchmark: str | None = None, *, league_id: str | None = None, db:
     Stable columns: ``league_id, benchmark, arm, role, partner, n_ok, n_failed, prompt_savings,
     peak_prompt_tokens_mean, peak_prompt_tokens_max, summary_calls, summary_tokens, metric, delta,
     ci_low, ci_high, p_value, recovery, pareto, evidence_kept`` (then the run ids, intervals and
-    counts of :data:`agentlab.bench.league_store.LEAGUE_COLUMNS`). Empty, with the columns, before any league.
+    counts of :data:`agentlab.bench.league.store.LEAGUE_COLUMNS`). Empty, with the columns, before any league.
     """
-    from agentlab.bench.league_store import read_league
+    from agentlab.bench.league.store import read_league
 
     with _open(db, store) as s:
         return read_league(s, benchmark=benchmark, league_id=league_id)
@@ -265,7 +265,7 @@ def pareto_df(benchmark: str | None = None, metric: str | None = None, *, db: st
     run of the same benchmark, model and metric saves at least as much while losing at most as
     much (and is better in one). Points, not intervals, decide the frontier: read it with the bars.
     """
-    from agentlab.bench.stats import pareto_front
+    from agentlab.bench.scoring.stats import pareto_front
 
     with _open(db, store, writable=rebuild) as s:
         if rebuild:
@@ -308,7 +308,7 @@ def variant_comparison_df(benchmark: str, variant_a: str, variant_b: str, *, mod
     (model, mode, metric) where both variants have a run (the run with the most ok cases when a
     variant has several, e.g. on two data subsets — its id is in the row).
     """
-    from agentlab.bench.stats import paired_difference
+    from agentlab.bench.scoring.stats import paired_difference
 
     with _open(db, store) as s:
         runs = runs_df(benchmark, mode, store=s)

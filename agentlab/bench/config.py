@@ -53,7 +53,6 @@ from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentlab.bench.facts import ModeRoles as ModeRoles  # re-exported: tasks and tests import it from here
 from agentlab.bench.facts import registered_roles, registered_so_far, registered_task
 from agentlab.model.base import GenerationConfig
 from agentlab.policy import (

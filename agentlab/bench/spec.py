@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from agentlab.bench.cli_common import _VARIANT_NAME, EMBEDDED_DEFAULT_LIMIT, CliError, _banner
 from agentlab.bench.config import (
     Settings,
     apply_overrides,
@@ -45,12 +44,13 @@ from agentlab.bench.config import (
     variant_settings,
 )
 from agentlab.bench.datasets.base import DatasetError
-from agentlab.bench.executor import RunRequest, run_config
+from agentlab.bench.running.executor import RunRequest, run_config
 from agentlab.bench.tasks import Task, discover, get_task
+from agentlab.bench.usage import EMBEDDED_DEFAULT_LIMIT, VARIANT_NAME, UsageError, print_banner
 from agentlab.model.base import ModelInfo
 
 if TYPE_CHECKING:
-    from agentlab.bench.arms import Arm
+    from agentlab.policies.arms import Arm
 
 #: What a resolved run does: answer and score cases, only count prompt tokens, or only measure retrieval.
 Action = Literal["run", "dry_run", "retrieval_only"]
@@ -69,7 +69,7 @@ class RunSpec:
     Built by :func:`resolve_run`; :meth:`bind` adds the model's window and the dataset fingerprint,
     after which :meth:`run_ids` names every run. Frozen (its mappings are read-only views): what
     was resolved is what runs. It carries what it looked up — the task instance, each mode's
-    :class:`~agentlab.bench.arms.Arm` and the settings — so the commands that carry it out (run,
+    :class:`~agentlab.policies.arms.Arm` and the settings — so the commands that carry it out (run,
     ``--dry-run``, ``league``, ``sweep``) take them from here instead of looking them up again.
     """
 
@@ -149,7 +149,7 @@ class RunSpec:
         """This spec with the answer model's window and the data fingerprint; refuses a budget above the window."""
         window = int(info.context_window or 0)
         if self.context_budget is not None and window and self.context_budget > window:
-            raise CliError(f"--context-budget {self.context_budget} is above the model's context window of {window} "
+            raise UsageError(f"--context-budget {self.context_budget} is above the model's context window of {window} "
                            f"tokens ({info.context_window_source or 'stated by the model'}); give at most {window}")
         return dataclasses.replace(self, context_window=window, context_window_source=info.context_window_source,
                                    dataset_sha256=dataset_sha256)
@@ -252,7 +252,7 @@ def check_policies(task: Task, mode: str, settings: Settings) -> None:
         task.arm_policies(mode, settings)
     except (ValueError, TypeError, KeyError) as exc:
         detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        raise CliError(f"{task.name}/{mode} settings rejected: {detail} (fix the --set value or "
+        raise UsageError(f"{task.name}/{mode} settings rejected: {detail} (fix the --set value or "
                        f"benchmarks/{task.name}.toml)") from exc
 
 
@@ -264,21 +264,21 @@ def load_selection(task: Task, settings: Settings) -> Any:
         if isinstance(exc, DatasetError):
             raise
         detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        raise CliError(f"{task.name}: {detail} (fix the --set value or benchmarks/{task.name}.toml)") from exc
+        raise UsageError(f"{task.name}: {detail} (fix the --set value or benchmarks/{task.name}.toml)") from exc
 
 
 def _check_numbers(limit: int | None, concurrency: int | None, context_window: int | None,
                    context_budget: int | None) -> None:
     if limit is not None and limit < 0:
-        raise CliError(f"--limit must be >= 0 (0 = all cases), got {limit}")
+        raise UsageError(f"--limit must be >= 0 (0 = all cases), got {limit}")
     if concurrency is not None and concurrency < 1:
-        raise CliError(f"--concurrency must be >= 1, got {concurrency}")
+        raise UsageError(f"--concurrency must be >= 1, got {concurrency}")
     if context_window is not None and context_window < 1:
-        raise CliError(f"--context-window must be a positive number of tokens, got {context_window}")
+        raise UsageError(f"--context-window must be a positive number of tokens, got {context_window}")
     if context_budget is not None and context_budget < 1:
-        raise CliError(f"--context-budget must be a positive number of tokens, got {context_budget}")
+        raise UsageError(f"--context-budget must be a positive number of tokens, got {context_budget}")
     if context_budget is not None and context_window is not None and context_budget > context_window:
-        raise CliError(f"--context-budget {context_budget} is above --context-window {context_window}; "
+        raise UsageError(f"--context-budget {context_budget} is above --context-window {context_window}; "
                        f"give at most {context_window}")
 
 
@@ -292,8 +292,8 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
     """Flags + the benchmark's settings file + the mode → the run's :class:`RunSpec` (not yet bound).
 
     The keyword arguments are the run command's flags (``limit=0`` = all cases, ``None`` = the
-    default: all, or :data:`~agentlab.bench.cli_common.EMBEDDED_DEFAULT_LIMIT` on the embedded model).
-    Every user error is a :class:`~agentlab.bench.cli_common.CliError` (or a settings / dataset
+    default: all, or :data:`~agentlab.bench.usage.EMBEDDED_DEFAULT_LIMIT` on the embedded model).
+    Every user error is a :class:`~agentlab.bench.usage.UsageError` (or a settings / dataset
     error) with one line; nothing is stored and no model is called. ``loader`` reads the settings
     file and ``version`` names the code (tests replace them). ``task``: the command's instance of the
     benchmark's task, when it has one already (a league's arms, a sweep's points): the spec reuses
@@ -307,27 +307,27 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
     elif task.name != benchmark:
         raise ValueError(f"resolve_run({benchmark!r}, task=...): the task given is {task.name!r}")
     if task.tool_delivery_inapplicable and any(o.partition("=")[0].strip() == DELIVERY_KEY for o in overrides):
-        raise CliError(f"{task.name}: --set {DELIVERY_KEY} does not apply: {task.tool_delivery_inapplicable}")
+        raise UsageError(f"{task.name}: --set {DELIVERY_KEY} does not apply: {task.tool_delivery_inapplicable}")
     model_spec = model or default_spec()
     calls_model = action == "run"
     embedded = calls_model and is_embedded(model_spec)
     settings, reference, changes = load_run_settings(task, overrides, smoke=embedded and not published_settings,
                                                      embedded=embedded, loader=loader)
-    if variant is not None and not _VARIANT_NAME.fullmatch(variant):
-        raise CliError(f"--variant {variant!r}: use letters, digits and . _ - = ; : + , (no spaces)")
+    if variant is not None and not VARIANT_NAME.fullmatch(variant):
+        raise UsageError(f"--variant {variant!r}: use letters, digits and . _ - = ; : + , (no spaces)")
     mode = mode or task.default_mode
     try:
         arm = task.arm(mode)
     except LookupError as exc:
-        raise CliError(str(exc.args[0])) from exc
+        raise UsageError(str(exc.args[0])) from exc
     if seeding is not None and seeding not in ("forced", "lived"):
-        raise CliError(f"--seeding {seeding!r}: use forced or lived")
+        raise UsageError(f"--seeding {seeding!r}: use forced or lived")
     if seeding == "lived" and not arm.generic:
-        raise CliError(f"--seeding lived is for generic arms; {task.name}'s {mode} mode seeds its own way "
+        raise UsageError(f"--seeding lived is for generic arms; {task.name}'s {mode} mode seeds its own way "
                        f"(try --arm rolling_summary)")
     if action == "retrieval_only" and not has_retrieval(task):
         with_retrieval = ", ".join(name for name, cls in sorted(discover().items()) if has_retrieval(cls()))
-        raise CliError(f"{task.name} has no retrieval to measure, so --retrieval-only does not apply; "
+        raise UsageError(f"{task.name} has no retrieval to measure, so --retrieval-only does not apply; "
                        f"benchmarks with it: {with_retrieval}")
     check_policies(task, mode, settings)
     modes = [mode] if (not calls_model or not baselines) else comparison_modes(task, mode)
@@ -335,7 +335,7 @@ def resolve_run(benchmark: str, *, mode: str | None = None, model: str | None = 
         try:
             task.delivered_arm(name, settings)
         except ValueError as exc:
-            raise CliError(str(exc)) from exc
+            raise UsageError(str(exc)) from exc
     for compared in modes[:-1]:  # the baseline and lossy runs use the same settings
         check_policies(task, compared, settings)
     judge_enabled = bool(settings.get("judge", "enabled", True))
@@ -386,7 +386,7 @@ def smoke_banner(benchmark: str, changes: Mapping[str, tuple[Any, Any]]) -> str:
 def write_smoke_banner(spec: RunSpec, out: TextIO) -> None:
     """Print :func:`smoke_banner` as a banner when ``[smoke]`` values changed the spec's settings."""
     if spec.smoke_changes:
-        _banner(smoke_banner(spec.benchmark, spec.smoke_changes), out)
+        print_banner(smoke_banner(spec.benchmark, spec.smoke_changes), out)
 
 
 __all__ = [

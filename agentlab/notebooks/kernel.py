@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 # Coroutines from notebook cells (a running loop) run through the harness's one helper.
-from agentlab.bench.loops import run_sync as run_sync
+from agentlab.bench.running.loops import run_sync as run_sync
 from agentlab.notebooks import provenance
 
 #: The checkout this package runs from (``agentlab/notebooks/`` is two levels below it).

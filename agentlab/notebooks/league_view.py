@@ -2,11 +2,11 @@
 arm sent the model for one case.
 
 * :func:`ensure_league` runs (or resumes) one league — the baseline once, then every arm, on the same
-  cases, model and context budget — with :func:`agentlab.bench.league.run_league`, the function behind
+  cases, model and context budget — with :func:`agentlab.bench.league.play.run_league`, the function behind
   ``python -m agentlab.bench league``; the table is stored in the results file.
 * :func:`stored_leagues` lists the leagues stored there (one per benchmark, budget and seeding for a
   model, the latest when several), :func:`league_table` reads one back through
-  :func:`agentlab.bench.analysis.league_df` (its columns are defined in :mod:`agentlab.bench.league`).
+  :func:`agentlab.bench.analysis.league_df` (its columns are defined in :mod:`agentlab.bench.league.play`).
 * :func:`plot_league` draws quality delta against prompt savings with both paired 95 % intervals.
 * :func:`case_requests` projects one case's seeded history through each arm's mechanisms
   (:func:`agentlab.core.project`, the functions a live agent builds its request with) and
@@ -50,7 +50,7 @@ def ensure_league(benchmark: str, arms: Sequence[str], *, model: str, limit: int
     Resumable like every run: cases stored ``ok`` are reused, so a second call sends no model call.
     With ``echo``, one line on what ran and what was reused.
     """
-    from agentlab.bench.league import run_league
+    from agentlab.bench.league.play import run_league
 
     Path(db).parent.mkdir(parents=True, exist_ok=True)
     notes = io.StringIO()
@@ -69,7 +69,7 @@ def stored_leagues(db: str | os.PathLike[str], *, model: str | None = None) -> p
     """The leagues in ``db`` (of ``model`` when given): one row per benchmark, context budget and seeding,
     the latest written when several leagues share them; empty when none is stored.
     """
-    from agentlab.bench.store import ResultStore
+    from agentlab.bench.store.results import ResultStore
 
     columns = ["league_id", "benchmark", "model", "context_budget", "seeding", "n_cases", "primary_metric", "written"]
     if not Path(db).is_file():
@@ -140,7 +140,7 @@ def plot_league(rows: pd.DataFrame, *, ax: Axes | None = None, title: str = "", 
     """Quality delta (y, higher is better) against prompt savings (x), one point per arm of one metric.
 
     ``x="net_cost_usd"`` draws the net cost per case instead (the rows need the column:
-    ``agentlab.bench.call_costs.with_run_costs(rows, ResultStore(db).query)``; no interval on that axis,
+    ``agentlab.bench.scoring.call_costs.with_run_costs(rows, ResultStore(db).query)``; no interval on that axis,
     and the frontier stays the savings one, so it is not joined).
 
     Error bars are the paired 95 % intervals on both axes (none where there is no interval, e.g. the
@@ -160,7 +160,7 @@ def plot_league(rows: pd.DataFrame, *, ax: Axes | None = None, title: str = "", 
         raise ValueError(f"plot_league draws one metric; got {metrics}: filter the league first")
     if x not in ("prompt_savings", "net_cost_usd") or x not in rows.columns:
         raise ValueError(f"plot_league x={x!r}: use prompt_savings or net_cost_usd (a column of the rows; add the "
-                         "cost with agentlab.bench.call_costs.with_run_costs)")
+                         "cost with agentlab.bench.scoring.call_costs.with_run_costs)")
     if x != "prompt_savings" and rows[x].isna().any():
         raise ValueError(f"plot_league x={x!r}: some arms have no cost (their model has no price in data/prices.toml)")
     savings_axis = x == "prompt_savings"
@@ -246,7 +246,7 @@ def league_cases(db: str | os.PathLike[str], league_id: str) -> list[str]:
     """The ids of the cases league ``league_id`` compared (the case dropdown), in run order."""
     import json
 
-    from agentlab.bench.store import ResultStore
+    from agentlab.bench.store.results import ResultStore
 
     with ResultStore(Path(db), read_only=True) as store:
         found = store.query("SELECT spec FROM leagues WHERE league_id = ?", [league_id])
@@ -293,7 +293,7 @@ def case_requests(benchmark: str, case_id: str, arms: Sequence[str], *, context_
     tokens its run's answer call reported (:func:`stored_answer_tokens`), shown next to the projection's.
     """
     from agentlab.bench.config import load_settings
-    from agentlab.bench.loops import run_sync
+    from agentlab.bench.running.loops import run_sync
     from agentlab.bench.tasks import get_task
     from agentlab.core import project
     from agentlab.model.registry import get_model

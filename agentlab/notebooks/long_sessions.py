@@ -22,7 +22,7 @@ NO_MODEL = "no model: LLM-free replay of recorded Claude Code sessions"
 
 def measure_long_sessions(db: Path, limit: int, budgets: Sequence[int], arms: Sequence[str]) -> list[str]:
     """Run the replay at each budget into ``db``; the commands' printed outputs, one per budget."""
-    from agentlab.bench.cli import main
+    from agentlab.bench.cli.main import main
 
     outputs = []
     for budget in budgets:

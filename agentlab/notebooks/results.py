@@ -19,7 +19,7 @@ import pandas as pd
 
 
 def _run_cli(args: Sequence[str]) -> tuple[int, str, str]:
-    from agentlab.bench import cli
+    from agentlab.bench.cli import main as cli
 
     out, err = io.StringIO(), io.StringIO()
 
@@ -223,7 +223,7 @@ def judge_note(means: pd.DataFrame, metric: str = "llm_score") -> str:
 
     ``<metric>_correct`` is the share of answers the judge *labelled* correct; ``<metric>`` is the
     published score, the judge's confidence when it said correct and 0 otherwise
-    (:func:`agentlab.bench.judge.confidence_if_correct`). So ``<metric>`` / ``<metric>_correct`` is its
+    (:func:`agentlab.bench.scoring.judge.confidence_if_correct`). So ``<metric>`` / ``<metric>_correct`` is its
     mean confidence on the answers it passed: a judge that says "correct" with confidence 0 gives
     1.0 and 0 — it passed everything and believed none of it; neither says that the answers are right.
     """

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentlab.bench.trajectory_retention import TrajectoryRow, TrajectorySummary
+from agentlab.bench.retention.trajectories import TrajectoryRow, TrajectorySummary
 
 NO_MODEL = "no model: LLM-free measure"
 

@@ -74,12 +74,12 @@ async def preload_outside_run(service: SessionService, app_name: str, user_id: s
     """
     from agentlab.core.invocation import Invocation
     from agentlab.events import Message
-    from agentlab.recall.search import _OutsideRun  # the never-run agent of a search outside a run
+    from agentlab.recall.search import OutsideRun  # the never-run agent of a search outside a run
     from agentlab.session.base import Session
 
     probe = Session(app_name=app_name, user_id=user_id, id=session_id)
     inv = Invocation(app_name=app_name, user_id=user_id, session=probe, session_service=service,
-                     agent=_OutsideRun(), message=Message.user(query), filter_key=filter_key)
+                     agent=OutsideRun(), message=Message.user(query), filter_key=filter_key)
     return await preload_hits(inv, policy, query)
 
 

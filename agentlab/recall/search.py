@@ -397,7 +397,7 @@ def resolve_search_mode(requested: Any, policy: RecallPolicy, index: UserEventIn
     return fallback
 
 
-class _OutsideRun:
+class OutsideRun:
     """The agent of a search made outside any run (:func:`search_session`): it never runs."""
 
     name = "recall"
@@ -417,7 +417,7 @@ async def search_session(service: SessionService, session: Session, policy: Reca
     from agentlab.events import Message
 
     inv = _Invocation(app_name=session.app_name, user_id=session.user_id, session=session, session_service=service,
-                      agent=_OutsideRun(), message=Message.user(query))
+                      agent=OutsideRun(), message=Message.user(query))
     return await session_search(inv, policy, query, scope=scope, top_k=top_k)
 
 

@@ -1,6 +1,6 @@
 """The arms the proxy can run (``--arm NAME``): the benchmark harness's arms, from its one registry.
 
-:mod:`agentlab.bench.arms` holds every arm: the baseline ``long_context`` (no mechanism: the proxy
+:mod:`agentlab.policies.arms` holds every arm: the baseline ``long_context`` (no mechanism: the proxy
 forwards the client's request unrewritten; ``passthrough`` is its older name here), the arms only
 the proxy runs (``summary``: the rolling summary refreshed every second request;
 ``summary+recall``: that summary plus session recall, whose tools the server runs itself), and
@@ -23,7 +23,7 @@ from typing import Any
 
 #: ``build(model)``: fresh mechanisms for one request (``model`` is the upstream, or ``None``).
 Builder = Callable[[Any], list[Any]]
-#: The baseline and its older names (kept in step with ``agentlab.bench.arms``; a test checks).
+#: The baseline and its older names (kept in step with ``agentlab.policies.arms``; a test checks).
 BASELINE = "long_context"
 BASELINE_SYNONYMS = ("passthrough",)
 
@@ -64,7 +64,7 @@ BASELINE_ARM = Arm(BASELINE, _nothing, role="baseline")
 
 def arm_names() -> list[str]:
     """Every name ``--arm`` accepts (synonyms aside), from the registry."""
-    import agentlab.bench.arms as registry
+    import agentlab.policies.arms as registry
 
     return registry.serve_arm_names()
 
@@ -75,7 +75,7 @@ def get_arm(name: str) -> Arm:
     """
     if name == BASELINE or name in BASELINE_SYNONYMS:
         return BASELINE_ARM
-    import agentlab.bench.arms as registry
+    import agentlab.policies.arms as registry
 
     arm = registry.serve_arm(name)
     if arm is None:

@@ -35,7 +35,7 @@ from agentlab.session.base import (
     SessionKey,
     Summary,
 )
-from agentlab.session.duckdb_tables import _KEY_MATCH, _Connection, _key_params, _summary_from_row
+from agentlab.session.duckdb_tables import KEY_MATCH, DuckConnection, key_params, summary_from_row
 from agentlab.session.duckdb_writes import SessionWrites
 from agentlab.session.inmemory import check_window_sizes, describe
 
@@ -76,18 +76,18 @@ class DuckDBSessionService(SessionWrites):
         """The session with its events and summaries, or ``None`` when it was never created or was deleted."""
         key = SessionKey(app_name, user_id, session_id)
 
-        def read(con: _Connection) -> Session | None:
+        def read(con: DuckConnection) -> Session | None:
             row = con.execute(
-                f"SELECT state, created_at, updated_at FROM sessions WHERE {_KEY_MATCH}", _key_params(key)
+                f"SELECT state, created_at, updated_at FROM sessions WHERE {KEY_MATCH}", key_params(key)
             ).fetchone()
             if row is None:
                 return None
             events = con.execute(
-                f"SELECT appended_at, event_json FROM events WHERE {_KEY_MATCH} ORDER BY seq", _key_params(key)
+                f"SELECT appended_at, event_json FROM events WHERE {KEY_MATCH} ORDER BY seq", key_params(key)
             ).fetchall()
             summaries = con.execute(
-                f"SELECT filter_key, text, updated_at, boundary, topics FROM summaries WHERE {_KEY_MATCH}",
-                _key_params(key),
+                f"SELECT filter_key, text, updated_at, boundary, topics FROM summaries WHERE {KEY_MATCH}",
+                key_params(key),
             ).fetchall()
             return Session(
                 app_name=app_name,
@@ -95,7 +95,7 @@ class DuckDBSessionService(SessionWrites):
                 id=session_id,
                 events=[Event.from_json(text) for _, text in events],
                 state=json.loads(row[0]),
-                summaries={fk: _summary_from_row(*rest) for fk, *rest in summaries},
+                summaries={fk: summary_from_row(*rest) for fk, *rest in summaries},
                 created_at=float(row[1]),
                 updated_at=max([float(row[2]), *(appended for appended, _ in events)]),
             )
@@ -107,7 +107,7 @@ class DuckDBSessionService(SessionWrites):
         """Every session of the user with events and summaries, oldest first, read in three queries whatever
         their number.
         """
-        def read(con: _Connection) -> list[Session]:
+        def read(con: DuckConnection) -> list[Session]:
             params = [app_name, user_id]
             rows = con.execute(
                 "SELECT session_id, state, created_at, updated_at FROM sessions"
@@ -134,7 +134,7 @@ class DuckDBSessionService(SessionWrites):
                 params,
             ).fetchall():
                 if sid in sessions:
-                    sessions[sid].summaries[fk] = _summary_from_row(*rest)
+                    sessions[sid].summaries[fk] = summary_from_row(*rest)
             return list(sessions.values())
 
         return await self._run(read)
@@ -154,7 +154,7 @@ class DuckDBSessionService(SessionWrites):
                 self._db_lock.release()
 
         # Two small queries (a join of the two costs twice as much): no event JSON is read.
-        def read(con: _Connection) -> dict[str, SessionHead]:
+        def read(con: DuckConnection) -> dict[str, SessionHead]:
             known = self._heads.get(user)
             if known is None:
                 params = [app_name, user_id]
@@ -179,27 +179,27 @@ class DuckDBSessionService(SessionWrites):
         role_filter = "" if roles is None else " AND list_contains(?, role)"
         role_params: list[Any] = [] if roles is None else [list(roles)]
 
-        def read(con: _Connection) -> list[Event]:
+        def read(con: DuckConnection) -> list[Event]:
             anchor = con.execute(
-                f"SELECT seq, event_json FROM events WHERE {_KEY_MATCH} AND event_id = ?"
+                f"SELECT seq, event_json FROM events WHERE {KEY_MATCH} AND event_id = ?"
                 " ORDER BY seq DESC LIMIT 1",
-                [*_key_params(key), event_id],
+                [*key_params(key), event_id],
             ).fetchone()
             if anchor is None:
-                exists = con.execute(f"SELECT 1 FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
+                exists = con.execute(f"SELECT 1 FROM sessions WHERE {KEY_MATCH}", key_params(key)).fetchone()
                 if exists is None:
                     raise KeyError(f"no such session: {describe(key)}")
                 raise KeyError(f"no event {event_id!r} in session {describe(key)}")
             anchor_seq, anchor_json = anchor
             earlier = con.execute(
-                f"SELECT event_json FROM events WHERE {_KEY_MATCH} AND seq < ?{role_filter}"
+                f"SELECT event_json FROM events WHERE {KEY_MATCH} AND seq < ?{role_filter}"
                 " ORDER BY seq DESC LIMIT ?",
-                [*_key_params(key), anchor_seq, *role_params, before],
+                [*key_params(key), anchor_seq, *role_params, before],
             ).fetchall()
             later = con.execute(
-                f"SELECT event_json FROM events WHERE {_KEY_MATCH} AND seq > ?{role_filter}"
+                f"SELECT event_json FROM events WHERE {KEY_MATCH} AND seq > ?{role_filter}"
                 " ORDER BY seq LIMIT ?",
-                [*_key_params(key), anchor_seq, *role_params, after],
+                [*key_params(key), anchor_seq, *role_params, after],
             ).fetchall()
             texts = [t for (t,) in reversed(earlier)] + [anchor_json] + [t for (t,) in later]
             return [Event.from_json(text) for text in texts]
@@ -210,13 +210,13 @@ class DuckDBSessionService(SessionWrites):
 
     async def get_summary(self, session: Session, filter_key: str = FULL_SESSION_KEY) -> Summary | None:
         """The summary stored under ``filter_key``, or ``None`` when none was written yet."""
-        params = [*_key_params(session.key), filter_key]
+        params = [*key_params(session.key), filter_key]
 
-        def read(con: _Connection) -> Summary | None:
+        def read(con: DuckConnection) -> Summary | None:
             row = con.execute(
-                f"SELECT text, updated_at, boundary, topics FROM summaries WHERE {_KEY_MATCH} AND filter_key = ?",
+                f"SELECT text, updated_at, boundary, topics FROM summaries WHERE {KEY_MATCH} AND filter_key = ?",
                 params,
             ).fetchone()
-            return None if row is None else _summary_from_row(*row)
+            return None if row is None else summary_from_row(*row)
 
         return await self._run(read)

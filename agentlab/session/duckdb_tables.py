@@ -24,9 +24,9 @@ import duckdb
 
 from agentlab.session.base import SessionKey, Summary, SummaryBoundary
 
-_Connection = duckdb.DuckDBPyConnection
+DuckConnection = duckdb.DuckDBPyConnection
 
-_SCHEMA = (
+SESSION_SCHEMA = (
     """
     CREATE TABLE IF NOT EXISTS sessions (
         app_name    VARCHAR NOT NULL,
@@ -72,7 +72,7 @@ _SCHEMA = (
     """,
 )
 
-_KEY_MATCH = "app_name = ? AND user_id = ? AND session_id = ?"
+KEY_MATCH = "app_name = ? AND user_id = ? AND session_id = ?"
 
 _EVENT_COLUMNS = (
     ("app_name", "VARCHAR"), ("user_id", "VARCHAR"), ("session_id", "VARCHAR"), ("seq", "BIGINT"),
@@ -89,18 +89,21 @@ _INSERT_EVENT_COLUMNS = _INSERT_INTO_EVENTS + "SELECT " + ", ".join(
 )
 
 
-def _insert_event_rows(con: _Connection, rows: list[list[Any]]) -> None:
+def insert_event_rows(con: DuckConnection, rows: list[list[Any]]) -> None:
+    """Insert event rows (one row bound as plain VALUES, several at once)."""
     if len(rows) == 1:
         con.execute(_INSERT_ONE_EVENT, rows[0])  # a single row binds fastest as plain VALUES
     else:
         con.execute(_INSERT_EVENT_COLUMNS, [list(column) for column in zip(*rows, strict=True)])
 
 
-def _key_params(key: SessionKey) -> list[str]:
+def key_params(key: SessionKey) -> list[str]:
+    """The session key as the parameters of :data:`KEY_MATCH`."""
     return [key.app_name, key.user_id, key.session_id]
 
 
-def _summary_from_row(text: str, updated_at: float, boundary: str | None, topics: str | None) -> Summary:
+def summary_from_row(text: str, updated_at: float, boundary: str | None, topics: str | None) -> Summary:
+    """A stored summary row as a :class:`Summary`."""
     return Summary(
         text=text,
         updated_at=float(updated_at),

@@ -31,11 +31,11 @@ from agentlab.duckdb_files import DuckDBService, transaction
 from agentlab.events import Event
 from agentlab.session.base import EventTokenCounter, Session, SessionHead, SessionKey, Summary
 from agentlab.session.duckdb_tables import (
-    _KEY_MATCH,
-    _SCHEMA,
-    _Connection,
-    _insert_event_rows,
-    _key_params,
+    KEY_MATCH,
+    SESSION_SCHEMA,
+    DuckConnection,
+    insert_event_rows,
+    key_params,
 )
 from agentlab.session.inmemory import (
     default_token_counter,
@@ -77,7 +77,7 @@ class SessionWrites(DuckDBService):
     """
 
     what = "session store"
-    schema = _SCHEMA
+    schema = SESSION_SCHEMA
 
     def __init__(self, path: str | Path, token_counter: EventTokenCounter | None, *, linger: float,
                  append_executor: Executor | None) -> None:
@@ -114,12 +114,12 @@ class SessionWrites(DuckDBService):
         state_json = json.dumps(initial_state)
         now = time.time()
 
-        def insert(con: _Connection) -> None:
+        def insert(con: DuckConnection) -> None:
             try:
                 con.execute(
                     "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    [*_key_params(key), state_json, now, now],
+                    [*key_params(key), state_json, now, now],
                 )
             except duckdb.ConstraintException:
                 raise ValueError(f"session already exists: {describe(key)}") from None
@@ -138,10 +138,10 @@ class SessionWrites(DuckDBService):
         """
         params = [app_name, user_id, session_id]
 
-        def delete(con: _Connection) -> None:
+        def delete(con: DuckConnection) -> None:
             with transaction(con):
                 for table in ("events", "summaries", "sessions"):
-                    con.execute(f"DELETE FROM {table} WHERE {_KEY_MATCH}", params)
+                    con.execute(f"DELETE FROM {table} WHERE {KEY_MATCH}", params)
             self._next_seq.pop(SessionKey(app_name, user_id, session_id), None)
             self._heads.pop((app_name, user_id), None)
 
@@ -241,7 +241,7 @@ class SessionWrites(DuckDBService):
         if item.last and not item.done.done():
             item.done.set_result(None)
 
-    def _insert_events(self, con: _Connection, batch: list[_PendingAppend], reload_seq: bool = False) -> None:
+    def _insert_events(self, con: DuckConnection, batch: list[_PendingAppend], reload_seq: bool = False) -> None:
         """Runs in the worker thread. Seqs are taken from the cache and committed to it only
         after the transaction succeeds, so a rolled-back batch leaves no gap.
         """
@@ -261,7 +261,7 @@ class SessionWrites(DuckDBService):
             event = item.event
             if not item.event_json:  # encoded here, in the worker thread: a large event holds up no event loop
                 item.event_json = event.to_json()
-            rows.append([*_key_params(key), next_seq[key], event.id, event.invocation_id, event.author,
+            rows.append([*key_params(key), next_seq[key], event.id, event.invocation_id, event.author,
                          event.object, event.role, event.filter_key, event.timestamp, event.token_count,
                          now, item.event_json])
             next_seq[key] += 1
@@ -271,27 +271,27 @@ class SessionWrites(DuckDBService):
 
         if not deltas and not created:
             # One statement is its own transaction; BEGIN/COMMIT would add two round trips.
-            _insert_event_rows(con, rows)
+            insert_event_rows(con, rows)
             self._next_seq.update(next_seq)
             self._advance_heads(batch, next_seq)
             return
         with transaction(con):
             if created:
                 self._insert_sessions(con, created, now)
-            _insert_event_rows(con, rows)
+            insert_event_rows(con, rows)
             for key, key_deltas in deltas.items():
-                row = con.execute(f"SELECT state FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
+                row = con.execute(f"SELECT state FROM sessions WHERE {KEY_MATCH}", key_params(key)).fetchone()
                 if row is None:
                     raise KeyError(f"no such session: {describe(key)} (create it before appending)")
                 stored_state = json.loads(row[0])
                 for delta in key_deltas:
                     merge_state(stored_state, delta)
-                con.execute(f"UPDATE sessions SET state = ?, updated_at = ? WHERE {_KEY_MATCH}",
-                            [json.dumps(stored_state), now, *_key_params(key)])
+                con.execute(f"UPDATE sessions SET state = ?, updated_at = ? WHERE {KEY_MATCH}",
+                            [json.dumps(stored_state), now, *key_params(key)])
         self._next_seq.update(next_seq)
         self._advance_heads(batch, next_seq)
 
-    def _insert_sessions(self, con: _Connection, created: list[_PendingAppend], now: float) -> None:
+    def _insert_sessions(self, con: DuckConnection, created: list[_PendingAppend], now: float) -> None:
         """The rows of sessions created by their first append (one statement; in its transaction)."""
         sessions = [item.session for item in created]
         columns = [[s.app_name for s in sessions], [s.user_id for s in sessions], [s.id for s in sessions],
@@ -315,11 +315,11 @@ class SessionWrites(DuckDBService):
             if heads is not None:
                 heads[key.session_id] = SessionHead(next_seq[key], item.event.id)
 
-    def _load_next_seq(self, con: _Connection, key: SessionKey) -> int:
+    def _load_next_seq(self, con: DuckConnection, key: SessionKey) -> int:
         row = con.execute(
-            f"SELECT (SELECT count(*) FROM sessions WHERE {_KEY_MATCH}),"
-            f" (SELECT coalesce(max(seq) + 1, 0) FROM events WHERE {_KEY_MATCH})",
-            [*_key_params(key), *_key_params(key)],
+            f"SELECT (SELECT count(*) FROM sessions WHERE {KEY_MATCH}),"
+            f" (SELECT coalesce(max(seq) + 1, 0) FROM events WHERE {KEY_MATCH})",
+            [*key_params(key), *key_params(key)],
         ).fetchone()
         if row is None or not row[0]:
             raise KeyError(f"no such session: {describe(key)} (create it before appending)")
@@ -332,15 +332,15 @@ class SessionWrites(DuckDBService):
         key = session.key
         delta_copy = json.loads(json.dumps(delta))
 
-        def update(con: _Connection) -> None:
+        def update(con: DuckConnection) -> None:
             with transaction(con):
-                row = con.execute(f"SELECT state FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
+                row = con.execute(f"SELECT state FROM sessions WHERE {KEY_MATCH}", key_params(key)).fetchone()
                 if row is None:
                     raise KeyError(f"no such session: {describe(key)}")
                 stored_state = json.loads(row[0])
                 merge_state(stored_state, delta_copy)
-                con.execute(f"UPDATE sessions SET state = ?, updated_at = ? WHERE {_KEY_MATCH}",
-                            [json.dumps(stored_state), time.time(), *_key_params(key)])
+                con.execute(f"UPDATE sessions SET state = ?, updated_at = ? WHERE {KEY_MATCH}",
+                            [json.dumps(stored_state), time.time(), *key_params(key)])
 
         async with self._write_lock():
             await self._run(update)
@@ -358,16 +358,16 @@ class SessionWrites(DuckDBService):
         boundary_json = json.dumps(summary.boundary.to_dict()) if summary.boundary else None
         topics_json = json.dumps(list(summary.topics))
 
-        def write(con: _Connection) -> None:
+        def write(con: DuckConnection) -> None:
             with transaction(con):
-                exists = con.execute(f"SELECT 1 FROM sessions WHERE {_KEY_MATCH}", _key_params(key)).fetchone()
+                exists = con.execute(f"SELECT 1 FROM sessions WHERE {KEY_MATCH}", key_params(key)).fetchone()
                 if exists is None:
                     raise KeyError(f"no such session: {describe(key)}")
                 # One row holds text and boundary, so a single upsert moves them together.
                 con.execute(
                     "INSERT OR REPLACE INTO summaries (app_name, user_id, session_id, filter_key, text,"
                     " updated_at, boundary, topics) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [*_key_params(key), filter_key, summary.text, summary.updated_at, boundary_json,
+                    [*key_params(key), filter_key, summary.text, summary.updated_at, boundary_json,
                      topics_json],
                 )
 

@@ -13,7 +13,7 @@ from agentlab.policy import PolicyJSON
 from agentlab.summary.prompts import (
     BUILTIN_PROMPTS,
     CUSTOM_PROMPT_VERSION_PREFIX,
-    _stable_hash,
+    stable_hash,
     validate_prompt_template,
 )
 
@@ -127,7 +127,7 @@ class SummaryPolicy(PolicyJSON):
         builtin = BUILTIN_PROMPTS.get(self.prompt)
         if builtin is not None:
             return builtin[1]
-        return f"{CUSTOM_PROMPT_VERSION_PREFIX}-{_stable_hash(self.prompt)}"
+        return f"{CUSTOM_PROMPT_VERSION_PREFIX}-{stable_hash(self.prompt)}"
 
     def trigger_checks(self) -> list[TriggerCheck]:
         """The checks the set knobs switch on (none set: refresh whenever there is new content)."""

@@ -95,7 +95,8 @@ BUILTIN_PROMPTS = {"compact": (COMPACT_PROMPT, COMPACT_PROMPT_VERSION),
                    "nine_section": (NINE_SECTION_PROMPT, NINE_SECTION_PROMPT_VERSION)}
 
 
-def _stable_hash(text: str) -> str:
+def stable_hash(text: str) -> str:
+    """A short, stable hash of ``text`` (12 hex digits of its SHA-256)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 

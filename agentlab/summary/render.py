@@ -102,5 +102,5 @@ def _under_any(key: str, branches: set[str]) -> bool:
 
 
 #: The per-event token count (one home: :func:`agentlab.model.tokens.event_tokens`).
-_event_tokens = tokens.event_tokens
+count_event_tokens = tokens.event_tokens
 

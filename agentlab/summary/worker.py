@@ -24,7 +24,7 @@ from agentlab.model.base import Model, ModelRequest
 from agentlab.session.base import FULL_SESSION_KEY, Session, SessionService, Summary, SummaryBoundary
 from agentlab.summary.locks import SCOPE_LOCKS, LockKey
 from agentlab.summary.policy import SummaryPolicy, TriggerCheck, TriggerObservation, checks_pass
-from agentlab.summary.render import _event_tokens, delta_after_boundary, open_branches
+from agentlab.summary.render import count_event_tokens, delta_after_boundary, open_branches
 from agentlab.summary.summarizer import Summarizer
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class SummaryWorker:
             self.stats.model_calls += outcome.model_calls
             self.stats.runs.append({
                 "filter_key": filter_key, "delta_events": len(delta),
-                "delta_tokens": sum(_event_tokens(e) for e in delta),
+                "delta_tokens": sum(count_event_tokens(e) for e in delta),
                 "previous_summary_tokens": tokens.count_text(previous_text),
                 "input_tokens": outcome.input_tokens, "budget": outcome.budget, "covered": outcome.covered,
                 "mode": outcome.mode, "retried": outcome.retried, "truncated_events": outcome.truncated_events,
@@ -189,8 +189,8 @@ class SummaryWorker:
         if not progress.listening():
             return
         history = delta_after_boundary(session, None, key[3])
-        total = sum(_event_tokens(e) for e in history)
-        remaining = sum(_event_tokens(e) for e in delta[covered:])
+        total = sum(count_event_tokens(e) for e in history)
+        remaining = sum(count_event_tokens(e) for e in delta[covered:])
         progress.report_progress("summary", step, tokens=total - remaining, tokens_total=total)
 
     async def _write(self, session: Session, filter_key: str, summary: Summary) -> None:
@@ -217,7 +217,7 @@ class SummaryWorker:
             idle_seconds = time.time() - delta[-1].timestamp
         return TriggerObservation(
             delta_events=len(delta),
-            delta_tokens=sum(_event_tokens(e) for e in delta),
+            delta_tokens=sum(count_event_tokens(e) for e in delta),
             previous_summary_tokens=tokens.count_text(previous_text),
             context_window=self.resolve_window(context_window),
             idle_seconds=idle_seconds,

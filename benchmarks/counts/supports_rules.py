@@ -1,4 +1,4 @@
-"""How many (step, support) pairs each rule of ``agentlab.bench.supports`` removes, per dataset.
+"""How many (step, support) pairs each rule of ``agentlab.bench.retention.supports`` removes, per dataset.
 
     AGENTLAB_DATA_DIR=... python benchmarks/counts/supports_rules.py [--datasets tau_bench,swe_agent]
 
@@ -14,10 +14,10 @@ import argparse
 import asyncio
 import dataclasses
 
-from agentlab.bench.arms import full_history_arm
 from agentlab.bench.datasets.trajectories import DATASETS, load_trajectories
-from agentlab.bench.supports import Rules, step_supports
-from agentlab.bench.trajectory_retention import step_requests
+from agentlab.bench.retention.supports import Rules, step_supports
+from agentlab.bench.retention.trajectories import step_requests
+from agentlab.policies.arms import full_history_arm
 
 
 def pairs(trajectories: list, rules: Rules) -> int:

@@ -4,7 +4,7 @@ A one-call task (each case sends one short prompt and stores the answer) runs ag
 OpenAI-compatible test server (``agentlab.testing.openai_server``, in its own process) answering
 every completion after ``--latency`` seconds (default 0.2). For each executor and each total
 concurrency C (default 1, 8, 32) it runs ``--cases`` fresh cases (new results and cache files, so
-every call reaches the server) through :func:`agentlab.bench.executor.run_task`, which stores
+every call reaches the server) through :func:`agentlab.bench.running.executor.run_task`, which stores
 each case in DuckDB as a real run does, and prints:
 
 * ``cases/s``      cases / wall time of the run (start-up included);
@@ -61,9 +61,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentlab.bench import executor
 from agentlab.bench.config import Settings
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
 from agentlab.events import Message
 from agentlab.model.base import GenerationConfig, ModelRequest
@@ -121,7 +121,7 @@ async def direct_calls(spec: str, n: int = 7) -> float:
 
 
 def ray_executor(workers: int, slots: int) -> Any:
-    from agentlab.bench.distributed import RayBackend, RemoteExecutor
+    from agentlab.bench.running.distributed import RayBackend, RemoteExecutor
 
     class ReadyClock(RayBackend):
         ready_at: float | None = None

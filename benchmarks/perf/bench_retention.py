@@ -3,8 +3,8 @@
 No model at all: each case's history is delivered as tool results (QMSum's transcript through
 ``read_transcript``, ``--chunk-turns`` turns per call; LoCoMo's sessions through ``open_session``),
 every request a live agent would send is projected with ``agentlab.core.project`` under each arm of
-``agentlab.bench.retention.retention_arms()``, and the retention columns are averaged per arm and
-benchmark (definitions in ``agentlab/bench/retention.py``). The arms that need a summariser are
+``agentlab.bench.retention.questions.retention_arms()``, and the retention columns are averaged per arm and
+benchmark (definitions in ``agentlab/bench/retention/questions.py``). The arms that need a summariser are
 listed as skipped, with the reason.
 
 Run (data from ``$AGENTLAB_DATA_DIR``)::
@@ -23,8 +23,8 @@ from typing import Any
 
 from agentlab.bench.datasets.locomo import load_locomo
 from agentlab.bench.datasets.qmsum import load_qmsum, select_cases
-from agentlab.bench.delivery import Delivery
-from agentlab.bench.retention import (
+from agentlab.bench.retention.delivery import Delivery
+from agentlab.bench.retention.questions import (
     DEFAULT_CONTEXT_WINDOW,
     HistoryGroup,
     RetentionSummary,

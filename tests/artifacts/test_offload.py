@@ -9,14 +9,14 @@ import pytest
 from agentlab.artifacts import ArtifactService, InMemoryArtifactService
 from agentlab.artifacts.offload import ArtifactOffload, ArtifactOffloadPolicy, offload_name, paged_back
 from agentlab.artifacts.tools import ARTIFACT_LOAD_NOTE, ArtifactLoadTool
-from agentlab.bench.arms import full_history_arm, get_arm
 from agentlab.bench.config import Settings
 from agentlab.bench.datasets.trajectories import parse_tau_entry
-from agentlab.bench.trajectory_retention import measure_trajectory
+from agentlab.bench.retention.trajectories import measure_trajectory
 from agentlab.core import ServiceRegistry, ToolContext, project
 from agentlab.events import OBJ_TOOL_RESPONSE, Event, Message, ToolCall
 from agentlab.model.base import ModelInfo
 from agentlab.model.scripted import ScriptedModel
+from agentlab.policies.arms import full_history_arm, get_arm
 from agentlab.runtime import FunctionTool, LLMAgent, Runner
 from agentlab.session.inmemory import InMemorySessionService
 

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentlab.bench.config import ModeRoles, Settings
-from agentlab.bench.metrics import Score, summary_scores
-from agentlab.bench.store import CompactionRow
+from agentlab.bench.config import Settings
+from agentlab.bench.facts import ModeRoles
+from agentlab.bench.scoring.metrics import Score, summary_scores
+from agentlab.bench.store.results import CompactionRow
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
 from agentlab.bench.tasks.qmsum_judge import QMSUM_JUDGE
 from agentlab.events import Message
@@ -151,7 +152,7 @@ class DemoTask(Task):
 
 
 def retrieval_only_impl(cases: list[Case], k: int) -> dict[str, Any]:
-    from agentlab.bench.metrics import evidence_recall_at_k
+    from agentlab.bench.scoring.metrics import evidence_recall_at_k
 
     # A fake "retriever" that ranks transcript lines by item number distance to the question.
     values = []

@@ -1,11 +1,11 @@
-"""Calling ``agentlab.bench.cli.main`` in-process, as a user would from the shell."""
+"""Calling ``agentlab.bench.cli.main.main`` in-process, as a user would from the shell."""
 
 from __future__ import annotations
 
 import io
 import sys
 
-from agentlab.bench import cli
+from agentlab.bench.cli import main as cli
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:

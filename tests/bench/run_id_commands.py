@@ -62,7 +62,7 @@ def scripted_and_no_cases() -> Iterator[None]:
     import bench_demo_task as demo  # registers the demo task
 
     import agentlab.model.registry as registry
-    from agentlab.bench import executor
+    from agentlab.bench.running import executor
     from agentlab.model.base import ModelInfo
     from agentlab.model.scripted import ScriptedModel
 
@@ -92,7 +92,7 @@ def _runs(payload: Any) -> list[list[str]]:
 
 def run_ids(argv: list[str], db: Path) -> list[list[str]]:
     """The ``[mode, run_id, variant]`` triples the command makes (under :func:`scripted_and_no_cases`)."""
-    from agentlab.bench import cli
+    from agentlab.bench.cli import main as cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err):

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from agentlab.bench import analysis
-from agentlab.bench.metrics import Score
-from agentlab.bench.store import CaseRecord, CompactionRow, ResultStore, RunInfo
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.store.results import CaseRecord, CompactionRow, ResultStore, RunInfo
 from agentlab.events import Usage
 from agentlab.model.base import CallRecord
 
@@ -235,7 +235,7 @@ def add_run(store: ResultStore, run_id: str, mode: str, values: dict[str, float]
 
 
 def test_every_variant_is_a_row_and_a_newer_partial_run_replaces_nothing(tmp_path: Path) -> None:
-    from agentlab.bench import stats
+    from agentlab.bench.scoring import stats
 
     s = ResultStore(tmp_path / "v.duckdb")
     full = {"c1": 0.5, "c2": 0.4, "c3": 0.3, "c4": 0.6}
@@ -293,7 +293,7 @@ def test_every_variant_is_a_row_and_a_newer_partial_run_replaces_nothing(tmp_pat
 
 def test_pairing_prefers_the_most_specific_baseline_then_the_fullest() -> None:
     from agentlab.bench.config import MODE_ROLES
-    from agentlab.bench.store import pair_runs
+    from agentlab.bench.store.results import pair_runs
 
     def run(run_id: str, mode: str, variant: str = "default", settings: dict | None = None, n_ok: int = 4,
             started: int = 0, sha: str = "sha") -> dict:
@@ -318,7 +318,7 @@ def test_pairing_prefers_the_most_specific_baseline_then_the_fullest() -> None:
 
 def test_pairing_keeps_the_context_window_and_then_takes_the_fullest_default_run() -> None:
     from agentlab.bench.config import MODE_ROLES
-    from agentlab.bench.store import pair_runs
+    from agentlab.bench.store.results import pair_runs
 
     def run(run_id: str, mode: str, window: str, n_ok: int, started: int = 0) -> dict:
         return {"run_id": run_id, "benchmark": "qmsum", "mode": mode, "model": "m", "judge_model": "j",
@@ -413,7 +413,7 @@ def test_the_savings_interval_does_not_depend_on_the_order_cases_were_written(tm
     order the cases were written (a resumed or parallel run writes them in any order)."""
     import random
 
-    from agentlab.bench import stats
+    from agentlab.bench.scoring import stats
 
     case_ids = [f"c{i:02d}" for i in range(40)]
     prompts = {c: 100 + 23 * i % 700 for i, c in enumerate(case_ids)}

@@ -1,4 +1,4 @@
-"""The report's and league's prompt-cache columns from stored calls (agentlab/bench/call_costs.py)."""
+"""The report's and league's prompt-cache columns from stored calls (agentlab/bench/scoring/call_costs.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from agentlab.bench.call_costs import run_costs, with_run_costs
-from agentlab.bench.store import ResultStore
+from agentlab.bench.scoring.call_costs import run_costs, with_run_costs
+from agentlab.bench.store.results import ResultStore
 
 ROWS = [  # run_id, case_id, seq, purpose, model, prompt, completion, cached, error
     ("a", "c1", 0, "answer", "gpt-4.1", 4000, 100, 3072, None),

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench.executor import CaseWriter
-from agentlab.bench.metrics import Score
-from agentlab.bench.store import CaseRecord, ResultStore
+from agentlab.bench.running.executor import CaseWriter
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.store.results import CaseRecord, ResultStore
 from agentlab.events import Message, Usage
 from agentlab.model import CachedModel, CallCache, CallRecord, ModelRequest, ScriptedModel
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from agentlab.bench.cache_check import check, predict_session, recorded_calls
-from agentlab.bench.cli import main
+from agentlab.bench.cli.main import main
 from agentlab.bench.datasets.base import DatasetError
 from agentlab.bench.datasets.claude_code import RecordedUsage, load_sessions_dir, parse_session_lines
+from agentlab.bench.retention.cache_check import check, predict_session, recorded_calls
 from agentlab.model.prices import price_for
 
 T0 = "2025-12-01T10:00:00.000Z"

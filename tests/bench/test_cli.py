@@ -9,7 +9,8 @@ import bench_demo_task as demo
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench import cli, cli_run
+from agentlab.bench.cli import main as cli
+from agentlab.bench.cli import run as cli_run
 from agentlab.bench.config import (
     Settings,
     SettingsError,
@@ -17,7 +18,7 @@ from agentlab.bench.config import (
     load_settings,
     parse_value,
 )
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 
 
 @pytest.fixture(autouse=True)
@@ -287,13 +288,13 @@ def test_smoke_settings_come_from_the_settings_file_and_set_wins() -> None:
     from agentlab.bench.tasks import get_task
 
     task = get_task("qmsum")
-    published = cli._load(task, [])
+    published = cli_run.load_task_settings(task, [])
     assert published.get("answer", "max_tokens") == 384 and published.get("summary", "max_output_tokens") == 1024
     out = io.StringIO()
-    smoke = cli._load(task, [], smoke=True, out=out)
+    smoke = cli_run.load_task_settings(task, [], smoke=True, out=out)
     assert smoke.get("answer", "max_tokens") == 128 and smoke.get("summary", "max_output_tokens") == 256
     assert "answer.max_tokens 384 -> 128" in out.getvalue() and "--published-settings" in out.getvalue()
-    mine = cli._load(task, ["answer.max_tokens=200"], smoke=True)
+    mine = cli_run.load_task_settings(task, ["answer.max_tokens=200"], smoke=True)
     assert mine.get("answer", "max_tokens") == 200 and mine.get("summary", "max_output_tokens") == 256
     # The caps change the settings, so a smoke run and a published-settings run have different ids.
     assert smoke.identity() != published.identity()
@@ -491,7 +492,7 @@ def test_run_summary_means_count_failed_cases_as_zero(tmp_path: Path) -> None:
 
 
 async def test_http_clients_are_closed_through_wrappers_in_the_loop_that_opened_them() -> None:
-    from agentlab.bench.cli import _close_clients
+    from agentlab.bench.running.models import close_clients
 
     closed: list[str] = []
 
@@ -507,20 +508,20 @@ async def test_http_clients_are_closed_through_wrappers_in_the_loop_that_opened_
             self.inner = inner
 
     shared = Client("answer")
-    await _close_clients(Wrapper(shared), shared, Wrapper(Wrapper(Client("judge"))), None)
+    await close_clients(Wrapper(shared), shared, Wrapper(Wrapper(Client("judge"))), None)
     assert closed == ["answer", "judge"]  # a model shared by answer and judge is closed once
     looped = Wrapper(None)
     looped.inner = looped  # a cycle ends instead of spinning
-    await _close_clients(looped)
+    await close_clients(looped)
 
 
 def test_run_means_print_and_serialise_without_pandas() -> None:
-    from agentlab.bench.cli_common import _records
-    from agentlab.bench.cli_run import RunMeans
+    from agentlab.bench.cli.common import frame_records
+    from agentlab.bench.cli.run import RunMeans
 
     means = RunMeans([("rougeL", 0.25, 3, 1, 0), ("word_jaccard", None, 3, 0, 3)])
     assert len(means) == 2 and len(RunMeans([])) == 0
-    assert _records(means) == [
+    assert frame_records(means) == [
         {"metric": "rougeL", "mean": 0.25, "n_cases": 3, "n_failed": 1, "n_unscored": 0},
         {"metric": "word_jaccard", "mean": None, "n_cases": 3, "n_failed": 0, "n_unscored": 3}]
     lines = means.to_string(index=False).splitlines()

@@ -1,4 +1,4 @@
-"""User mistakes and the context window through ``agentlab.bench.cli.main`` with the real HTTP client.
+"""User mistakes and the context window through ``agentlab.bench.cli.main.main`` with the real HTTP client.
 
 Every mistake ends with exit status 2 and one line ``error: …`` naming the thing and the fix; a
 results file that existed before is byte-for-byte unchanged. The model is the real
@@ -22,7 +22,7 @@ from cli_helpers import run_cli
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
 from fake_openai_server import Answer, FakeOpenAIServer, completion  # noqa: E402
 
-from agentlab.bench.store import CaseRecord, ResultStore, RunInfo  # noqa: E402
+from agentlab.bench.store.results import CaseRecord, ResultStore, RunInfo  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("real_model_env")
 

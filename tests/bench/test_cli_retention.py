@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentlab.bench import analysis
-from agentlab.bench.retention import model_arms, retention_arms
+from agentlab.bench.retention.questions import model_arms, retention_arms
 from tests.bench.cli_helpers import run_cli
 
 

@@ -1,4 +1,4 @@
-"""Which run stands for a (model, mode): one query (bench/queries.py), the same for the store and every task.
+"""Which run stands for a (model, mode): one query (bench/scoring/queries.py), the same for the store and every task.
 
 Each benchmark's published-style tables used to carry their own copy of the "current run" query,
 and one copy (QMSum's) had drifted to "the newest run". These tests store two runs of every mode —
@@ -18,10 +18,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from agentlab.bench.cli import main
-from agentlab.bench.metrics import Score
-from agentlab.bench.queries import CURRENT_RUNS_CTE, RunSelection, current_runs_cte, with_current_runs
-from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
+from agentlab.bench.cli.main import main
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.scoring.queries import CURRENT_RUNS_CTE, RunSelection, current_runs_cte, with_current_runs
+from agentlab.bench.store.results import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import get_task
 from agentlab.events import Usage
 from agentlab.model.base import CallRecord

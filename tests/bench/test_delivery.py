@@ -1,4 +1,4 @@
-"""Tool-heavy delivery (agentlab/bench/delivery.py): scripted reading trajectories and their evidence maps."""
+"""Tool-heavy delivery (agentlab/bench/retention/delivery.py): scripted reading trajectories and their evidence maps."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from agentlab.bench.datasets.longmemeval import parse_file, write_longmemeval_fixture
 from agentlab.bench.datasets.qmsum import Meeting, TranscriptTurn
-from agentlab.bench.delivery import Delivery
+from agentlab.bench.retention.delivery import Delivery
 from agentlab.bench.tasks.qmsum_delivery import qmsum_tool_delivery, qmsum_tool_evidence
 
 

@@ -1,7 +1,7 @@
 """Delivery and compaction as benchmark-run settings.
 
 ``--set dataset.delivery=tool_results`` runs a generic arm on the case's history read through a tool
-(the scripted trajectory of :mod:`agentlab.bench.delivery`); ``[compaction]`` holds the seed's
+(the scripted trajectory of :mod:`agentlab.bench.retention.delivery`); ``[compaction]`` holds the seed's
 defaults and is read by the ``compaction`` arm; neither moves a run id at its default; the
 ``compactions`` table gets a row whenever a mechanism compacted a request.
 """
@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench import arms, executor
 from agentlab.bench.config import LATE_SETTINGS, apply_overrides, load_settings
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, TextSpan, TranscriptTurn
+from agentlab.bench.running import executor
 from agentlab.bench.spec import resolve_run
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import CaseSelection, compaction_row, get_task
 from agentlab.compaction import CompactionPolicy
 from agentlab.model.base import ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
+from agentlab.policies import arms
 
 
 def tiny_qmsum() -> CaseSelection:

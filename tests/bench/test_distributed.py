@@ -1,6 +1,6 @@
 """The remote executor's scheduling (requeue, failure, replacement, affinity, caches that travel) without Ray.
 
-A fake backend runs real :class:`~agentlab.bench.distributed.CaseWorker` objects (each with its own
+A fake backend runs real :class:`~agentlab.bench.running.distributed.CaseWorker` objects (each with its own
 models and in-memory call cache) as asyncio tasks in this process, and can make a worker "die"
 when it is handed a given case. Both executors talk to the local OpenAI-compatible test server.
 """
@@ -15,11 +15,11 @@ from typing import Any
 import bench_demo_task as demo
 import pytest
 
-from agentlab.bench import executor
 from agentlab.bench.config import load_settings
-from agentlab.bench.distributed import CaseWorker, ExecutorError, RemoteExecutor, WorkerLost
-from agentlab.bench.executor import CaseOutcome, Job
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.running.distributed import CaseWorker, ExecutorError, RemoteExecutor, WorkerLost
+from agentlab.bench.running.executor import CaseOutcome, Job
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import Case, get_task
 from agentlab.model.cache import CacheEntry, CallCache
 from agentlab.testing.openai_server import OpenAITestServer
@@ -296,7 +296,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     import io
     import sys
 
-    from agentlab.bench import cli
+    from agentlab.bench.cli import main as cli
 
     out, err = io.StringIO(), io.StringIO()
     old, sys.stderr = sys.stderr, err

@@ -23,8 +23,8 @@ import bench_demo_task as demo
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench import distributed
-from agentlab.bench.distributed import ExecutorNotes, RayBackend, cluster_checks_tokens
+from agentlab.bench.running import distributed
+from agentlab.bench.running.distributed import ExecutorNotes, RayBackend, cluster_checks_tokens
 from agentlab.testing.openai_server import OpenAITestServer
 from agentlab.testing.processes import alive, descendants, is_loopback, listening_sockets
 
@@ -36,7 +36,7 @@ START_TIMEOUT = 300.0  # seconds for the child to start Ray and run one task
 CHILD = """
 import asyncio, json, os, sys
 import ray
-from agentlab.bench.distributed import RayBackend
+from agentlab.bench.running.distributed import RayBackend
 
 def pid():
     return os.getpid()
@@ -221,7 +221,7 @@ def test_the_probe_reads_the_child_s_answer(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_run_header_shows_the_executor_notes_and_warnings(demo_run: tuple[str, ...],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentlab.bench.executor import InProcessExecutor
+    from agentlab.bench.running.executor import InProcessExecutor
 
     monkeypatch.setattr(distributed.RayBackend, "check",
                         lambda self: ExecutorNotes(("ray: somewhere",), ("warning: open to all",)))

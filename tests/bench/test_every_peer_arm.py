@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_toy_arm import BENCHMARKS, echo, qmsum_selection, settings_of, tiny_data  # noqa: F401  (fixture)
 
-from agentlab.bench import executor
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import get_task
 from agentlab.model.base import ModelInfo
 from agentlab.model.registry import build_model

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench import case_frames, evidence
-from agentlab.bench.metrics import Score
-from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
+from agentlab.bench.scoring import case_frames, evidence
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.store.results import CaseRecord, ResultStore, RunInfo
 from agentlab.events import Usage
 from agentlab.model.base import CallRecord
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import bench_demo_task as demo
 import pytest
 
-from agentlab.bench import executor
 from agentlab.bench.config import load_settings
-from agentlab.bench.judge import Judge
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.scoring.judge import Judge
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import RunContext, get_task
 from agentlab.model import tokens
 
@@ -153,9 +153,9 @@ def test_signal_in_a_subprocess_then_rerun_completes_only_missing(tmp_path: Path
     markers.mkdir()
     db = tmp_path / "r.duckdb"
     env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "AGENTLAB_TASK_MODULES": "bench_demo_task", "BENCH_DEMO_SLEEP": "0.25",
+           "AGENTLAB_EXTENSIONS": "bench_demo_task", "BENCH_DEMO_SLEEP": "0.25",
            "BENCH_DEMO_MARKERS": str(markers)}
-    script = ("import bench_demo_task as d; d.patch_models(); from agentlab.bench.cli import main; "
+    script = ("import bench_demo_task as d; d.patch_models(); from agentlab.bench.cli.main import main; "
               "raise SystemExit(main())")
     cmd = [sys.executable, "-c", script, "demo", "--mode", "long_context", "--model", "openai:fake",
            "--limit", "0", "--concurrency", "1", "--db", str(db), "--no-progress", "--json"]
@@ -278,7 +278,7 @@ def test_a_refused_prompt_keeps_its_need_however_the_refusal_arrives() -> None:
 
 
 def test_run_summary_separates_replayed_server_cached_and_processed_prompt_tokens() -> None:
-    from agentlab.bench.executor import RunSummary
+    from agentlab.bench.running.executor import RunSummary
     from agentlab.events import Usage
     from agentlab.model.base import CallRecord
 
@@ -295,7 +295,7 @@ def test_run_summary_separates_replayed_server_cached_and_processed_prompt_token
 
 
 def test_model_prompt_counter_prefers_the_models_own_tokenizer_through_the_call_cache() -> None:
-    from agentlab.bench.selection import model_prompt_counter
+    from agentlab.bench.running.selection import model_prompt_counter
     from agentlab.events import Message
     from agentlab.model.cache import CachedModel, CallCache
     from agentlab.model.scripted import ScriptedModel

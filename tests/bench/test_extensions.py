@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench import arms
-from agentlab.extensions import EXTENSIONS_ENV, LEGACY_ENV, ExtensionError, extension_entries, load_extensions
+from agentlab.extensions import EXTENSIONS_ENV, ExtensionError, extension_entries, load_extensions
+from agentlab.policies import arms
 
 ARM_MODULE = '''
-from agentlab.bench.arms import Arm, register_arm
+from agentlab.policies.arms import Arm, register_arm
 
 register_arm(Arm("{name}", role="lossy", build=lambda settings, model: [], description="an extension's arm"))
 '''
@@ -21,7 +21,6 @@ register_arm(Arm("{name}", role="lossy", build=lambda settings, model: [], descr
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     monkeypatch.delenv(EXTENSIONS_ENV, raising=False)
-    monkeypatch.delenv(LEGACY_ENV, raising=False)
     added: list[str] = []
     yield added
     for name in added:
@@ -29,9 +28,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
         sys.modules.pop(name, None)
 
 
-def test_both_variables_are_read_in_order_each_entry_once(clean_env: list[str]) -> None:
-    env = {EXTENSIONS_ENV: "a, b,,", LEGACY_ENV: "b,c"}
-    assert extension_entries(env) == ["a", "b", "c"]
+def test_the_variable_is_read_in_order_each_entry_once_and_the_old_name_is_not(clean_env: list[str]) -> None:
+    env = {EXTENSIONS_ENV: "a, b,,b", "AGENTLAB_TASK_MODULES": "c"}
+    assert extension_entries(env) == ["a", "b"]
     assert extension_entries({}) == []
 
 
@@ -46,16 +45,6 @@ def test_a_file_path_loads_from_any_directory(clean_env: list[str], tmp_path: Pa
     assert arms.generic_arm("ext_by_path_arm") is not None  # found through the lookup, not a manual import
     assert load_extensions() == ["ext_by_path"]  # a second call imports nothing new
     assert "ext_by_path_arm+recall" in arms.generic_names()
-
-
-def test_the_legacy_variable_loads_a_module_by_name(clean_env: list[str], tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "ext_by_name.py").write_text(ARM_MODULE.format(name="ext_by_name_arm"))
-    clean_env.extend(["ext_by_name", "ext_by_name_arm"])
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv(LEGACY_ENV, "ext_by_name")
-    assert load_extensions() == ["ext_by_name"]
-    assert "ext_by_name_arm" in arms.ARMS
 
 
 def test_a_misspelt_module_is_one_error_line(clean_env: list[str], monkeypatch: pytest.MonkeyPatch) -> None:

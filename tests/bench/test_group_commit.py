@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import agentlab.bench.executor as executor
-from agentlab.bench.executor import CaseWriter
-from agentlab.bench.store import CaseRecord, ResultStore
+import agentlab.bench.running.executor as executor
+from agentlab.bench.running.executor import CaseWriter
+from agentlab.bench.store.results import CaseRecord, ResultStore
 
 
 class CountingStore(ResultStore):

@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from agentlab.bench import executor
-from agentlab.bench import judge as j
 from agentlab.bench.config import Settings
-from agentlab.bench.metrics import Score
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.scoring import judge as j
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task
 from agentlab.bench.tasks.locomo_judge import LOCOMO_JUDGE
 from agentlab.bench.tasks.longmemeval_judge import LONGMEMEVAL_JUDGE

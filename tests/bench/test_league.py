@@ -16,14 +16,15 @@ import pytest
 from cli_helpers import run_cli
 from test_toy_arm import TOY, echo, qmsum_selection
 
-import agentlab.bench.league as league
-from agentlab.bench import analysis, arms
-from agentlab.bench.cli_common import CliError
+import agentlab.bench.league.play as league
+from agentlab.bench import analysis
 from agentlab.bench.datasets.qmsum import QMSumCase, TextSpan
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import CaseSelection, get_task
+from agentlab.bench.usage import UsageError
 from agentlab.model.base import ModelError, ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
+from agentlab.policies import arms
 from agentlab.testing.openai_server import OpenAITestServer
 
 FAIL_QUESTION = "Which budget did Alice want for the zebra, in euros?"
@@ -147,7 +148,7 @@ def test_a_lived_league_runs_the_generic_arms_with_their_own_baseline_run(tmp_pa
 
 def test_a_baseline_that_cannot_fit_the_window_is_an_error_naming_the_fix(tmp_path: Path) -> None:
     small = ScriptedModel(info=ModelInfo("scripted", 120), default_reply=echo)  # type: ignore[arg-type]
-    with pytest.raises(CliError, match="over the model scripted's 120-token window.*--fitting"):
+    with pytest.raises(UsageError, match="over the model scripted's 120-token window.*--fitting"):
         run(tmp_path / "r.duckdb", small)
     assert not (tmp_path / "r.duckdb").exists() or not ResultStore(tmp_path / "r.duckdb").query(
         "SELECT * FROM cases")

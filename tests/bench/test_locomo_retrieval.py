@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench import locomo_retrieval as lr
 from agentlab.bench.config import apply_overrides, load_settings
 from agentlab.bench.datasets.locomo import LoCoMoData, parse_conversation
-from agentlab.bench.retrieval_protocol_store import published_recall, read_protocol_table
+from agentlab.bench.retrieval import locomo as lr
+from agentlab.bench.store.retrieval_protocol import published_recall, read_protocol_table
 from agentlab.bench.tasks import get_task
 from agentlab.bench.tasks import locomo as lc
 from agentlab.recall.embed import HashEmbedder
@@ -223,7 +223,7 @@ def test_cli_bad_unit_is_one_line(argv: list[str], needle: str, tmp_path: Path) 
 
 
 def test_tuning_grid_runs_on_the_dev_conversations_only() -> None:
-    from agentlab.bench import locomo_retrieval_tuning as tuning
+    from agentlab.bench.retrieval import tuning
 
     grid = tuning.parse_grid(["stem=false,true", "rrf_k=5"], "hybrid")
     assert grid["stem"] == [False, True] and grid["rrf_k"] == [5]
@@ -289,7 +289,7 @@ def test_observation_sources_and_summary_sentences() -> None:
 
 
 def test_protocol_text_variant_indexes_exactly_the_unit_text() -> None:
-    from agentlab.bench import locomo_retrievers as lrs
+    from agentlab.bench.retrieval import retrievers as lrs
 
     conversation = parse_conversation(RAW, "fixture")
     for unit in lr.UNITS:
@@ -352,7 +352,7 @@ def test_cli_json_of_one_retriever_names_its_indexed_text(tmp_path: Path) -> Non
 def test_a_results_file_from_before_indexed_text_gains_the_column(tmp_path: Path) -> None:
     import duckdb
 
-    from agentlab.bench import retrieval_protocol_store as store
+    from agentlab.bench.store import retrieval_protocol as store
 
     db = tmp_path / "old.duckdb"
     with duckdb.connect(str(db)) as conn:  # the table as it was, one old row in it

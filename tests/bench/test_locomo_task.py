@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from agentlab.bench import executor
 from agentlab.bench.config import apply_overrides, load_settings
 from agentlab.bench.datasets.locomo import LoCoMoData, parse_conversation
-from agentlab.bench.judge import Judge
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.scoring.judge import Judge
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import get_task
 from agentlab.bench.tasks import locomo as lc
 from agentlab.bench.tasks.locomo_history import parse_session_date

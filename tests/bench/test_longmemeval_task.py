@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench import cli, executor
+from agentlab.bench.cli import main as cli
 from agentlab.bench.config import apply_overrides, load_settings
 from agentlab.bench.datasets.longmemeval import write_longmemeval_fixture
-from agentlab.bench.judge import Judge
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.scoring.judge import Judge
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import get_task
 from agentlab.bench.tasks.longmemeval import haystack_events
 from agentlab.bench.tasks.longmemeval_history import parse_haystack_date

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench import executor
 from agentlab.bench.config import apply_overrides, load_settings
 from agentlab.bench.datasets.longmemeval import write_longmemeval_fixture
-from agentlab.bench.loops import run_sync
+from agentlab.bench.running import executor
+from agentlab.bench.running.loops import run_sync
 from agentlab.bench.tasks import get_task
 
 MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")

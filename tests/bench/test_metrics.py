@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from agentlab.bench import metrics as m
+from agentlab.bench.scoring import metrics as m
 
 
 def test_normalisation_keeps_unicode_letters_and_digits() -> None:

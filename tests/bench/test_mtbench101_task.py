@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench import executor
 from agentlab.bench.config import load_settings
 from agentlab.bench.datasets.mtbench101 import Dialogue, DialogueTurn, MTBench101Data
-from agentlab.bench.judge import Judge
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.scoring.judge import Judge
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import CaseError, RunContext, get_task
 from agentlab.bench.tasks import mtbench101 as mt
 from agentlab.events import Message, Usage
@@ -218,8 +218,8 @@ def test_published_selection_has_917_dialogues(monkeypatch: pytest.MonkeyPatch) 
 
 def test_quality_table_counts_a_failed_summary_case_as_zero(tmp_path: Path) -> None:
     """Per-task quality by hand: CM ok (consistency 0.8, retention 0.6), SA failed -> 0 everywhere."""
-    from agentlab.bench.metrics import Score
-    from agentlab.bench.store import CaseRecord, RunInfo
+    from agentlab.bench.scoring.metrics import Score
+    from agentlab.bench.store.results import CaseRecord, RunInfo
     from agentlab.model.base import CallRecord
 
     def answer_call() -> CallRecord:

@@ -1,4 +1,4 @@
-"""``python -m agentlab.bench`` ends right after its work is stored (agentlab.bench.process_exit):
+"""``python -m agentlab.bench`` ends right after its work is stored (agentlab.bench.running.process_exit):
 what a normal exit does that matters still happens, and the exit waits whenever a normal one would.
 """
 
@@ -23,7 +23,7 @@ def test_finish_writes_caches_runs_atexit_and_keeps_the_code(tmp_path: Path) -> 
     done = _python("""
         import atexit, sys
         from pathlib import Path
-        from agentlab.bench.process_exit import finish
+        from agentlab.bench.running.process_exit import finish
         from agentlab.events import Message, Usage
         from agentlab.model.base import ModelRequest, ModelResponse
         from agentlab.model.cache import CallCache
@@ -49,7 +49,7 @@ def test_finish_waits_for_a_running_non_daemon_thread(tmp_path: Path) -> None:
     done = _python("""
         import sys, threading, time
         from pathlib import Path
-        from agentlab.bench.process_exit import finish
+        from agentlab.bench.running.process_exit import finish
 
         def late() -> None:
             time.sleep(0.5)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench import executor
 from agentlab.bench.config import Settings, SettingsError, load_settings
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, TextSpan, TranscriptTurn
-from agentlab.bench.judge import Judge
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.scoring.judge import Judge
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import CaseSelection, RunContext, get_task
 from agentlab.bench.tasks.qmsum import (
     ANSWER_INSTRUCTION,

@@ -16,14 +16,15 @@ import pytest
 from cli_helpers import run_cli
 from test_toy_arm import LOCOMO_RAW, echo
 
-from agentlab.bench import arms, executor
 from agentlab.bench.config import load_settings
 from agentlab.bench.datasets.locomo import LoCoMoData, parse_conversation
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import get_task
 from agentlab.bench.tasks import locomo as lc
 from agentlab.model.base import ModelInfo
 from agentlab.model.scripted import ScriptedModel
+from agentlab.policies import arms
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "adding-a-policy.md"
 

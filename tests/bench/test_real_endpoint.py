@@ -12,7 +12,7 @@ import bench_demo_task  # noqa: F401 - registers the "demo" task
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.model import ContextWindowUnknown, get_model
 from agentlab.testing.openai_server import OpenAITestServer
 

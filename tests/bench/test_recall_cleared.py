@@ -1,7 +1,7 @@
 """``<arm>+recall`` of a clearing arm: recall searches what the arm cleared, not only what it left out.
 
 A tool-clearing arm keeps a cleared result under its id with a placeholder (or a truncation) in
-place of its content; :func:`agentlab.bench.arms.hidden_history` counts such an event as hidden, so
+place of its content; :func:`agentlab.policies.arms.hidden_history` counts such an event as hidden, so
 ``HiddenRecall`` preloads its original text. Before, only events absent from the request counted,
 and the ``+recall`` of every clearing arm sent exactly what the arm sent.
 """
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-import agentlab.bench.arms as arms
+import agentlab.policies.arms as arms
 from agentlab.bench.config import Settings
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, TextSpan, TranscriptTurn
-from agentlab.bench.delivery import question_event
-from agentlab.bench.retention import Question, measure_retention
+from agentlab.bench.retention.delivery import question_event
+from agentlab.bench.retention.questions import Question, measure_retention
 from agentlab.bench.tasks.qmsum_delivery import qmsum_tool_delivery, qmsum_tool_evidence
 from agentlab.compaction import CompactionPolicy
 from agentlab.core import project

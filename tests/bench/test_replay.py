@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench import executor
-from agentlab.bench.cli_common import CliError
 from agentlab.bench.config import apply_overrides, load_settings
 from agentlab.bench.datasets.longmemeval import write_longmemeval_fixture
-from agentlab.bench.replay import check_seeding
+from agentlab.bench.running import executor
+from agentlab.bench.running.replay import check_seeding
 from agentlab.bench.spec import resolve_run
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import get_task
+from agentlab.bench.usage import UsageError
 from agentlab.model.base import ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
 
@@ -79,5 +79,5 @@ def test_seeding_is_in_the_run_id_only_when_lived() -> None:
     with pytest.raises(ValueError, match="forced, lived"):
         check_seeding("sometimes")
     # A task's own mode seeds its own way: a lived id for it would name a run that is not lived.
-    with pytest.raises(CliError, match="--seeding lived is for generic arms"):
+    with pytest.raises(UsageError, match="--seeding lived is for generic arms"):
         resolve_run("qmsum", mode="summary", model="scripted", action="dry_run", seeding="lived")

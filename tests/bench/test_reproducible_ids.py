@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.events import new_id, reproducible_ids
 from agentlab.memory.service import new_memory_id
 from agentlab.session.inmemory import new_session_id

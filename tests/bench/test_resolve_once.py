@@ -4,7 +4,7 @@
 meeting of ``test_toy_arm`` (``load_cases`` replaced) and, where a model is needed, the local
 OpenAI-compatible test server. Around each command every entry of
 :func:`agentlab.bench.tasks.get_task` (wherever a module imported it) and every arm lookup
-(:func:`agentlab.bench.arms.get_arm`, which ``Task.arm`` and the retention registry views call) is
+(:func:`agentlab.policies.arms.get_arm`, which ``Task.arm`` and the retention registry views call) is
 counted: the task must be looked up once, and each arm once per (task, arm name).
 """
 
@@ -22,12 +22,12 @@ import pytest
 from cli_helpers import run_cli
 from test_toy_arm import TOY, qmsum_selection
 
-from agentlab.bench import arms
 from agentlab.bench import tasks as tasks_mod
 from agentlab.bench.config import load_settings
-from agentlab.bench.remote import CaseWorker
-from agentlab.bench.run_identity import RunRequest
+from agentlab.bench.running.identity import RunRequest
+from agentlab.bench.running.remote import CaseWorker
 from agentlab.bench.tasks import CaseSelection, get_task
+from agentlab.policies import arms
 from agentlab.testing.openai_server import OpenAITestServer
 
 NO_JUDGE = ("--set", "judge.enabled=false")
@@ -62,9 +62,9 @@ def lookups(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Lookups
         seen.arms[(getattr(task, "name", None), name)] += 1
         return original_arm(name, task)
 
-    import agentlab.bench.cli_league  # noqa: F401  (loaded before patching, so its imports are patched too)
-    import agentlab.bench.cli_retention  # noqa: F401
-    import agentlab.bench.league  # noqa: F401
+    import agentlab.bench.cli.league  # noqa: F401  (loaded before patching, so its imports are patched too)
+    import agentlab.bench.cli.retention  # noqa: F401
+    import agentlab.bench.league.play  # noqa: F401
 
     for module in list(sys.modules.values()):
         if module is not None and getattr(module, "__name__", "").startswith("agentlab") \

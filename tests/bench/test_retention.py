@@ -1,4 +1,4 @@
-"""LLM-free retention (agentlab/bench/retention.py) over both deliveries (agentlab/bench/delivery.py)."""
+"""LLM-free retention (agentlab/bench/retention/questions.py) over both deliveries (agentlab/bench/retention/delivery.py)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 
-import agentlab.bench.arms as arms
-from agentlab.bench.arms import Arm
+import agentlab.policies.arms as arms
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, TextSpan, TranscriptTurn
-from agentlab.bench.delivery import (
+from agentlab.bench.retention.delivery import (
     EvidenceMap,
     EvidencePiece,
     EvidenceUnit,
     question_event,
 )
-from agentlab.bench.retention import (
+from agentlab.bench.retention.questions import (
     Question,
     aggregate,
     measure_retention,
@@ -32,6 +31,7 @@ from agentlab.events import OBJ_USER, Event, Message
 from agentlab.model.base import ModelInfo
 from agentlab.model.scripted import ScriptedModel
 from agentlab.policies import mechanism
+from agentlab.policies.arms import Arm
 from agentlab.recall import RecallPolicy
 from agentlab.session.base import Session
 
@@ -240,8 +240,8 @@ async def test_a_summarising_arm_needs_a_model_and_reports_rouge_of_the_evidence
 
 async def test_longmemeval_groups_in_both_deliveries(tmp_path: Path) -> None:
     from agentlab.bench.datasets.longmemeval import parse_file, write_longmemeval_fixture
-    from agentlab.bench.delivery import Delivery
-    from agentlab.bench.retention import measure_groups
+    from agentlab.bench.retention.delivery import Delivery
+    from agentlab.bench.retention.questions import measure_groups
     from agentlab.bench.tasks.longmemeval import haystack_events
     from agentlab.bench.tasks.longmemeval_delivery import longmemeval_groups
 

@@ -1,13 +1,12 @@
-"""Prompt caching in retention (agentlab/bench/retention_cache.py) and the cache-stable clearing variant."""
+"""Prompt caching in retention (agentlab/bench/retention/cache.py) and the cache-stable clearing variant."""
 
 from __future__ import annotations
 
 import json
 
-from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.qmsum import Meeting, TextSpan, TranscriptTurn
-from agentlab.bench.delivery import question_event
-from agentlab.bench.retention import Question, measure_retention, request_points, retention_arms
+from agentlab.bench.retention.delivery import question_event
+from agentlab.bench.retention.questions import Question, measure_retention, request_points, retention_arms
 from agentlab.bench.tasks.qmsum_delivery import qmsum_tool_delivery, qmsum_tool_evidence
 from agentlab.core import project
 from agentlab.events import Message, ToolCall
@@ -15,6 +14,7 @@ from agentlab.model.base import ModelInfo
 from agentlab.model.prompt_caching import cache_sequence, totals
 from agentlab.policies import mechanism
 from agentlab.policies.anthropic_clear_tool_uses import AnthropicClearToolUsesPolicy, clear_tool_uses
+from agentlab.policies.arms import Arm
 from agentlab.session.base import Session
 from tests.bench.cli_helpers import run_cli
 from tests.bench.test_retention import toy_case

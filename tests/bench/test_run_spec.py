@@ -20,9 +20,9 @@ from run_id_commands import (
     scripted_and_no_cases,
 )
 
-from agentlab.bench.cli_common import CliError
 from agentlab.bench.spec import RunSpec, load_selection, resolve_run
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
+from agentlab.bench.usage import UsageError
 from agentlab.model.base import ModelInfo
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "run_ids_main.json").read_text(encoding="utf-8"))
@@ -118,13 +118,13 @@ def test_a_spec_is_frozen_and_complete(no_cases: None) -> None:
     ({"variant": "a b"}, "--variant 'a b'"),
 ])
 def test_resolution_refuses_with_one_line(kwargs: dict[str, Any], message: str, no_cases: None) -> None:
-    with pytest.raises(CliError, match=message.replace("[", r"\[")):
+    with pytest.raises(UsageError, match=message.replace("[", r"\[")):
         resolve_run("demo", model=MODEL, **kwargs)
 
 
 def test_a_budget_above_the_model_window_is_refused_when_bound(no_cases: None) -> None:
     spec = resolve_run("demo", model=MODEL, context_budget=SCRIPTED_WINDOW + 1)
-    with pytest.raises(CliError, match=f"above the model's context window of {SCRIPTED_WINDOW} tokens"):
+    with pytest.raises(UsageError, match=f"above the model's context window of {SCRIPTED_WINDOW} tokens"):
         _bound(spec)
     assert _bound(dataclasses.replace(spec, context_budget=SCRIPTED_WINDOW)).mechanism_window == SCRIPTED_WINDOW
 

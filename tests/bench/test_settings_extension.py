@@ -21,7 +21,6 @@ from agentlab.bench import analysis
 from agentlab.bench import config as bench_config
 from agentlab.bench.config import (
     JudgeSettings,
-    ModeRoles,
     RunSettings,
     Settings,
     SettingsError,
@@ -29,8 +28,9 @@ from agentlab.bench.config import (
     generation_config,
     load_settings,
 )
-from agentlab.bench.metrics import Score
-from agentlab.bench.store import ResultStore
+from agentlab.bench.facts import ModeRoles
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import TASKS, Case, CaseResult, CaseSelection, RunContext, Task, register
 from agentlab.events import Message
 from agentlab.model.base import GenerationConfig, ModelRequest

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from agentlab.bench.metrics import rouge
+from agentlab.bench.scoring.metrics import rouge
 
 #: Imported only when a ROUGE score is computed (QMSum, LongMemEval scoring).
 LAZY = ("rouge_score", "nltk", "scipy")
@@ -26,17 +26,17 @@ def _loaded_after(code: str) -> set[str]:
 
 
 @pytest.mark.parametrize("code", [
-    "import agentlab.bench.cli",
-    "import io\nfrom agentlab.bench.cli import main\nmain(['list'], io.StringIO())",
+    "import agentlab.bench.cli.main",
+    "import io\nfrom agentlab.bench.cli.main import main\nmain(['list'], io.StringIO())",
 ], ids=["import-cli", "list"])
 def test_cli_start_does_not_load_rouge_or_nltk(code: str) -> None:
     loaded = _loaded_after(code)
-    assert "agentlab.bench.metrics" in loaded  # the check means something: metrics itself is imported
+    assert "agentlab.bench.scoring.metrics" in loaded  # the check means something: metrics itself is imported
     assert not {m for m in loaded if m.split(".")[0] in LAZY}
 
 
 def test_a_rouge_score_loads_rouge_score_when_needed() -> None:
-    loaded = _loaded_after("from agentlab.bench.metrics import rouge\nrouge('the cat sat', 'a cat sat')")
+    loaded = _loaded_after("from agentlab.bench.scoring.metrics import rouge\nrouge('the cat sat', 'a cat sat')")
     assert "rouge_score" in loaded
     assert rouge("the cat sat", "a cat sat")["rouge1"] == pytest.approx(2 / 3)
 

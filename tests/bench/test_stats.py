@@ -1,4 +1,4 @@
-"""Intervals and p-values against values computed independently of :mod:`agentlab.bench.stats`.
+"""Intervals and p-values against values computed independently of :mod:`agentlab.bench.scoring.stats`.
 
 The bootstrap is checked against a direct numpy resampling of case indices with the same seed (a
 paired bootstrap draws whole cases); the Wilcoxon p-values against the exact null distribution
@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 import pytest
 
-from agentlab.bench import stats
+from agentlab.bench.scoring import stats
 
 BASELINE = np.array([0.2, 0.5, 0.1, 0.9, 0.4, 0.3, 0.7, 0.6, 0.2, 0.8])
 MODE = np.array([0.1, 0.5, 0.3, 0.6, 0.2, 0.3, 0.4, 0.7, 0.0, 0.5])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import duckdb
 
-from agentlab.bench.store import CaseRecord, ResultStore
+from agentlab.bench.store.results import CaseRecord, ResultStore
 from agentlab.events import Usage
 from agentlab.model.base import CallRecord
 

@@ -11,16 +11,16 @@ from typing import Any, ClassVar
 
 import pytest
 
-from agentlab.bench.arms import Arm
 from agentlab.bench.datasets.trajectories import Trajectory, parse_swe_history, parse_tau_entry
-from agentlab.bench.summary_bounds import PlaceholderSummariser, markers, placeholder_text
-from agentlab.bench.trajectory_retention import measure_trajectory, step_requests
+from agentlab.bench.retention.summary_bounds import PlaceholderSummariser, markers, placeholder_text
+from agentlab.bench.retention.trajectories import measure_trajectory, step_requests
 from agentlab.core.projection import RequestDraft
 from agentlab.events import Message, Usage
 from agentlab.model import tokens
 from agentlab.model.base import ModelInfo, ModelRequest, ModelResponse
 from agentlab.policies import mechanism
 from agentlab.policies._base import Outcome, PeerMechanism
+from agentlab.policies.arms import Arm
 from agentlab.policies.swe_agent_summary import SweAgentSummaryPolicy, split_turns
 from agentlab.policy import PolicyJSON
 
@@ -165,7 +165,7 @@ def test_the_paper_arm_summarises_21_turns_once_31_wait_and_keeps_the_last_10() 
 
 
 def test_retention_command_refuses_a_summary_length_it_cannot_use() -> None:
-    from agentlab.bench.cli import main
+    from agentlab.bench.cli.main import main
 
     out = io.StringIO()
     assert main(["retention", "trajectories", "--summary-tokens", "4", "--no-store"], out=out) != 0
@@ -174,9 +174,9 @@ def test_retention_command_refuses_a_summary_length_it_cannot_use() -> None:
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs $AGENTLAB_DATA_DIR/agent_trajectories")
 def test_bounds_bracket_on_recorded_swe_agent_trajectories() -> None:
-    from agentlab.bench.arms import PEER_SUMMARISERS, get_arm
     from agentlab.bench.datasets.trajectories import load_trajectories
-    from agentlab.bench.retention import retention_settings
+    from agentlab.bench.retention.questions import retention_settings
+    from agentlab.policies.arms import PEER_SUMMARISERS, get_arm
 
     trajectories = load_trajectories(("swe_agent",), allow_download=False).trajectories[:4]
     fired = 0

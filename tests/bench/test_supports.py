@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agentlab.bench.supports import (
+from agentlab.bench.retention.supports import (
     Rules,
     UserForms,
     non_trivial,
@@ -161,8 +161,8 @@ def test_real_swe_agent_code_lines_the_agent_wrote_first() -> None:
 def test_real_tau_bench_long_context_is_the_recorded_history() -> None:
     import asyncio
 
-    from agentlab.bench.arms import full_history_arm
-    from agentlab.bench.trajectory_retention import step_requests
+    from agentlab.bench.retention.trajectories import step_requests
+    from agentlab.policies.arms import full_history_arm
 
     traj = _trajectory("tau_bench/0-0")
     assert any(e.message is not None and e.message.name == "think" and not e.message.content for e in traj.events)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench.case_frames import metadata_means, ok_case_metadata
-from agentlab.bench.evidence import evidence_at_k, mean_rows
-from agentlab.bench.store import CaseRecord, ResultStore, RunInfo
+from agentlab.bench.scoring.case_frames import metadata_means, ok_case_metadata
+from agentlab.bench.scoring.evidence import evidence_at_k, mean_rows
+from agentlab.bench.store.results import CaseRecord, ResultStore, RunInfo
 from agentlab.bench.tasks import project_prompt
 from agentlab.events import OBJ_USER, Event, Message, Usage
 from agentlab.model.base import CallRecord, ModelInfo, ModelRequest, RateLimitError

@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from agentlab.bench.store import CompactionRow
+from agentlab.bench.store.results import CompactionRow
 from agentlab.bench.tasks import CaseError, Task, UnknownBenchmark, collect_run, get_task, register
 from agentlab.events import OBJ_COMPACTION, Event, Message, ToolCall, user_event
 

@@ -1,7 +1,7 @@
 """Done-when of the arms API: a mechanism and an arm defined here, outside ``agentlab/``, run on all four
 benchmarks (dry run and scripted model), with ``<arm>+recall`` paired to it in ``report``.
 
-No library file knows the toy: it is registered with :func:`agentlab.bench.arms.register_arm`.
+No library file knows the toy: it is registered with :func:`agentlab.policies.arms.register_arm`.
 The scripted model answers with everything its prompt shows (an echo), so an answer's overlap
 with the reference measures how much of the history the arm kept in the prompt: the baseline
 keeps it all, the toy only its last turns, and recall brings the hidden turns that match back.
@@ -16,19 +16,20 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench import arms, executor
 from agentlab.bench.config import apply_overrides, load_settings
 from agentlab.bench.datasets.locomo import LoCoMoData, parse_conversation
 from agentlab.bench.datasets.longmemeval import write_longmemeval_fixture
 from agentlab.bench.datasets.mtbench101 import Dialogue, DialogueTurn, MTBench101Data
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, TextSpan, TranscriptTurn
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import CaseSelection, get_task
 from agentlab.bench.tasks import locomo as lc
 from agentlab.bench.tasks import mtbench101 as mt
 from agentlab.core import ContextMechanism, Invocation, RequestDraft, Stage, StagedProcessor, is_history_event
 from agentlab.model.base import ModelInfo, ModelRequest
 from agentlab.model.scripted import ScriptedModel
+from agentlab.policies import arms
 
 # --- the toy mechanism and its arm: the "Adding a policy" example (docs/adding-a-policy.md) ---------------
 

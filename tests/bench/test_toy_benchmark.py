@@ -25,10 +25,10 @@ import httpx
 import pytest
 from cli_helpers import run_cli
 
-from agentlab.bench.arms import ARMS
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import TASKS
-from agentlab.extensions import EXTENSIONS_ENV, LEGACY_ENV
+from agentlab.extensions import EXTENSIONS_ENV
+from agentlab.policies.arms import ARMS
 from agentlab.testing.openai_server import OpenAITestServer
 from agentlab.testing.served import served_proxy
 
@@ -44,11 +44,11 @@ import hashlib
 import json
 from pathlib import Path
 
-from agentlab.bench.arms import Arm, full_history_arm, register_arm
-from agentlab.bench.config import ModeRoles
-from agentlab.bench.delivery import EvidenceMap, EvidencePiece, EvidenceUnit
-from agentlab.bench.metrics import Score
-from agentlab.bench.retention import HistoryGroup, Question
+from agentlab.policies.arms import Arm, full_history_arm, register_arm
+from agentlab.bench.facts import ModeRoles
+from agentlab.bench.retention.delivery import EvidenceMap, EvidencePiece, EvidenceUnit
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.retention.rows import HistoryGroup, Question
 from agentlab.bench.tasks import Case, CaseSelection, Task, Unsupported, register
 from agentlab.core import ContextMechanism, StagedProcessor, Stage, is_history_event
 from agentlab.events import OBJ_USER, Event, Message
@@ -147,7 +147,6 @@ def toybench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     bare.write_text(textwrap.dedent(bare_source()))
     for path in (module, bare):
         path.with_suffix(".toml").write_text(f'[dataset]\npath = "{data}"\n')
-    monkeypatch.delenv(LEGACY_ENV, raising=False)
     monkeypatch.setenv(EXTENSIONS_ENV, f"{module},{bare}")
     yield tmp_path
     for name in (NAME, "toybare"):

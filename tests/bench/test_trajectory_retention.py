@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-import agentlab.bench.arms as arms_registry
-from agentlab.bench.arms import Arm
+import agentlab.policies.arms as arms_registry
 from agentlab.bench.datasets.trajectories import Trajectory, parse_tau_entry
-from agentlab.bench.trajectory_retention import (
+from agentlab.bench.retention.trajectories import (
     aggregate_trajectories,
     format_trajectory_table,
     measure_trajectory,
     step_requests,
 )
 from agentlab.policies import mechanism
+from agentlab.policies.arms import Arm
 
 DATA = Path(os.environ.get("AGENTLAB_DATA_DIR", "/nonexistent")) / "agent_trajectories"
 
@@ -103,7 +103,7 @@ def test_retention_command_runs_the_trajectories_with_the_masking_arm() -> None:
     import io
     import json
 
-    from agentlab.bench.cli import main
+    from agentlab.bench.cli.main import main
 
     out = io.StringIO()
     code = main(["retention", "trajectories", "--arms", "long_context,swe_agent_masking,langchain_summarization",
@@ -129,7 +129,7 @@ def test_league_on_the_test_server_replays_trajectories_with_a_summarising_arm(t
 
     import duckdb
 
-    from agentlab.bench.cli import main
+    from agentlab.bench.cli.main import main
     from agentlab.testing.openai_server import OpenAITestServer
 
     db = tmp_path / "league.duckdb"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from agentlab.bench import analysis
-from agentlab.bench.cache_store import COLUMNS as CACHE_COLUMNS
-from agentlab.bench.store import ResultStore
-from agentlab.bench.trajectory_retention import TRAJECTORY_RETENTION_VERSION
-from agentlab.bench.trajectory_store import COLUMNS as TRAJECTORY_COLUMNS
+from agentlab.bench.retention.trajectories import TRAJECTORY_RETENTION_VERSION
+from agentlab.bench.store.cache import COLUMNS as CACHE_COLUMNS
+from agentlab.bench.store.results import ResultStore
+from agentlab.bench.store.trajectories import COLUMNS as TRAJECTORY_COLUMNS
 from tests.bench.cli_helpers import run_cli
 
 DATA = Path(os.environ.get("AGENTLAB_DATA_DIR", "/nonexistent")) / "agent_trajectories"
@@ -149,9 +149,9 @@ def test_readers_give_the_columns_on_a_file_without_the_tables(tmp_path: Path) -
 def test_bounds_are_stored_and_a_file_made_before_them_gets_the_columns(tmp_path: Path) -> None:
     import duckdb
 
-    from agentlab.bench.retention_store import replace_rows
-    from agentlab.bench.trajectory_retention import TrajectoryRow
-    from agentlab.bench.trajectory_store import TRAJECTORY_RETENTION, trajectory_records
+    from agentlab.bench.retention.trajectories import TrajectoryRow
+    from agentlab.bench.store.retention import replace_rows
+    from agentlab.bench.store.trajectories import TRAJECTORY_RETENTION, trajectory_records
 
     db = tmp_path / "old.duckdb"
     old = [c for c in TRAJECTORY_COLUMNS if c[0] not in {"supported_lo", "supported_hi", "summary_tokens",

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.bench import executor
 from agentlab.bench.config import load_settings
-from agentlab.bench.store import ResultStore
+from agentlab.bench.running import executor
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks import CaseSelection, get_task
 from agentlab.model import tokens
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agentlab.bench.store import ResultStore
+from agentlab.bench.store.results import ResultStore
 from agentlab.testing.openai_server import OpenAITestServer
 from agentlab.testing.processes import alive, descendants
 

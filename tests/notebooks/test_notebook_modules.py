@@ -52,7 +52,7 @@ def test_ensure_results_runs_missing_modes_once(tmp_path: Path, scripted_cli: No
 
 
 def test_ensure_results_passes_a_context_budget_into_the_runs(tmp_path: Path, scripted_cli: None) -> None:
-    from agentlab.bench.store import ResultStore
+    from agentlab.bench.store.results import ResultStore
 
     db = tmp_path / "results.duckdb"
     plain = results.ensure_results("demo", ["summary"], model="openai:fake", limit=1, db=db, echo=False)

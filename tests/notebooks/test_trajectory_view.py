@@ -6,7 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from agentlab.bench.trajectory_retention import TrajectoryRow, aggregate_trajectories  # noqa: E402
+from agentlab.bench.retention.trajectories import TrajectoryRow, aggregate_trajectories  # noqa: E402
 from agentlab.notebooks.trajectory_view import NO_MODEL, hidden_by_step, supported_against_tokens  # noqa: E402
 
 

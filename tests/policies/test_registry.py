@@ -102,7 +102,7 @@ REGISTRY_AT_D44D926 = [
      "JetBrains-Research/the-complexity-trap (fork @ adfaa1a1) sweagent/agent/history_processors.py "
      "SummarizeEveryNTurns (n = 21, keep_last_m_turns = 10)"),
 ]
-#: ``agentlab.bench.arms.PEER_SUMMARISERS`` at d44d926, captured the same way.
+#: ``agentlab.policies.arms.PEER_SUMMARISERS`` at d44d926, captured the same way.
 SUMMARISERS_AT_D44D926 = {
     "langchain_summarization": "SummarizationMiddleware replaces old messages with a model-written summary",
     "inspect_summary": "CompactionSummary asks a model for the summary",
@@ -112,7 +112,7 @@ SUMMARISERS_AT_D44D926 = {
     "letta_sliding_window": "Letta evicts the oldest messages into a model-written summary",
     "swe_agent_summary": "SummarizeEveryNTurns folds every 21 turns into a model-written checkpoint",  # added after
 }
-#: ``agentlab.bench.retention.FRACTION_TRIGGERED_PEERS`` at d44d926 (then a literal), in order; each
+#: ``agentlab.bench.retention.questions.FRACTION_TRIGGERED_PEERS`` at d44d926 (then a literal), in order; each
 #: was built with ``trigger_fraction=PEER_TRIGGER_FRACTION``.
 FRACTION_TRIGGERED_AT_D44D926 = ("langchain_clear_tool_uses", "anthropic_clear_tool_uses")
 
@@ -123,8 +123,8 @@ def _qualname(cls: type) -> str:
 
 
 def test_the_registry_facts_are_the_ones_it_had_when_they_were_restated_by_hand() -> None:
-    from agentlab.bench import arms, retention
-    from agentlab.policies import PolicyEntry
+    from agentlab.bench.retention import questions as retention
+    from agentlab.policies import PolicyEntry, arms
 
     assert [(e.name, _qualname(e.policy_class), _qualname(e.factory), e.source) for e in POLICIES.values()] \
         == REGISTRY_AT_D44D926

@@ -202,6 +202,11 @@ LAYERS: dict[str, int] = {
     "agentlab.policies": 4, "agentlab.skills": 4, "agentlab.artifacts.tools": 4, "agentlab.artifacts.offload": 4,
     "agentlab.runtime": 5,
     "agentlab.bench": 6, "agentlab.testing": 6, "agentlab.serve": 6,
+    # the bench's packages by job; its command line sits above them all (only ``__main__`` calls it)
+    "agentlab.bench.tasks": 6, "agentlab.bench.datasets": 6, "agentlab.bench.scoring": 6,
+    "agentlab.bench.store": 6, "agentlab.bench.retention": 6, "agentlab.bench.retrieval": 6,
+    "agentlab.bench.running": 6, "agentlab.bench.league": 6,
+    "agentlab.bench.cli": 7, "agentlab.bench.__main__": 7,
     "agentlab.notebooks": 7, "agentlab.examples": 7,
 }
 #: The facade re-exports every layer lazily (strings only); importing it never loads them.
@@ -280,6 +285,21 @@ def test_every_module_has_a_layer() -> None:
     graph = _package_graph(ROOT)
     assert len(graph) > 100, "the graph was not built"
     assert [m for m in graph if m != FACADE and _unit(m) is None] == []
+
+
+def test_every_bench_package_is_listed() -> None:
+    """A new package under ``agentlab/bench/`` gets its own line in ``LAYERS`` (and so its place)."""
+    packages = sorted(p.parent.name for p in (ROOT / "agentlab" / "bench").glob("*/__init__.py"))
+    assert len(packages) >= 8, packages
+    assert [p for p in packages if f"agentlab.bench.{p}" not in LAYERS] == []
+
+
+def test_nothing_in_the_bench_but_its_entry_point_imports_its_command_line() -> None:
+    graph = _package_graph(ROOT)
+    callers = sorted(m for m, targets in graph.items() if not m.startswith("agentlab.bench.cli")
+                     and any(t == "agentlab.bench.cli" or t.startswith("agentlab.bench.cli.") for t in targets))
+    assert "agentlab.bench.__main__" in callers  # the walker sees the one import that must be there
+    assert [m for m in callers if m.startswith("agentlab.bench")] == ["agentlab.bench.__main__"]
 
 
 def test_no_import_goes_up_a_layer_and_no_mechanism_imports_the_runtime() -> None:

@@ -45,7 +45,7 @@ def test_every_arm_builds_its_mechanisms() -> None:
 
 
 def test_the_harness_arms_are_proxy_arms_too() -> None:
-    import agentlab.bench.arms as registry
+    import agentlab.policies.arms as registry
 
     names = arms.arm_names()
     assert names[:3] == ["long_context", *registry.SERVE_ARMS]
@@ -206,7 +206,7 @@ class _BreakPairs(ContextMechanism):
 
 
 def test_a_request_failing_the_check_goes_out_unrewritten(upstream, proxy, monkeypatch) -> None:
-    import agentlab.bench.arms as registry
+    import agentlab.policies.arms as registry
 
     monkeypatch.setitem(registry.SERVE_ARMS, "broken",
                         registry.Arm("broken", "lossy", lambda settings, model: [_BreakPairs()]))

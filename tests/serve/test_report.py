@@ -6,7 +6,7 @@ import io
 
 from serve_helpers import office_conversation as _conversation
 
-from agentlab.bench.cli import main as bench_main
+from agentlab.bench.cli.main import main as bench_main
 from agentlab.serve import savings_df, serve_calls_df
 from agentlab.serve.__main__ import main
 

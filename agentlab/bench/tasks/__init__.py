@@ -34,7 +34,7 @@ raises :class:`Unsupported`, which the CLI prints as one ``error:`` line:
 * ``retrieval_only``, ``report_tables``, ``case_group``, ``settings_file`` (a benchmark kept outside
   the package names its TOML).
 
-The harness (:mod:`agentlab.bench.executor`) owns everything around a case:
+The harness (:mod:`agentlab.bench.running.executor`) owns everything around a case:
 
 * it calls :meth:`Task.load_cases` once, applies ``--limit`` as a prefix of the selection, and
   identifies the run by a hash of (benchmark, mode, model spec, judge spec, settings, dataset
@@ -85,9 +85,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import agentlab.bench.facts as facts
 from agentlab.bench.config import Settings
 from agentlab.bench.facts import ModeRoles
-from agentlab.bench.judge import JudgeTemplate
-from agentlab.bench.metrics import Score
-from agentlab.bench.store import ResultStore
+from agentlab.bench.scoring.judge import JudgeTemplate
+from agentlab.bench.scoring.metrics import Score
+from agentlab.bench.store.results import ResultStore
 from agentlab.bench.tasks._harness import (
     DRY_RUN_WINDOW,
     PRECHECK_SLACK,
@@ -106,21 +106,16 @@ from agentlab.bench.tasks._harness import (
     project_prompt,
 )
 from agentlab.events import Event, Message
-from agentlab.extensions import LEGACY_ENV, load_extensions
+from agentlab.extensions import load_extensions
 
 if TYPE_CHECKING:
-    from agentlab.bench.arms import Arm
-    from agentlab.bench.delivery import DeliveryMode
-    from agentlab.bench.retention_rows import HistoryGroup, RetentionRow
+    from agentlab.bench.retention.delivery import DeliveryMode
+    from agentlab.bench.retention.rows import HistoryGroup, RetentionRow
+    from agentlab.policies.arms import Arm
 
 
 #: App, user and agent names of a generic arm's runs.
 GENERIC_APP, GENERIC_USER, GENERIC_AGENT = "agentlab-bench", "user", "assistant"
-
-#: Extra modules to import when discovering tasks: the older name of ``$AGENTLAB_EXTENSIONS``
-#: (:mod:`agentlab.extensions`), which is read too.
-TASK_MODULES_ENV = LEGACY_ENV
-
 
 # ------------------------------------------------------------------------------------- task
 
@@ -149,7 +144,7 @@ class Task(ABC):
     #: One line for ``python -m agentlab.bench list``.
     description: ClassVar[str] = ""
     #: Whether :meth:`retention_report` measures the summarising arms with no model, as bounds at a
-    #: stated summary length (``retention --summary-tokens``, :mod:`agentlab.bench.summary_bounds`);
+    #: stated summary length (``retention --summary-tokens``, :mod:`agentlab.bench.retention.summary_bounds`);
     #: ``False``: the LLM-free ``retention`` skips them.
     summary_bounds: ClassVar[bool] = False
     #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
@@ -202,9 +197,9 @@ class Task(ABC):
     def retention_groups(self, cases: Sequence[Case], settings: Settings, delivery: DeliveryMode) -> list[HistoryGroup]:
         """The histories the LLM-free retention measures over ``cases``, each with the questions asked over it.
 
-        One :class:`~agentlab.bench.retention.HistoryGroup` per shared history (a meeting, a
+        One :class:`~agentlab.bench.retention.rows.HistoryGroup` per shared history (a meeting, a
         conversation), holding only the selected cases' questions, each with its gold evidence map
-        (:class:`~agentlab.bench.delivery.EvidenceMap`). ``delivery``: ``turns`` (the events the task
+        (:class:`~agentlab.bench.retention.delivery.EvidenceMap`). ``delivery``: ``turns`` (the events the task
         seeds, as :meth:`history`) or ``tool_results`` (:meth:`tool_delivery`'s reading trajectory).
         A task that marks no gold evidence keeps this default, which raises :class:`Unsupported`.
         """
@@ -215,16 +210,16 @@ class Task(ABC):
                         context_window: int, cache_profile: str | None = None) -> list[RetentionRow]:
         """The LLM-free retention of every arm over ``cases``: the entry point ``retention`` and ``league`` call.
 
-        One :class:`~agentlab.bench.retention.RetentionRow` per measured unit and arm; ``retention``
+        One :class:`~agentlab.bench.retention.questions.RetentionRow` per measured unit and arm; ``retention``
         averages, prints and stores them. The default measures :meth:`retention_groups` with
-        :func:`agentlab.bench.retention.measure_groups` (per question: is its evidence in the request).
+        :func:`agentlab.bench.retention.questions.measure_groups` (per question: is its evidence in the request).
         A benchmark whose measure is its own (e.g. per step of an agent trajectory) overrides this and
         returns rows of the same shape, one per step (``case_id`` naming the step).
         ``context_window``: the window the mechanisms see; ``settings``: the ones to build them from;
         ``cache_profile`` (a :data:`agentlab.model.prompt_caching.PROFILES` name, ``None``: none) fills
         each row's ``cache`` with its requests through that provider's prompt cache.
         """
-        from agentlab.bench.retention import measure_groups
+        from agentlab.bench.retention.questions import measure_groups
 
         groups = self.retention_groups(cases, settings, delivery)
         timed = await measure_groups(groups, list(arms), context_window=context_window, settings=settings,
@@ -262,10 +257,10 @@ class Task(ABC):
 
         ``LookupError`` naming the known arms (or the task's reason an arm does not apply). Looked
         up once per instance (:func:`get_task` makes a fresh one per command), so the checks, the
-        run id and every case of a command see the same :class:`~agentlab.bench.arms.Arm`; an
+        run id and every case of a command see the same :class:`~agentlab.policies.arms.Arm`; an
         unknown name is not remembered.
         """
-        from agentlab.bench.arms import get_arm
+        from agentlab.policies.arms import get_arm
 
         known: dict[str, Arm] = self.__dict__.setdefault("_looked_up_arms", {})
         if name not in known:
@@ -274,7 +269,7 @@ class Task(ABC):
 
     def arm_names(self) -> list[str]:
         """Every arm this task runs: its modes, then the generic arms it did not declare inapplicable."""
-        from agentlab.bench.arms import arm_names
+        from agentlab.policies.arms import arm_names
 
         return arm_names(self)
 
@@ -318,7 +313,7 @@ class Task(ABC):
         arm = self.arm(name)
         if arm.generic or self.delivery(settings) == "turns":
             return arm
-        from agentlab.bench.arms import full_history_arm
+        from agentlab.policies.arms import full_history_arm
 
         roles = self.roles()
         if roles is not None and name == roles.baseline:
@@ -328,7 +323,7 @@ class Task(ABC):
                          f"--arm compaction, --arm rolling_summary, --arm inspect_edit; list shows them all)")
 
     def tool_delivery(self, case: Case, settings: Settings, session_id: str) -> Any:
-        """The case's history as a scripted tool-reading trajectory and its tools (a :class:`~agentlab.bench.delivery.ToolDelivery`)."""
+        """The case's history as a scripted tool-reading trajectory and its tools (a :class:`~agentlab.bench.retention.delivery.ToolDelivery`)."""
         raise Unsupported(self.tool_delivery_inapplicable or f"{self.name} has no tool-result delivery (its task does "
                           "not implement Task.tool_delivery); use dataset.delivery=turns")
 
@@ -360,10 +355,10 @@ class Task(ABC):
         """Seed the history, ask once with the arm's mechanisms, return the answer (scored by :meth:`score`).
 
         ``[run] seeding`` (``--seeding``) decides how the history reaches the session
-        (:func:`agentlab.bench.replay.seed`): all at once (``forced``), or event by event with the
+        (:func:`agentlab.bench.running.replay.seed`): all at once (``forced``), or event by event with the
         mechanisms' triggers firing as in a live agent (``lived``).
         """
-        from agentlab.bench.replay import seed
+        from agentlab.bench.running.replay import seed
         from agentlab.runtime import LLMAgent, Runner
 
         service = ctx.new_session_service()

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentlab.bench.config import Settings
-from agentlab.bench.judge import Judge
-from agentlab.bench.store import CompactionRow, ResultStore
+from agentlab.bench.scoring.judge import Judge
+from agentlab.bench.store.results import CompactionRow, ResultStore
 from agentlab.events import OBJ_COMPACTION, Event, Message
 from agentlab.model.base import Model
 
 if TYPE_CHECKING:
-    from agentlab.bench.arms import Arm
+    from agentlab.policies.arms import Arm
     from agentlab.runtime import RunOptions
 
 T = TypeVar("T")

@@ -36,7 +36,7 @@ Scores (two different "F1"s, kept apart by name; docs/sources.md#metric-pitfalls
 Every case keeps its raw category number and three name mappings (official ``evaluation.py``,
 the published report's, and mem0's maintainers' from mem0 issue #2609), which the report tables
 (:mod:`.locomo_report`) show per category and weighted, dividing by all questions. ``--retrieval-only``
-measures retrieval without any model (:mod:`agentlab.bench.locomo_retrieval`): the preload window
+measures retrieval without any model (:mod:`agentlab.bench.retrieval.locomo`): the preload window
 of session recall, or with ``--unit`` the paper's own recall protocol. Prompts:
 :mod:`.locomo_prompts`; the conversation as transcript and events: :mod:`.locomo_history`.
 
@@ -63,11 +63,18 @@ from agentlab.bench.datasets.locomo import (
     category_names,
     load_locomo,
 )
-from agentlab.bench.delivery import Delivery, DeliveryMode, ToolDelivery
 from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
-from agentlab.bench.loops import run_sync
-from agentlab.bench.metrics import Score, bleu1, locomo_adversarial_correct, locomo_f1, set_f1, version_of
-from agentlab.bench.retention_rows import HistoryGroup
+from agentlab.bench.retention.delivery import Delivery, DeliveryMode, ToolDelivery
+from agentlab.bench.retention.rows import HistoryGroup
+from agentlab.bench.running.loops import run_sync
+from agentlab.bench.scoring.metrics import (
+    Score,
+    bleu1,
+    locomo_adversarial_correct,
+    locomo_f1,
+    set_f1,
+    version_of,
+)
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -164,7 +171,7 @@ class LoCoMoTask(Task):
     mode_roles = ModeRoles(baseline="long_context")
     published_token_rule = SUM_ANSWER_CALLS
     description = "LoCoMo-10: 1,986 QA over 10 long conversations (long context, session recall, auto memory)"
-    #: ``--unit`` values: the LoCoMo paper's retrieval protocol (:mod:`agentlab.bench.locomo_retrieval`).
+    #: ``--unit`` values: the LoCoMo paper's retrieval protocol (:mod:`agentlab.bench.retrieval.locomo`).
     retrieval_units = ("dialog", "observation", "summary")
 
     def __init__(self) -> None:
@@ -213,7 +220,7 @@ class LoCoMoTask(Task):
         """The conversation: its seeded sessions and extracted memories are built once per run."""
         return str(case.data.conversation.sample_id)
 
-    # Generic arms (agentlab.bench.arms): every session's turns in order, in one session.
+    # Generic arms (agentlab.policies.arms): every session's turns in order, in one session.
     def history(self, case: Case, settings: Settings) -> list[Event]:
         """The conversation's sessions as one history, oldest first (the events the recall modes seed)."""
         return [e for _, events in seed_plan(case.data.conversation, _captions(settings)) for e in events]
@@ -398,10 +405,10 @@ class LoCoMoTask(Task):
                        retriever: str | None = None) -> dict[str, Any]:
         """Without ``unit``: recall of the session-recall preload window (``agentlab-preload-window``);
         with it: the paper's protocol (``locomo-acl2024-table3``) for ``retriever``, or without one
-        every retriever of :data:`agentlab.bench.locomo_retrievers.COMPARED` (a ``results`` list).
+        every retriever of :data:`agentlab.bench.retrieval.retrievers.COMPARED` (a ``results`` list).
         """
-        import agentlab.bench.locomo_retrieval as locomo_retrieval
-        import agentlab.bench.locomo_retrievers as locomo_retrievers
+        import agentlab.bench.retrieval.locomo as locomo_retrieval
+        import agentlab.bench.retrieval.retrievers as locomo_retrievers
 
         if unit is None:
             window = locomo_retrieval.PreloadWindow(recall_policy(settings), _captions(settings), seed_sessions,

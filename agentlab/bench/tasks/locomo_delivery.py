@@ -1,7 +1,7 @@
 """LoCoMo's tool delivery and evidence maps: every session opened with ``open_session(n)``, and where
 each evidence ``dia_id`` sits in either delivery.
 
-The generic parts are :mod:`agentlab.bench.delivery`'s; the LoCoMo task's ``tool_delivery`` and
+The generic parts are :mod:`agentlab.bench.retention.delivery`'s; the LoCoMo task's ``tool_delivery`` and
 ``retention_groups`` call these.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from agentlab.bench.datasets.locomo import QA, Conversation
 from agentlab.bench.datasets.locomo import Session as LoCoMoSession
-from agentlab.bench.delivery import (
+from agentlab.bench.retention.delivery import (
     SESSION_TOOL,
     SESSIONS_OPENING,
     Delivery,
@@ -22,7 +22,7 @@ from agentlab.bench.delivery import (
     reading_trajectory,
     session_reader_tool,
 )
-from agentlab.bench.retention_rows import HistoryGroup, Question
+from agentlab.bench.retention.rows import HistoryGroup, Question
 from agentlab.core.tools import FunctionTool
 from agentlab.events import Event
 

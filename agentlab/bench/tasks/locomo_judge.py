@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentlab.bench.judge import CONFIDENCE_LEVELS, Choice, JudgeTemplate, Number, Text, Verdict
+from agentlab.bench.scoring.judge import CONFIDENCE_LEVELS, Choice, JudgeTemplate, Number, Text, Verdict
 
 LOCOMO_JUDGE_VERSION = "locomo-judge-v1"
 LOCOMO_JUDGE_PROMPT = """You label answers to questions about a long conversation between two people.

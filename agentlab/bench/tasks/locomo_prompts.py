@@ -82,7 +82,7 @@ Format:
 - Numbers as digits: "3", not "three".
 - Do not start with a name or a pronoun: "Running, painting", not "She runs and paints"."""
 
-#: The instruction of a generic arm (agentlab.bench.arms): the conversation is the history, the question the turn.
+#: The instruction of a generic arm (agentlab.policies.arms): the conversation is the history, the question the turn.
 ARM_INSTRUCTION = """You answer one question about the conversation between two people shown above (each message
 starts with its session date and speaker). Answer briefly, with the facts as stated in the conversation. If the
 conversation does not contain the answer, answer exactly: {fallback}"""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import agentlab.bench.case_frames as case_frames
+import agentlab.bench.scoring.case_frames as case_frames
 from agentlab.bench.datasets.locomo import ADVERSARIAL_CATEGORY, category_names
-from agentlab.bench.metrics import percentile
+from agentlab.bench.scoring.metrics import percentile
 
 __all__ = ["report_tables"]
 
@@ -82,12 +82,12 @@ def _extraction_counts(cases: Any) -> dict[str, Any]:
 
 
 def _current_cases(store: Any, benchmark: str) -> Any:
-    """The shown runs' cases (:func:`agentlab.bench.case_frames.case_tokens`) with category, tokens and scores.
+    """The shown runs' cases (:func:`agentlab.bench.scoring.case_frames.case_tokens`) with category, tokens and scores.
 
     Failed cases score 0 (they stay in every denominator), as in the store's derived tables; a
     judge verdict that did not parse was stored as 0 and is flagged in ``judge_unparsed``.
     """
-    from agentlab.bench.judge import PARSE_ERROR_PREFIX
+    from agentlab.bench.scoring.judge import PARSE_ERROR_PREFIX
 
     cases = case_frames.case_tokens(store, benchmark, ("answer",), columns=(
         "latency_ms", "all_tokens", "answer_latency_ms", "answer_calls", "all_calls"))

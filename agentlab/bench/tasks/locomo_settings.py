@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agentlab.bench.datasets.locomo import CATEGORY_NAMES_OFFICIAL
-from agentlab.bench.delivery import DeliverySetting
+from agentlab.bench.retention.delivery import DeliverySetting
 from agentlab.memory.policies import MemoryPolicy
 
 __all__ = ["PHASE_FIELDS", "LoCoMoDataset", "LoCoMoMemory"]

@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import agentlab.bench.case_frames as case_frames
-import agentlab.bench.evidence as evidence
+import agentlab.bench.scoring.case_frames as case_frames
+import agentlab.bench.scoring.evidence as evidence
 from agentlab.bench.config import (
     AgentSettings,
     JudgeSettings,
@@ -56,11 +56,11 @@ from agentlab.bench.datasets.longmemeval import (
     LongMemEvalQuestion,
     load_file_or_variant,
 )
-from agentlab.bench.delivery import Delivery, DeliveryMode, DeliverySetting, ToolDelivery
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
-from agentlab.bench.loops import run_sync
-from agentlab.bench.metrics import Score, summary_scores
-from agentlab.bench.retention_rows import HistoryGroup
+from agentlab.bench.retention.delivery import Delivery, DeliveryMode, DeliverySetting, ToolDelivery
+from agentlab.bench.retention.rows import HistoryGroup
+from agentlab.bench.running.loops import run_sync
+from agentlab.bench.scoring.metrics import Score, summary_scores
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -168,7 +168,7 @@ async def evidence_at_k(service: Any, session: Any, question: LongMemEvalQuestio
                         ks: Sequence[int]) -> dict[str, float] | None:
     """``evidence_recall@k`` / ``evidence_hit@k`` of the ``session_search`` tool for one question, no model.
 
-    The question is the query (:func:`agentlab.bench.evidence.evidence_at_k`, one search per ``k``);
+    The question is the query (:func:`agentlab.bench.scoring.evidence.evidence_at_k`, one search per ``k``);
     recall = share of the ``has_answer`` turns among the top k hits, hit = 1 if any of them is.
     ``None`` for a question without evidence (abstention): nothing is searched.
     """
@@ -252,7 +252,7 @@ class LongMemEvalTask(Task):
         return (settings.of("summary", LongMemEvalSummary) if spec.summary else None,
                 settings.of("recall", RecallPolicy) if spec.recall else None)
 
-    # Generic arms (agentlab.bench.arms): the haystack seeded as today, the dated answer instruction.
+    # Generic arms (agentlab.policies.arms): the haystack seeded as today, the dated answer instruction.
     def history(self, case: Case, settings: Settings) -> list[Event]:
         """The question's whole haystack in order (what every mode is seeded with)."""
         return haystack_events(case.data)

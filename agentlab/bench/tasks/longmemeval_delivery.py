@@ -1,7 +1,7 @@
 """LongMemEval's tool delivery and evidence maps: every haystack session opened with ``open_session(n)``,
 and where each ``has_answer`` turn sits in either delivery.
 
-The generic parts are :mod:`agentlab.bench.delivery`'s; the LongMemEval task's ``tool_delivery`` and
+The generic parts are :mod:`agentlab.bench.retention.delivery`'s; the LongMemEval task's ``tool_delivery`` and
 ``retention_groups`` call these.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from agentlab.bench.datasets.longmemeval import HaystackSession, LongMemEvalQuestion
-from agentlab.bench.delivery import (
+from agentlab.bench.retention.delivery import (
     SESSION_TOOL,
     SESSIONS_OPENING,
     Delivery,
@@ -21,7 +21,7 @@ from agentlab.bench.delivery import (
     reading_trajectory,
     session_reader_tool,
 )
-from agentlab.bench.retention_rows import HistoryGroup, Question
+from agentlab.bench.retention.rows import HistoryGroup, Question
 from agentlab.core.tools import FunctionTool
 from agentlab.events import Event
 

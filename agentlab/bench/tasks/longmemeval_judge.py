@@ -7,8 +7,13 @@ key: change it only with a new version.
 
 from __future__ import annotations
 
-from agentlab.bench.judge import CORRECT_CONFIDENCE_REPLY, JudgeTemplate, Verdict, confidence_if_correct
-from agentlab.bench.metrics import exact_match
+from agentlab.bench.scoring.judge import (
+    CORRECT_CONFIDENCE_REPLY,
+    JudgeTemplate,
+    Verdict,
+    confidence_if_correct,
+)
+from agentlab.bench.scoring.metrics import exact_match
 
 LONGMEMEVAL_JUDGE_VERSION = "longmemeval-judge-v1"
 LONGMEMEVAL_JUDGE_PROMPT = """You grade an assistant's answer to a question about the user's past conversations.

@@ -32,7 +32,7 @@ judge calls), the top of their scale, so the report's quality-loss and recovery 
   a floor);
 * ``pass1`` — 1 when ``consistency`` ≥ 0.7 (Pass^1 of a single run);
 * ``retention`` — the reference's rule-based key-information retention
-  (:func:`agentlab.bench.metrics.retention`); ``retention_llm`` with ``[retention] llm = true``;
+  (:func:`agentlab.bench.scoring.metrics.retention`); ``retention_llm`` with ``[retention] llm = true``;
 * ``word_jaccard`` — the reference's LLM-free similarity fallback, for runs without a judge.
 
 Token savings come from the store (answer calls; summary calls in their own ``summary`` purpose):
@@ -49,11 +49,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentlab.bench.case_frames import case_tokens, ok_case_metadata
 from agentlab.bench.config import JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.mtbench101 import ALL_TASKS, Dialogue, load_mtbench101
 from agentlab.bench.facts import SUM_ANSWER_CALLS, ModeRoles
-from agentlab.bench.metrics import Score, percentile, retention, version_of
+from agentlab.bench.scoring.case_frames import case_tokens, ok_case_metadata
+from agentlab.bench.scoring.metrics import Score, percentile, retention, version_of
 from agentlab.bench.tasks import (
     Case,
     CaseError,

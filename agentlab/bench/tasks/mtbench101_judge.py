@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentlab.bench.judge import JudgeTemplate, Number, Text, Verdict, parse_score_line
+from agentlab.bench.scoring.judge import JudgeTemplate, Number, Text, Verdict, parse_score_line
 
 CONSISTENCY_JUDGE_VERSION = "mtbench-consistency-v2"
 CONSISTENCY_LEVELS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)

@@ -30,16 +30,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import agentlab.summary.prebuilt as prebuilt
-from agentlab.bench.ask import ask_question
-from agentlab.bench.case_frames import metadata_means
 from agentlab.bench.config import AgentSettings, JudgeSettings, RunSettings, Settings, generation_config
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase, load_qmsum, select_cases
-from agentlab.bench.delivery import Delivery, DeliveryMode, ToolDelivery
-from agentlab.bench.evidence import evidence_at_k, mean_rows
 from agentlab.bench.facts import LAST_ANSWER_CALL, ModeRoles
-from agentlab.bench.loops import run_sync
-from agentlab.bench.metrics import Score, summary_scores
-from agentlab.bench.retention_rows import HistoryGroup
+from agentlab.bench.retention.delivery import Delivery, DeliveryMode, ToolDelivery
+from agentlab.bench.retention.rows import HistoryGroup
+from agentlab.bench.running.ask import ask_question
+from agentlab.bench.running.loops import run_sync
+from agentlab.bench.scoring.case_frames import metadata_means
+from agentlab.bench.scoring.evidence import evidence_at_k, mean_rows
+from agentlab.bench.scoring.metrics import Score, summary_scores
 from agentlab.bench.tasks import (
     Case,
     CaseError,
@@ -165,7 +165,7 @@ async def build_meeting_summary(meeting: Meeting, ctx: RunContext, policy: Summa
 
 async def evidence_recall(service: SessionService, session: Session, item: QMSumCase, policy: RecallPolicy,
                           ks: Sequence[int] = EVIDENCE_KS) -> dict[str, float]:
-    """Model-free retrieval quality of ``session_search`` for the case's question (:mod:`agentlab.bench.evidence`).
+    """Model-free retrieval quality of ``session_search`` for the case's question (:mod:`agentlab.bench.scoring.evidence`).
 
     A hit is relevant when its turn lies in a ``relevant_text_span``. ``evidence_recall@k`` = share
     of the question's relevant spans with at least one hit among the top k; ``evidence_hit@k`` = 1
@@ -227,7 +227,7 @@ class QMSumTask(Task):
             return ANSWER_INSTRUCTION + "\n\n" + PRELOAD_INSTRUCTION
         return ANSWER_INSTRUCTION + "\n\n" + ON_DEMAND_INSTRUCTION.format(scope=cls.recall_policy(settings).scope)
 
-    # Generic arms (agentlab.bench.arms): the transcript seeded as today, the long-context instruction.
+    # Generic arms (agentlab.policies.arms): the transcript seeded as today, the long-context instruction.
     def history(self, case: Case, settings: Settings) -> list[Event]:
         """The meeting transcript, one user event per turn (the events every mode is seeded with)."""
         return seed_events(case.data.meeting, f"arm-{case.id}")

@@ -1,7 +1,7 @@
 """QMSum's tool delivery and evidence maps: the meeting read with ``read_transcript(start, count)``,
 ``chunk_turns`` turns per call, and where each relevant span sits in either delivery.
 
-The generic parts (the trajectory, the evidence map types) are :mod:`agentlab.bench.delivery`'s;
+The generic parts (the trajectory, the evidence map types) are :mod:`agentlab.bench.retention.delivery`'s;
 :meth:`agentlab.bench.tasks.qmsum.QMSumTask.tool_delivery` and its ``retention_groups`` call these.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from agentlab.bench.datasets.qmsum import Meeting, QMSumCase
-from agentlab.bench.delivery import (
+from agentlab.bench.retention.delivery import (
     DEFAULT_CHUNK_TURNS,
     Delivery,
     EvidenceMap,
@@ -19,7 +19,7 @@ from agentlab.bench.delivery import (
     ToolDelivery,
     reading_trajectory,
 )
-from agentlab.bench.retention_rows import HistoryGroup, Question
+from agentlab.bench.retention.rows import HistoryGroup, Question
 from agentlab.core.tools import FunctionTool
 from agentlab.events import OBJ_USER, Event, Message
 

@@ -7,7 +7,7 @@ every judge call's cache key: change it only with a new version.
 
 from __future__ import annotations
 
-from agentlab.bench.judge import CORRECT_CONFIDENCE_REPLY, JudgeTemplate, confidence_if_correct
+from agentlab.bench.scoring.judge import CORRECT_CONFIDENCE_REPLY, JudgeTemplate, confidence_if_correct
 
 QMSUM_JUDGE_VERSION = "qmsum-judge-v1"
 QMSUM_JUDGE_PROMPT = """You grade answers to query-based meeting summarization questions.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agentlab.bench.datasets.qmsum import DEFAULT_MIN_DISTANCE_FROM_END
-from agentlab.bench.delivery import Delivery
+from agentlab.bench.retention.delivery import Delivery
 from agentlab.recall import SCOPES, RecallPolicy
 from agentlab.summary import SummaryPolicy
 

@@ -6,9 +6,9 @@ al., "SWE-agent", 2024; ``SWE-agent/SWE-agent`` @ ``3ea751c0``), loaded by
 :mod:`agentlab.bench.datasets.trajectories`. A case is one trajectory. ``[dataset] datasets``
 chooses ``tau_bench``, ``swe_agent`` or ``both`` (the default).
 
-The measure is :mod:`agentlab.bench.trajectory_retention`'s: at every assistant step the history
+The measure is :mod:`agentlab.bench.retention.trajectories`'s: at every assistant step the history
 before it is projected under the arm at the context budget, and the step's supports
-(:mod:`agentlab.bench.supports`) still visible in that request are counted. ``python -m
+(:mod:`agentlab.bench.retention.supports`) still visible in that request are counted. ``python -m
 agentlab.bench retention trajectories --arms all`` runs it for every arm that needs no model;
 :meth:`TrajectoriesTask.run_case` runs it for one arm with the run's model as the summariser of a
 summarising arm (the model writes summaries only; no step is re-generated) and the score is the
@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import agentlab.bench.arms as arms_registry
+import agentlab.policies.arms as arms_registry
 from agentlab.bench.config import Settings
 from agentlab.bench.datasets.trajectories import DATASETS, Trajectory
 from agentlab.bench.facts import ModeRoles
-from agentlab.bench.metrics import Score
-from agentlab.bench.supports import step_supports
+from agentlab.bench.retention.sources import CLAUDE_CODE, load_selected
+from agentlab.bench.retention.supports import step_supports
+from agentlab.bench.retention.trajectories import measure_trajectory
+from agentlab.bench.scoring.metrics import Score
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
-from agentlab.bench.trajectory_retention import measure_trajectory
-from agentlab.bench.trajectory_sources import CLAUDE_CODE, load_selected
 from agentlab.events import Message
 from agentlab.policy import PolicyJSON
 
@@ -141,8 +141,8 @@ class TrajectoriesTask(Task):
                          context_budget: int, budget_source: str, limit: int, as_json: bool, out: Any,
                          cache_profile: str = "none", price_model: str | None = None,
                          db: Path | None = None, summary_tokens: int | None = None) -> int:
-        """``retention trajectories``: the per-step support table (:mod:`agentlab.bench.cli_trajectories`), stored in ``db``."""
-        from agentlab.bench.cli_trajectories import run_trajectory_retention
+        """``retention trajectories``: the per-step support table (:mod:`agentlab.bench.retention.trajectory_report`), stored in ``db``."""
+        from agentlab.bench.retention.trajectory_report import run_trajectory_retention
 
         choice = settings.of("dataset", TrajectoryDataset)
         # claude_code alone: read only the first `limit` pinned files (one main thread each) instead of all 300

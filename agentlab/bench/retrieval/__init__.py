@@ -1,0 +1,1 @@
+"""LoCoMo retrieval: the published retrieval protocol, its retrievers and their tuning."""
