@@ -39,7 +39,7 @@ from agentlab.artifacts.tools import (
     MAX_LOAD_LIMIT,
     ArtifactLoadTool,
 )
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     ContextMechanism,
     RequestDraft,
     Stage,
@@ -48,7 +48,7 @@ from agentlab.core.projection import (
 )
 from agentlab.events import Event
 from agentlab.model import tokens
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
