@@ -76,7 +76,7 @@ HIDDEN_MARKER = "[... {hidden:,} bytes not shown; {load} offset {offset} ...]"
 class ArtifactOffloadPolicy(PolicyJSON):
     """``[artifact_offload]``: when a tool result is offloaded and what its handle shows."""
 
-    #: A tool result over this many tokens is offloaded (default 1,024: the seed compaction's
+    #: A tool result over this many tokens is offloaded (default 1,024: tRPC-Agent-Go's compaction's
     #: ``tool_result_max_tokens``, so the two arms cut at the same size).
     threshold_tokens: int = 1024
     #: Tokens of the result's start the handle shows.
