@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import agentlab.model.window as model_window
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     COMPACT,
     ContextMechanism,
     EventsRole,
@@ -47,7 +47,7 @@ from agentlab.events import Event
 from agentlab.model import tokens
 from agentlab.model.base import ModelRequest
 from agentlab.model.tokens import event_tokens
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation

@@ -8,7 +8,10 @@ to do. DuckDB never writes to a file it refused to open, so nothing stored in it
 :class:`DuckDBService` is the connection lifecycle of the asyncio services stored in one file
 (``DuckDBSessionService``, ``DuckDBMemoryService``): the file is opened on the first call and one
 connection is kept until :meth:`~DuckDBService.close`; a closed service reopens the file on its
-next call; every call runs in a worker thread under a threading lock.
+next call; every call runs in a worker thread under a threading lock. A synchronous owner (the
+call cache, the embedding cache) holds :attr:`~DuckDBService.lock` around
+:meth:`~DuckDBService.connection` instead, so every DuckDB file agentlab keeps open goes through
+this one class.
 """
 
 from __future__ import annotations
@@ -90,6 +93,10 @@ class DuckDBService:
     what: ClassVar[str] = "DuckDB file"
     #: The statements run on every open (``CREATE TABLE IF NOT EXISTS ...``).
     schema: ClassVar[Sequence[str]] = ()
+    #: What the user can do when the file cannot be opened. When set, the error is a
+    #: :class:`DatabaseFileError` worded by :func:`describe` (held by another process, not a DuckDB
+    #: file) and ending with this fix; when ``None``, ``cannot open <what> <path>: <DuckDB's message>``.
+    fix: ClassVar[str | None] = None
 
     def __init__(self, path: str | Path) -> None:
         self.path = path if str(path) == ":memory:" else Path(path)
@@ -130,12 +137,23 @@ class DuckDBService:
             try:
                 con = duckdb.connect(str(self.path), config=self._config())
             except duckdb.Error as exc:
+                if self.fix is not None:
+                    raise DatabaseFileError(describe(self.path, exc, self.what, self.fix)) from exc
                 raise RuntimeError(f"cannot open {self.what} {self.path}: {exc}") from None
             for statement in self.schema:
                 con.execute(statement)
             self._forget()
             self._connection = con
         return self._connection
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The threading lock every use of the connection holds; a synchronous owner takes it around :meth:`connection`."""
+        return self._db_lock
+
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The connection, the file opened first if needed, for a synchronous owner holding :attr:`lock`."""
+        return self._open()
 
     def _locked(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         with self._db_lock:

@@ -1,4 +1,4 @@
-"""The one DuckDB connection lifecycle of the session and memory services (:class:`DuckDBService`)."""
+"""The one DuckDB connection lifecycle of every DuckDB file agentlab keeps open (:class:`DuckDBService`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from agentlab.duckdb_files import DuckDBService
+from agentlab.duckdb_files import DatabaseFileError, DuckDBService
 from agentlab.memory.duckdb import DuckDBMemoryService
+from agentlab.model.cache import CallCache
+from agentlab.recall.embed_cache import EmbeddingCache
 from agentlab.session.duckdb import DuckDBSessionService
 
 
@@ -82,6 +84,24 @@ async def test_a_file_that_cannot_be_opened_is_named_in_the_error(tmp_path: Path
     with pytest.raises(RuntimeError, match="^" + re.escape(f"cannot open {what} {garbage}: ")):
         await service._run(lambda con: con)
     assert service._connection is None
+
+
+@pytest.mark.parametrize(("open_cache", "what", "variable"), [(CallCache, "call cache", "AGENTLAB_CACHE_DB"),
+                                                               (EmbeddingCache, "embedding cache",
+                                                                "AGENTLAB_EMBED_CACHE_DB")])
+def test_the_caches_open_their_file_through_the_service_and_name_the_fix(tmp_path: Path, open_cache: type,
+                                                                         what: str, variable: str) -> None:
+    garbage = tmp_path / "garbage.duckdb"
+    garbage.write_text("this is not a duckdb file")
+    with pytest.raises(DatabaseFileError) as raised:
+        open_cache(garbage)  # at construction, not at the first lookup
+    assert str(raised.value).startswith(f"{what} {garbage} is not a readable DuckDB file")
+    assert str(raised.value).endswith(f"set {variable} to another file")
+    assert garbage.read_text() == "this is not a duckdb file"  # nothing written to it
+    cache = open_cache(tmp_path / "sub" / "cache.duckdb")  # the missing folder is made
+    assert isinstance(cache._file, DuckDBService) and cache._file._connection is not None
+    cache.close()
+    assert cache._file._connection is None  # the file is released for other processes
 
 
 async def test_the_session_service_drops_its_caches_when_the_connection_closes(tmp_path: Path) -> None:

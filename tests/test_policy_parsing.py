@@ -1,4 +1,4 @@
-"""``--set`` text is parsed by the field's declared type, exactly (agentlab.policy.parse_value_text)."""
+"""``--set`` text is parsed by the field's declared type, exactly (agentlab.policy_json.parse_value_text)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from agentlab.bench.config import RetrievalSettings
 from agentlab.model.base import GenerationConfig
-from agentlab.policy import FieldError, parse_value_text
+from agentlab.policy_json import FieldError, parse_value_text
 
 
 def test_an_integer_is_parsed_exactly_however_large() -> None:

@@ -39,7 +39,7 @@ from agentlab.artifacts.tools import (
     MAX_LOAD_LIMIT,
     ArtifactLoadTool,
 )
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     ContextMechanism,
     RequestDraft,
     Stage,
@@ -48,7 +48,7 @@ from agentlab.core.projection import (
 )
 from agentlab.events import Event
 from agentlab.model import tokens
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
@@ -76,7 +76,7 @@ HIDDEN_MARKER = "[... {hidden:,} bytes not shown; {load} offset {offset} ...]"
 class ArtifactOffloadPolicy(PolicyJSON):
     """``[artifact_offload]``: when a tool result is offloaded and what its handle shows."""
 
-    #: A tool result over this many tokens is offloaded (default 1,024: the seed compaction's
+    #: A tool result over this many tokens is offloaded (default 1,024: tRPC-Agent-Go's compaction's
     #: ``tool_result_max_tokens``, so the two arms cut at the same size).
     threshold_tokens: int = 1024
     #: Tokens of the result's start the handle shows.

@@ -2,7 +2,7 @@
 
 An artifact is a file kept out of the event text: bytes with a MIME type, stored under
 (app, user, session, name) with integer revisions — the first save of a name is revision 0 and
-each later save adds one, as the seed's artifact service counts them
+each later save adds one, as tRPC-Agent-Go's artifact service counts them
 (``trpc-group/trpc-agent-go@19d50feb``, ``artifact/service.go`` and ``artifact/inmemory/service.go``,
 which also gives the ``user:`` prefix its meaning). ``save`` returns the
 new revision's :class:`ArtifactInfo`; ``load`` reads a revision or the latest (``None``: no such

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentlab.artifacts.names import ArtifactError
 from agentlab.artifacts.service import ArtifactInfo, ArtifactScope, ArtifactService
-from agentlab.core.projection import ContextMechanism
+from agentlab.core.mechanism import ContextMechanism
 from agentlab.core.tools import check_arguments, function_declaration, int_argument
 from agentlab.recall.render import utf8_page
 

@@ -55,7 +55,7 @@ from typing import Any, TypeVar
 
 from agentlab.bench.facts import registered_roles, registered_so_far, registered_task
 from agentlab.model.base import GenerationConfig
-from agentlab.policy import (
+from agentlab.policy_json import (
     FieldError,
     PolicyJSON,
     field_names,
@@ -84,7 +84,7 @@ EXECUTION_SECTIONS = frozenset({"run"})
 #: (``None``: the whole section, left out while every field of it is at its default). A value
 #: that differs from the default is hashed like any other setting.
 LATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
-    "compaction": None,                           # [compaction]: the seed's defaults
+    "compaction": None,                           # [compaction]: tRPC-Agent-Go's defaults
     "dataset": ("delivery", "chunk_turns"),       # turns | tool_results delivery
     "artifact_offload": None,                     # [artifact_offload]: the offload arm's threshold and preview
 }
@@ -110,7 +110,7 @@ def peer_sections() -> dict[str, type[Any]]:
 
 
 def arm_sections() -> dict[str, type[Any]]:
-    """The sections every benchmark has for the generic arms: ``[compaction]`` (the seed's
+    """The sections every benchmark has for the generic arms: ``[compaction]`` (tRPC-Agent-Go's
     compaction, :class:`~agentlab.compaction.CompactionPolicy`), ``[artifact_offload]``
     (:class:`~agentlab.artifacts.offload.ArtifactOffloadPolicy`) and :func:`peer_sections`.
     """
@@ -466,7 +466,7 @@ def parse_value(raw: str) -> int | float | bool | str:
     """``"3"`` → 3, ``"0.5"`` → 0.5, ``"true"``/``"false"`` → bool, anything else → the string.
 
     For text whose field is unknown (e.g. a CLI flag); a ``--set`` value is parsed by its field's
-    declared type instead (:func:`agentlab.policy.parse_value_text`).
+    declared type instead (:func:`agentlab.policy_json.parse_value_text`).
     """
     text = raw.strip()
     low = text.lower()

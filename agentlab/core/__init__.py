@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from agentlab.core.build import TOOL_BUDGET_NOTE, build_draft, finish_request, request_chain, request_tools
 from agentlab.core.invocation import Agent, Invocation, RunOptions
-from agentlab.core.project import MechanismReport, ProjectionResult, ledger_events, project
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     COMPACT,
     CURRENT_INPUT,
     HISTORY,
@@ -51,6 +50,7 @@ from agentlab.core.projection import (
     round_start,
     run_processors,
 )
+from agentlab.core.project import MechanismReport, ProjectionResult, ledger_events, project
 from agentlab.core.rules import completed_units, event_tokens, ledger_extends, protected_units, unit_of
 from agentlab.core.services import ServiceRegistry, SummaryService
 from agentlab.core.tools import FunctionTool, Tool, ToolContext, check_arguments, function_declaration, tool

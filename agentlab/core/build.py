@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     CURRENT_INPUT,
     HISTORY,
     INSTRUCTION,
@@ -102,9 +102,8 @@ async def finish_request(inv: Invocation, mechanisms: Sequence[ContextMechanism]
     """
     request = draft.to_model_request()
     for mechanism in mechanisms:
-        kind = type(mechanism)
-        if kind.before_request is _DEFAULT_BEFORE and kind.revise_request is _DEFAULT_REVISE:
-            continue  # neither hook overridden: nothing to ask (saves two awaits per mechanism and request)
+        if type(mechanism).before_request is _DEFAULT_BEFORE:
+            continue  # the hook is not overridden: nothing to ask (saves an await per mechanism and request)
         revised = await mechanism.before_request(inv, PendingRequest(request, draft, allow_tools, rebuild))
         if revised is not None:
             if observe is not None:
@@ -114,7 +113,6 @@ async def finish_request(inv: Invocation, mechanisms: Sequence[ContextMechanism]
 
 
 _DEFAULT_BEFORE = ContextMechanism.before_request
-_DEFAULT_REVISE = ContextMechanism.revise_request
 
 __all__ = ["TOOL_BUDGET_NOTE", "EventsStage", "StepObserver", "build_draft", "finish_request", "request_chain",
            "request_tools"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentlab.core.build import build_draft, finish_request, request_chain, request_tools
 from agentlab.core.invocation import Invocation, RunOptions
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     ContextMechanism,
     EventsRole,
     RequestDraft,

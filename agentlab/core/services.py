@@ -52,8 +52,8 @@ class ServiceRegistry:
             name: str | None = None) -> T:
         """Register ``service``; with ``replace=False`` an existing entry for the type is kept.
 
-        ``name`` also files it under a label, for the older attributes that reach a service by
-        name (``Runner.memory_worker``); code that knows the type uses :meth:`get`.
+        ``name`` also files it under a label (:meth:`named`), for a mechanism that must tell its own
+        service from another of the same type; code that wants a service of a type uses :meth:`get`.
         """
         if name is not None and (replace or name not in self._named):
             self._named[name] = service

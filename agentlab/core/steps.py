@@ -6,8 +6,7 @@ A request is built by an ordered chain of processors over a :class:`RequestDraft
     -> (recall overview) -> current input -> (compaction)
 
 The processors in parentheses are contributed by the context mechanisms, each at its declared
-stage (:mod:`agentlab.core.projection`). ``agentlab.runtime.context`` re-exports these names for
-older imports.
+stage (:mod:`agentlab.core.mechanism`).
 
 Processors may replace ``draft.events`` with copies but never mutate the ledger's events:
 the session history stays exactly as it was appended.
@@ -17,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     EventsRole,
     RequestDraft,
     is_history_event,

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentlab.core.projection import in_filter
+from agentlab.core.mechanism import in_filter
 from agentlab.core.tools import Tool
 from agentlab.events import Event
 from agentlab.model.base import Model

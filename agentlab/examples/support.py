@@ -1,4 +1,4 @@
-"""The support investigation from the seed story, as a runnable example: workspace, artifact, next session.
+"""The support investigation of tRPC-Agent-Go's design story, runnable: workspace, artifact, next session.
 
 Day 1 (ticket ``ticket-4711``): a user reports a TLS error. The agent runs its certificate
 diagnostic in a code workspace (:class:`agentlab.executor.CodeExecutor`: the certificate staged as
@@ -15,7 +15,7 @@ Run it twice in a row on the same folder::
     python -m agentlab.examples.support --db /tmp/support.duckdb --model openai:gpt-4o-mini
 
 Sessions go to ``--db``; artifacts to the folder beside it (``<db stem>-artifacts/``: files plus
-their DuckDB metadata). The diagnostic and the report load are deterministic steps (the seed's
+their DuckDB metadata). The diagnostic and the report load are deterministic steps (that design's
 point: such steps must not depend on model improvisation), so they run even on the tiny embedded
 model, which rarely calls tools on its own. Each is still a real tool call, persisted as an
 assistant tool call and its result, and the model answers from them. The workspace runs only the

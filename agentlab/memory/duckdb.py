@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,13 +28,8 @@ import duckdb
 from agentlab.duckdb_files import DuckDBService
 from agentlab.memory.service import (
     Memory,
-    MemoryHit,
-    UserIndexes,
-    apply_changes,
-    build_memory,
+    MemoryBackend,
     check_kind,
-    next_timestamp,
-    resolve_embedder,
 )
 
 if TYPE_CHECKING:
@@ -68,7 +63,7 @@ def _row_values(memory: Memory) -> list[Any]:
             json.dumps(memory.to_dict(), ensure_ascii=False)]
 
 
-class DuckDBMemoryService(DuckDBService):
+class DuckDBMemoryService(DuckDBService, MemoryBackend):
     """A ``MemoryService`` persisted in one DuckDB file (``":memory:"`` also works).
 
     Use ``async with DuckDBMemoryService(path) as memories: ...`` or call :meth:`close`, so the
@@ -80,63 +75,31 @@ class DuckDBMemoryService(DuckDBService):
     schema = (_SCHEMA,)
 
     def __init__(self, path: str | Path, embedder: Embedder | str | None = None) -> None:
-        super().__init__(path)
-        self._indexes = UserIndexes(resolve_embedder(embedder))
-        self._last_write = 0.0
-
-    @property
-    def embedder(self) -> Embedder | None:
-        """The embedder used for dense and hybrid search, or ``None`` (lexical only)."""
-        return self._indexes.embedder
-
-    def ensure_embedder(self, spec: str | None) -> None:
-        """Set the embedder from ``spec`` unless one is already configured (a configured one wins)."""
-        if self._indexes.embedder is None and spec:
-            self._indexes.set_embedder(resolve_embedder(spec))
+        DuckDBService.__init__(self, path)
+        MemoryBackend.__init__(self, embedder)
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _now(self) -> float:
-        self._last_write = next_timestamp(self._last_write)
-        return self._last_write
-
-    async def add(self, app_name: str, user_id: str, text: str, *, kind: str = "fact",
-                  topics: Sequence[str] = (), event_time: str | None = None,
-                  participants: Sequence[str] = (), location: str | None = None,
-                  source_session_id: str | None = None, memory_id: str | None = None) -> Memory:
-        """Insert a new memory and index it; ``ValueError`` when ``memory_id`` is already taken."""
-        memory = build_memory(app_name, user_id, text, kind=kind, topics=topics, event_time=event_time,
-                              participants=participants, location=location,
-                              source_session_id=source_session_id, memory_id=memory_id, now=self._now())
-
-        def insert(con: _Connection) -> None:
+    async def _insert(self, memory: Memory) -> bool:
+        def insert(con: _Connection) -> bool:
             try:
                 con.execute("INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _row_values(memory))
             except duckdb.ConstraintException:
-                raise ValueError(
-                    f"memory {memory.id!r} already exists for app={app_name!r} user={user_id!r}"
-                ) from None
+                return False
+            return True
 
-        await self._run(insert)
-        self._indexes.put(memory)
-        return memory
+        return await self._run(insert)
 
-    async def update(self, app_name: str, user_id: str, memory_id: str, *, text: str | None = None,
-                     kind: str | None = None, topics: Sequence[str] | None = None,
-                     event_time: str | None = None, participants: Sequence[str] | None = None,
-                     location: str | None = None, superseded_by: str | None = None,
-                     keep_history: bool = False) -> Memory:
-        """Change the given fields in one locked read-modify-write; ``KeyError`` for an unknown id."""
-        now = self._now()
+    async def _change(self, app_name: str, user_id: str, memory_id: str,
+                      revise: Callable[[Memory], Memory]) -> Memory | None:
+        """The read-modify-write holds the connection's lock throughout: atomic for this service."""
 
-        def change(con: _Connection) -> Memory:
+        def change(con: _Connection) -> Memory | None:
             row = con.execute(f"SELECT memory_json FROM memories WHERE {_ONE}",
                               [app_name, user_id, memory_id]).fetchone()
             if row is None:
-                raise KeyError(f"no memory {memory_id!r} for app={app_name!r} user={user_id!r}")
-            updated = apply_changes(Memory.from_dict(json.loads(row[0])), text=text, kind=kind, topics=topics,
-                                    event_time=event_time, participants=participants, location=location,
-                                    superseded_by=superseded_by, keep_history=keep_history, now=now)
+                return None
+            updated = revise(Memory.from_dict(json.loads(row[0])))
             con.execute(
                 f"UPDATE memories SET kind = ?, text = ?, superseded_by = ?, updated_at = ?, memory_json = ?"
                 f" WHERE {_ONE}",
@@ -145,9 +108,7 @@ class DuckDBMemoryService(DuckDBService):
             )
             return updated
 
-        updated = await self._run(change)
-        self._indexes.put(updated)
-        return updated
+        return await self._run(change)
 
     async def delete(self, app_name: str, user_id: str, memory_id: str) -> bool:
         """Delete one memory; ``True`` when it existed."""
@@ -205,18 +166,3 @@ class DuckDBMemoryService(DuckDBService):
 
     async def _load(self, app_name: str, user_id: str) -> builtins.list[Memory]:
         return await self.list(app_name, user_id)
-
-    async def search(self, app_name: str, user_id: str, query: str, *, top_k: int = 10,
-                     kind: str | None = None, mode: str = "lexical",
-                     min_score: float | None = None) -> builtins.list[MemoryHit]:
-        """At most ``top_k`` hits for ``query``, best first (see :meth:`MemoryService.search`); the user's
-        index is built from the table on first use.
-        """
-        return await self._indexes.search(app_name, user_id, query, top_k=top_k, kind=kind, mode=mode,
-                                          min_score=min_score, load=lambda: self._load(app_name, user_id))
-
-    async def similarities(self, app_name: str, user_id: str, text: str,
-                           memory_ids: Sequence[str]) -> builtins.list[float]:
-        """Cosine between ``text`` and each stored memory of ``memory_ids`` (needs an embedder)."""
-        return await self._indexes.similarities(app_name, user_id, text, memory_ids,
-                                                 load=lambda: self._load(app_name, user_id))

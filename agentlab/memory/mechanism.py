@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import PRELOAD_MEMORY, PolicyMechanism, StagedProcessor, register_mechanism
+from agentlab.core.mechanism import PRELOAD_MEMORY, PolicyMechanism, StagedProcessor, register_mechanism
 from agentlab.core.services import ServiceRegistry
 from agentlab.memory.policies import MemoryPolicy
 from agentlab.memory.preload import MemoryPreloadProcessor
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from agentlab.core.tools import Tool
     from agentlab.model.base import Model
 
-#: The registry label of the worker (``Runner.memory_worker`` reads it).
+#: The registry label of the worker (the Runner files a ``memory_worker=`` it is given under it too);
+#: elsewhere ``runner.services.get(MemoryWorker)`` finds it.
 WORKER_NAME = "memory_worker"
 
 

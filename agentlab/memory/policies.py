@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from agentlab.memory.service import MEMORY_KINDS as MEMORY_KINDS  # re-exported: callers import it from here
 from agentlab.memory.service import SEARCH_MODES, Memory, MemoryService
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 UpdatePolicyName = Literal["merge_similar", "preserve_history", "append_only"]
 SearchMode = Literal["lexical", "dense", "hybrid"]

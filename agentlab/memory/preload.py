@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import EventsRole
+from agentlab.core.mechanism import EventsRole
 from agentlab.memory.policies import MemoryPolicy
 from agentlab.memory.service import memory_service_of
 from agentlab.memory.tools import search_memories
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
-    from agentlab.core.projection import RequestDraft
+    from agentlab.core.mechanism import RequestDraft
     from agentlab.memory.service import Memory
 
 PRELOAD_OPEN = "<stored_memories>"

@@ -453,15 +453,15 @@ class UserIndexes:
 # ------------------------------------------------------------------------------------ backend
 
 
-class InMemoryMemoryService:
-    """A ``MemoryService`` in a dict; fast, process-local, lost on exit.
+class MemoryBackend:
+    """What both memory backends share: the embedder, the per-user search indexes, write times, search.
 
-    ``embedder`` (an :class:`~agentlab.recall.embed.Embedder` or a spec such as ``"hash"``) is
-    needed only for ``dense`` and ``hybrid`` search.
+    A backend stores memories its own way and gives :meth:`_load` (every memory of one user, read
+    when a user's index is built); it keeps the indexes current through ``self._indexes`` on each
+    write and stamps writes with :meth:`_now`.
     """
 
     def __init__(self, embedder: Embedder | str | None = None) -> None:
-        self._store: dict[tuple[str, str], dict[str, Memory]] = {}
         self._indexes = UserIndexes(resolve_embedder(embedder))
         self._last_write = 0.0
 
@@ -475,12 +475,23 @@ class InMemoryMemoryService:
         if self._indexes.embedder is None and spec:
             self._indexes.set_embedder(resolve_embedder(spec))
 
-    def _user(self, app_name: str, user_id: str) -> dict[str, Memory]:
-        return self._store.setdefault((app_name, user_id), {})
-
     def _now(self) -> float:
+        """The time of a write: never earlier than, nor equal to, this backend's previous write."""
         self._last_write = next_timestamp(self._last_write)
         return self._last_write
+
+    async def _load(self, app_name: str, user_id: str) -> builtins.list[Memory]:
+        """Every stored memory of the user (what a user's index is built from)."""
+        raise NotImplementedError
+
+    async def _insert(self, memory: Memory) -> bool:
+        """Store a new memory; ``False`` (nothing stored) when its id is taken for its (app, user)."""
+        raise NotImplementedError
+
+    async def _change(self, app_name: str, user_id: str, memory_id: str,
+                      revise: Callable[[Memory], Memory]) -> Memory | None:
+        """Replace the stored memory by ``revise(memory)`` in one step and return it; ``None`` if unknown."""
+        raise NotImplementedError
 
     async def add(self, app_name: str, user_id: str, text: str, *, kind: str = "fact",
                   topics: Sequence[str] = (), event_time: str | None = None,
@@ -490,10 +501,8 @@ class InMemoryMemoryService:
         memory = build_memory(app_name, user_id, text, kind=kind, topics=topics, event_time=event_time,
                               participants=participants, location=location,
                               source_session_id=source_session_id, memory_id=memory_id, now=self._now())
-        store = self._user(app_name, user_id)
-        if memory.id in store:
+        if not await self._insert(memory):
             raise ValueError(f"memory {memory.id!r} already exists for app={app_name!r} user={user_id!r}")
-        store[memory.id] = memory
         self._indexes.put(memory)
         return memory
 
@@ -502,17 +511,59 @@ class InMemoryMemoryService:
                      event_time: str | None = None, participants: Sequence[str] | None = None,
                      location: str | None = None, superseded_by: str | None = None,
                      keep_history: bool = False) -> Memory:
-        """Change the given fields; ``KeyError`` for an unknown id."""
-        store = self._user(app_name, user_id)
-        current = store.get(memory_id)
-        if current is None:
+        """Change the given fields in one read-modify-write of the backend; ``KeyError`` for an unknown id."""
+        now = self._now()
+
+        def revise(current: Memory) -> Memory:
+            return apply_changes(current, text=text, kind=kind, topics=topics, event_time=event_time,
+                                 participants=participants, location=location, superseded_by=superseded_by,
+                                 keep_history=keep_history, now=now)
+
+        updated = await self._change(app_name, user_id, memory_id, revise)
+        if updated is None:
             raise KeyError(f"no memory {memory_id!r} for app={app_name!r} user={user_id!r}")
-        updated = apply_changes(current, text=text, kind=kind, topics=topics, event_time=event_time,
-                                participants=participants, location=location, superseded_by=superseded_by,
-                                keep_history=keep_history, now=self._now())
-        store[memory_id] = updated
         self._indexes.put(updated)
         return updated
+
+    async def search(self, app_name: str, user_id: str, query: str, *, top_k: int = 10,
+                     kind: str | None = None, mode: str = "lexical",
+                     min_score: float | None = None) -> builtins.list[MemoryHit]:
+        """At most ``top_k`` hits for ``query``, best first (see :meth:`MemoryService.search`); the user's
+        index is built from :meth:`_load` on first use.
+        """
+        return await self._indexes.search(app_name, user_id, query, top_k=top_k, kind=kind, mode=mode,
+                                          min_score=min_score, load=lambda: self._load(app_name, user_id))
+
+    async def similarities(self, app_name: str, user_id: str, text: str,
+                           memory_ids: Sequence[str]) -> builtins.list[float]:
+        """Cosine between ``text`` and each stored memory of ``memory_ids`` (needs an embedder)."""
+        return await self._indexes.similarities(app_name, user_id, text, memory_ids,
+                                                 load=lambda: self._load(app_name, user_id))
+
+
+class InMemoryMemoryService(MemoryBackend):
+    """A ``MemoryService`` in a dict; fast, process-local, lost on exit.
+
+    ``embedder`` (an :class:`~agentlab.recall.embed.Embedder` or a spec such as ``"hash"``) is
+    needed only for ``dense`` and ``hybrid`` search.
+    """
+
+    def __init__(self, embedder: Embedder | str | None = None) -> None:
+        super().__init__(embedder)
+        self._store: dict[tuple[str, str], dict[str, Memory]] = {}
+
+    def _user(self, app_name: str, user_id: str) -> dict[str, Memory]:
+        return self._store.setdefault((app_name, user_id), {})
+
+    async def _insert(self, memory: Memory) -> bool:
+        return self._user(memory.app_name, memory.user_id).setdefault(memory.id, memory) is memory
+
+    async def _change(self, app_name: str, user_id: str, memory_id: str,
+                      revise: Callable[[Memory], Memory]) -> Memory | None:
+        store = self._user(app_name, user_id)
+        if memory_id in store:
+            store[memory_id] = revise(store[memory_id])
+        return store.get(memory_id)
 
     async def delete(self, app_name: str, user_id: str, memory_id: str) -> bool:
         """Remove one memory; ``True`` when it existed."""
@@ -543,19 +594,6 @@ class InMemoryMemoryService:
 
     async def _load(self, app_name: str, user_id: str) -> builtins.list[Memory]:
         return list(self._store.get((app_name, user_id), {}).values())
-
-    async def search(self, app_name: str, user_id: str, query: str, *, top_k: int = 10,
-                     kind: str | None = None, mode: str = "lexical",
-                     min_score: float | None = None) -> builtins.list[MemoryHit]:
-        """At most ``top_k`` hits for ``query``, best first (see :meth:`MemoryService.search`)."""
-        return await self._indexes.search(app_name, user_id, query, top_k=top_k, kind=kind, mode=mode,
-                                          min_score=min_score, load=lambda: self._load(app_name, user_id))
-
-    async def similarities(self, app_name: str, user_id: str, text: str,
-                           memory_ids: Sequence[str]) -> builtins.list[float]:
-        """Cosine between ``text`` and each stored memory of ``memory_ids`` (needs an embedder)."""
-        return await self._indexes.similarities(app_name, user_id, text, memory_ids,
-                                                 load=lambda: self._load(app_name, user_id))
 
     async def close(self) -> None:
         """Nothing to release; kept for the protocol."""

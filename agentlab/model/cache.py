@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentlab.duckdb_files import connect
+from agentlab.duckdb_files import DuckDBService
 from agentlab.events import Message, Usage
 from agentlab.model.base import (
     CallRecord,
@@ -123,11 +123,19 @@ class CachedCall:
     created: float
 
 
+class _CallCacheFile(DuckDBService):
+    """The call cache's DuckDB file (opened, locked and closed by :class:`DuckDBService`)."""
+
+    what = "call cache"
+    fix = f"set {CACHE_PATH_ENV} to another file"
+    schema = (_SCHEMA,)
+
+
 class CallCache:
     """A DuckDB table of finished calls keyed by request hash; safe to share across asyncio tasks.
 
-    One connection guarded by a thread lock. A stored answer is first kept in memory (``get``
-    sees it at once) and written with others in one transaction: when :data:`FLUSH_ROWS` are
+    One connection (a :class:`~agentlab.duckdb_files.DuckDBService`) guarded by its thread lock.
+    A stored answer is first kept in memory (``get`` sees it at once) and written with others in one transaction: when :data:`FLUSH_ROWS` are
     pending, on :meth:`flush` (the executor's writer thread flushes before it writes finished
     cases, so a stored case's calls are always in the file), on :meth:`close` and at interpreter
     exit. A flush writes through its own cursor without holding the lock, so lookups on the event
@@ -140,11 +148,10 @@ class CallCache:
 
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path is not None else None
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn: duckdb.DuckDBPyConnection | None = connect(self.path, what="call cache",
-                                                                 fix=f"set {CACHE_PATH_ENV} to another file")
-        self._lock = threading.Lock()
+        self._file = _CallCacheFile(self.path if self.path is not None else ":memory:")
+        #: The file's lock (:attr:`DuckDBService.lock`): it guards the connection and the rows in memory.
+        self._lock = self._file.lock
+        self._closed = False
         #: Answers stored but not yet written: cache key -> row in ENTRY_COLUMNS order.
         self._pending: dict[str, CacheEntry] = {}
         #: Answers a flush is writing right now (still answered from memory until committed).
@@ -157,7 +164,7 @@ class CallCache:
         self._key_sets: dict[str, set[str] | None] = _KEY_SETS if self.path is not None else {}
         self._keys_slot = str(self.path.resolve()) if self.path is not None else ":memory:"
         with self._lock:
-            self._open().execute(_SCHEMA)
+            self._open()  # open now: a file held by another run is an error here, not at the first call
         _OPEN_CACHES.add(self)
 
     @classmethod
@@ -166,17 +173,17 @@ class CallCache:
         path = default_cache_path().resolve()
         with cls._shared_lock:
             cache = cls._shared.get(str(path))
-            if cache is None or cache._conn is None:
+            if cache is None or cache._closed:
                 cache = cls(path)
                 cls._shared[str(path)] = cache
             return cache
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         """The connection; a clear error instead of an ``AttributeError`` once :meth:`close` ran."""
-        if self._conn is None:
+        if self._closed:
             raise RuntimeError(f"the call cache at {self.path or ':memory:'} is closed; "
                                "use CallCache.default() or a new CallCache")
-        return self._conn
+        return self._file.connection()
 
     def __repr__(self) -> str:
         return f"CallCache({str(self.path) if self.path else None!r})"
@@ -344,16 +351,15 @@ class CallCache:
         """
         with self._flush_lock:
             try:
-                if self._conn is not None:
+                if not self._closed:
                     self._flush_now()
             finally:
                 with self._lock:
                     if self._writer is not None:
                         self._writer.close()
                         self._writer = None
-                    if self._conn is not None:
-                        self._conn.close()
-                        self._conn = None
+                    self._closed = True
+                self._file.close_sync()
         _OPEN_CACHES.discard(self)
         if all(c._key_sets is not self._key_sets or c._keys_slot != self._keys_slot for c in _OPEN_CACHES):
             self._key_sets.pop(self._keys_slot, None)  # the next opening reads the file again

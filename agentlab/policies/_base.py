@@ -5,7 +5,7 @@ A peer policy is written in three layers:
 * a **pure core** — plain :class:`~agentlab.events.Message` lists in, an :class:`Outcome` out
   (the messages to send and, for each, the input it came from). This is what the differential
   tests in ``tests/policies/`` drive side by side with the peer's own code;
-* a frozen, typed **policy** dataclass (:class:`~agentlab.policy.PolicyJSON`) with the peer's
+* a frozen, typed **policy** dataclass (:class:`~agentlab.policy_json.PolicyJSON`) with the peer's
   defaults;
 * a :class:`PeerMechanism` that runs the core over ``draft.events`` at its stage.
 
@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     COMPACT,
     CURRENT_INPUT,
     ContextMechanism,

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agentlab.core.projection import COMPACT, RequestDraft, Stage
+from agentlab.core.mechanism import COMPACT, RequestDraft, Stage
 from agentlab.events import Message, ToolCall
 from agentlab.model import tokens
 from agentlab.policies._base import Outcome, PeerMechanism

@@ -51,10 +51,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agentlab.core.projection import RequestDraft, Stage
+from agentlab.core.mechanism import RequestDraft, Stage
 from agentlab.events import Event, Message
 from agentlab.policies._base import PEER_SUMMARY, Outcome, PeerMechanism, Summarizer
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation

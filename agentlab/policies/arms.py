@@ -19,7 +19,7 @@ Two kinds:
   (``ctx.run_options()`` carries the budget), and scores (:meth:`agentlab.bench.tasks.Task.run_arm`).
   Every peer policy of :mod:`agentlab.policies` is registered as a lossy generic arm under its
   name, and so are ``rolling_summary`` (the runtime's summary, from ``[summary]``, with its own
-  triggers), ``compaction`` (the seed's passes 0/1/2 from ``[compaction]``, switched on) and
+  triggers), ``compaction`` (tRPC-Agent-Go's passes 0/1/2 from ``[compaction]``, switched on) and
   ``codex_truncation`` (Codex's output truncation alone); ``compaction_recall`` is compaction's
   recovered partner (the same passes with ``session_search`` / ``session_load`` offered). An arm
   whose mechanisms call a model of their own says why in ``needs_model`` (the LLM-free
@@ -449,7 +449,7 @@ register_arm(Arm("rolling_summary", "lossy", _rolling_summary, sections=("summar
 #: ``compaction=`` itself, this arm runs the passes on. Its synchronous pressure summary needs a
 #: summary service, which no arm of it has, so it never runs here.
 register_arm(Arm("compaction", "lossy", _compaction, sections=("compaction",),
-                 description="the seed's compaction passes 0/1/2 ([compaction], switched on)"))
+                 description="tRPC-Agent-Go's compaction passes 0/1/2 ([compaction], switched on)"))
 register_arm(Arm("compaction_recall", "recovered", _compaction_recall, partner="compaction",
                  sections=("compaction", "recall"),
                  description="compaction, with session_search / session_load offered (the placeholder points there)"))
@@ -465,7 +465,7 @@ def _artifact_offload(settings: Any, model: Any) -> list[ContextMechanism]:
     return [ArtifactOffload(section if isinstance(section, ArtifactOffloadPolicy) else ArtifactOffloadPolicy())]
 
 
-#: Offloading at arrival (the seed's artifacts as a context policy): a tool result over
+#: Offloading at arrival (tRPC-Agent-Go's artifacts as a context policy): a tool result over
 #: ``[artifact_offload] threshold_tokens`` is saved as an artifact and shown as a handle with its head
 #: and tail; ``artifact_load`` pages it back. It never rewrites what a request already showed.
 register_arm(Arm("artifact_offload", "lossy", _artifact_offload, sections=("artifact_offload",),

@@ -49,11 +49,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from agentlab.core.projection import COMPACT, RequestDraft, Stage
+from agentlab.core.mechanism import COMPACT, RequestDraft, Stage
 from agentlab.events import Message
 from agentlab.model import tokens
 from agentlab.policies._base import Outcome, PeerMechanism, Summarizer
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agentlab.events import Message
 from agentlab.policies._base import Outcome
 from agentlab.policies._inspect import InspectMechanism, clear_memory_content
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation

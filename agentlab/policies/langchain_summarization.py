@@ -41,10 +41,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from agentlab.core.projection import RequestDraft, Stage
+from agentlab.core.mechanism import RequestDraft, Stage
 from agentlab.events import Message
 from agentlab.policies._base import PEER_SUMMARY, Outcome, PeerMechanism, count_tokens_approximately
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation

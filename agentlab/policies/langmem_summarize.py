@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agentlab.core.projection import RequestDraft, Stage
+from agentlab.core.mechanism import RequestDraft, Stage
 from agentlab.events import Message
 from agentlab.policies._base import (
     PEER_SUMMARY,
@@ -46,7 +46,7 @@ from agentlab.policies._base import (
     count_tokens_approximately,
 )
 from agentlab.policies.langchain_summarization import trim_last
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation

@@ -44,11 +44,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agentlab.core.projection import COMPACT, RequestDraft, Stage
+from agentlab.core.mechanism import COMPACT, RequestDraft, Stage
 from agentlab.events import Message
 from agentlab.model import tokens
 from agentlab.policies._base import Outcome, PeerMechanism
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from agentlab.duckdb_files import connect
+from agentlab.duckdb_files import DuckDBService
 from agentlab.recall.embed import Embedder, embed_query
 
 __all__ = ["EMBED_CACHE_ENV", "CachedEmbedder", "EmbeddingCache", "default_embed_cache_path", "text_key"]
@@ -54,31 +53,40 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class _EmbeddingFile(DuckDBService):
+    """The embedding cache's DuckDB file (opened, locked and closed by :class:`DuckDBService`)."""
+
+    what = "embedding cache"
+    fix = f"set {EMBED_CACHE_ENV} to another file"
+    schema = (_SCHEMA,)
+
+
 class EmbeddingCache:
-    """A DuckDB table of vectors keyed by (embedder, side, text sha256); one connection behind a lock."""
+    """A DuckDB table of vectors keyed by (embedder, side, text sha256); one connection behind a lock.
+
+    The file is opened at once (a file held by another run is a
+    :class:`~agentlab.duckdb_files.DatabaseFileError` here, not at the first lookup).
+    """
 
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path is not None else None
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = connect(self.path, what="embedding cache", fix=f"set {EMBED_CACHE_ENV} to another file")
-        self._lock = threading.Lock()
-        with self._lock:
-            self._conn.execute(_SCHEMA)
+        self._file = _EmbeddingFile(self.path if self.path is not None else ":memory:")
+        with self._file.lock:
+            self._file.connection()
 
     def close(self) -> None:
         """Close the file (DuckDB releases its lock for other processes)."""
-        with self._lock:
-            self._conn.close()
+        self._file.close_sync()
 
     def get(self, embedder: str, side: Side, keys: Sequence[str]) -> dict[str, tuple[np.ndarray, float | None]]:
         """Stored (vector, embed_ms) of each key that is in the cache."""
         if not keys:
             return {}
-        with self._lock:
-            self._conn.execute("CREATE OR REPLACE TEMP TABLE _wanted (k VARCHAR)")
-            self._conn.executemany("INSERT INTO _wanted VALUES (?)", [(k,) for k in set(keys)])
-            rows = self._conn.execute(
+        with self._file.lock:
+            con = self._file.connection()
+            con.execute("CREATE OR REPLACE TEMP TABLE _wanted (k VARCHAR)")
+            con.executemany("INSERT INTO _wanted VALUES (?)", [(k,) for k in set(keys)])
+            rows = con.execute(
                 "SELECT c.text_sha256, c.vector, c.embed_ms FROM embedding_cache c JOIN _wanted w "
                 "ON c.text_sha256 = w.k WHERE c.embedder = ? AND c.side = ?", [embedder, side]).fetchall()
         return {key: (np.asarray(vector, dtype=np.float32), ms) for key, vector, ms in rows}
@@ -88,19 +96,19 @@ class EmbeddingCache:
         if not items:
             return
         now = time.time()
-        with self._lock:
-            self._conn.executemany(
+        with self._file.lock:
+            self._file.connection().executemany(
                 "INSERT OR IGNORE INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?)",
                 [(embedder, side, key, [float(x) for x in vector], ms, now) for key, vector, ms in items])
 
     def count(self, embedder: str | None = None) -> int:
         """Stored vectors (of one embedder when given)."""
-        with self._lock:
+        with self._file.lock:
+            con = self._file.connection()
             if embedder is None:
-                row = self._conn.execute("SELECT count(*) FROM embedding_cache").fetchone()
+                row = con.execute("SELECT count(*) FROM embedding_cache").fetchone()
             else:
-                row = self._conn.execute("SELECT count(*) FROM embedding_cache WHERE embedder = ?",
-                                         [embedder]).fetchone()
+                row = con.execute("SELECT count(*) FROM embedding_cache WHERE embedder = ?", [embedder]).fetchone()
         return int(row[0]) if row else 0
 
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agentlab.core.projection import PRELOAD_RECALL, ContextMechanism, StagedProcessor
+from agentlab.core.mechanism import PRELOAD_RECALL, ContextMechanism, StagedProcessor
 from agentlab.events import OBJ_TOOL_RESPONSE, Event
 from agentlab.recall.hits import compact_text
 from agentlab.recall.policy import RecallPolicy

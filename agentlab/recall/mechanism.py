@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     PRELOAD_RECALL,
     TOOL_GUIDE,
     PolicyMechanism,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 from agentlab.recall.embed import check_embedder_spec
 
 __all__ = ["BRANCH_SCOPES", "INJECTION_MODES", "SCOPES", "SEARCH_MODES", "RecallPolicy"]

@@ -14,13 +14,13 @@ import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import EventsRole, in_filter
+from agentlab.core.mechanism import EventsRole, in_filter
 from agentlab.recall.policy import RecallPolicy
 from agentlab.recall.search import EventHit, EventRef, compact_text, index_for_invocation
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
-    from agentlab.core.projection import RequestDraft
+    from agentlab.core.mechanism import RequestDraft
     from agentlab.session.base import SessionService
 
 __all__ = ["PRELOAD_HEADER", "PreloadRecallProcessor", "preload_hits", "preload_outside_run", "render_preload_block"]

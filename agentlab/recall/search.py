@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentlab.core.projection import in_filter
+from agentlab.core.mechanism import in_filter
 from agentlab.events import Event
 from agentlab.recall.embed import Embedder, shared_embedder
 from agentlab.recall.hits import (

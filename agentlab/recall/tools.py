@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentlab.core.projection import EventsRole
+from agentlab.core.mechanism import EventsRole
 from agentlab.core.tools import check_arguments, function_declaration, int_argument
 from agentlab.events import Event
 from agentlab.recall.policy import SCOPES, SEARCH_MODES, RecallPolicy
@@ -19,7 +19,7 @@ from agentlab.recall.search import MESSAGE_ROLES, session_search
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
-    from agentlab.core.projection import RequestDraft
+    from agentlab.core.mechanism import RequestDraft
     from agentlab.core.tools import Tool, ToolContext
 
 __all__ = [

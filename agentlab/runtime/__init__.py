@@ -7,7 +7,7 @@ Agents: :class:`LLMAgent` (the model <-> tool loop), the compositions of
 The names below load on first use, like the package root's. The contract types (``Invocation``,
 ``Tool``, ``RequestDraft``, ...) live in :mod:`agentlab.core`, below the mechanisms, so the mechanisms
 (summary, recall, compaction, memory) never load the agent and runner; they are re-exported here
-(and from ``agentlab.runtime.invocation`` / ``.tools`` / ``.context``) for older imports.
+(and from ``agentlab.core.invocation`` / ``.tools`` / ``.context``) for older imports.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ _EXPORTS = {
     "GraphAgent": "agentlab.runtime.graph",
     "ParallelAgent": "agentlab.runtime.composition",
     "LLMAgent": "agentlab.runtime.agent",
-    "RequestDraft": "agentlab.core.projection",
-    "RequestProcessor": "agentlab.core.projection",
-    "events_to_messages": "agentlab.core.projection",
+    "RequestDraft": "agentlab.core.mechanism",
+    "RequestProcessor": "agentlab.core.mechanism",
+    "events_to_messages": "agentlab.core.mechanism",
     "Invocation": "agentlab.core.invocation",
     "RunOptions": "agentlab.core.invocation",
     "Runner": "agentlab.runtime.runner",
@@ -43,7 +43,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
     from agentlab.core.invocation import Agent, Invocation, RunOptions
-    from agentlab.core.projection import RequestDraft, RequestProcessor, events_to_messages
+    from agentlab.core.mechanism import RequestDraft, RequestProcessor, events_to_messages
     from agentlab.core.tools import FunctionTool, Tool, ToolContext, tool
     from agentlab.runtime.agent import LLMAgent
     from agentlab.runtime.composition import AgentTool, ChainAgent, CycleAgent, ParallelAgent

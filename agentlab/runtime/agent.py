@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentlab.core.build import TOOL_BUDGET_NOTE, build_draft, finish_request, request_chain, request_tools
 from agentlab.core.invocation import Agent, Invocation
-from agentlab.core.projection import ContextMechanism, RequestDraft, RequestProcessor, as_mechanism
+from agentlab.core.mechanism import ContextMechanism, RequestDraft, RequestProcessor, as_mechanism
 from agentlab.core.tools import Tool, ToolContext, render_tool_result
 from agentlab.events import (
     OBJ_CHUNK,

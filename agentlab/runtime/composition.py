@@ -43,7 +43,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from agentlab.core.invocation import Agent, Invocation
-from agentlab.core.projection import ContextMechanism, branch_key
+from agentlab.core.mechanism import ContextMechanism, branch_key
 from agentlab.core.tools import ToolContext, function_declaration
 from agentlab.events import OBJ_STATE, Event, Message, ToolCall, user_event
 

@@ -45,7 +45,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentlab.core.projection import (
+from agentlab.core.mechanism import (
     CompactionStep,
     EventsRole,
     RenderedHistory,

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from agentlab.core.invocation import Agent, Invocation, RunOptions
-from agentlab.core.projection import ContextMechanism
+from agentlab.core.mechanism import ContextMechanism
 from agentlab.core.services import ServiceRegistry, SummaryService
 from agentlab.events import OBJ_RUN_DONE, Event, Message, user_event
 from agentlab.session.base import SessionService
@@ -94,11 +94,6 @@ class Runner:
             self.services.remove(SummaryService)
         else:
             self.services.add(worker, as_type=SummaryService, owned=True)
-
-    @property
-    def memory_worker(self) -> Any:
-        """The memory extraction worker the memory mechanism runs (older attribute), or ``None``."""
-        return self.services.named("memory_worker")
 
     @property
     def active_runs(self) -> list[str]:

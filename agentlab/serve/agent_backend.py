@@ -20,9 +20,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import agentlab.serve.keys as keys
+from agentlab.core.invocation import RunOptions
 from agentlab.events import OBJ_CHUNK, OBJ_TOOL_RESPONSE, Event, Message, new_id
+from agentlab.memory.worker import MemoryWorker
 from agentlab.model import tokens
-from agentlab.runtime.invocation import RunOptions
 from agentlab.runtime.runner import Runner
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.projection import CallerTool
@@ -95,7 +96,7 @@ class AgentBackend:
         agent = copy.copy(self.agent)
         agent.tools = [*self.agent.tools, *(CallerTool(t) for t in caller_tools)]
         return Runner(self.agent.name, agent, self.sessions, summary_worker=self.runner.summary_worker,
-                      memory_worker=self.runner.memory_worker)
+                      memory_worker=self.runner.services.get(MemoryWorker))
 
     async def chat(self, request: HTTPRequest) -> HTTPResponse:
         """``POST /v1/chat/completions``: one run of the agent."""

@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import agentlab.serve.keys as keys
+from agentlab.core.tools import Tool, ToolContext, render_tool_result
 from agentlab.events import Event, Usage, new_id
 from agentlab.model import tokens
 from agentlab.model.base import CallRecord, observe_calls
-from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
 from agentlab.serve.arms import Arm
 from agentlab.serve.conversations import Conversation
 from agentlab.serve.counting import prefix_tokens

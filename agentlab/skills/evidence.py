@@ -1,6 +1,7 @@
 """The evidence gate of skill evolution: whether a session delta is worth a reviewer's model call.
 
-Three signals, each read from the events alone (no model), as the seed's evolution service lists them (docs/sources.md#skills-and-evolution):
+Three signals, each read from the events alone (no model), as tRPC-Agent-Go's evolution service lists them
+(docs/sources.md#skills-and-evolution):
 
 * **repeated tool coordination** — the same ordered pair of different tools called one after the
   other at least ``coordination_repeats`` times in the delta (a procedure the agent keeps

@@ -44,10 +44,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentlab.core.projection import ContextMechanism
+from agentlab.core.mechanism import ContextMechanism
 from agentlab.events import Event
 from agentlab.model.base import Model, ModelError
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 from agentlab.session.base import Session, SessionService
 from agentlab.skills.evidence import DEFAULT_CORRECTION_CUES, Evidence, find_evidence
 from agentlab.skills.gates import GateResult, effectiveness_check, safety_check, spec_check

@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from agentlab.core.projection import ContextMechanism, EventsRole, RequestDraft, Stage, StagedProcessor
+from agentlab.core.mechanism import ContextMechanism, EventsRole, RequestDraft, Stage, StagedProcessor
 from agentlab.core.tools import FunctionTool, Tool, ToolContext
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 from agentlab.skills.repository import SkillRepository
 from agentlab.skills.scripts import run_script
 

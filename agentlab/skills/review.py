@@ -6,7 +6,7 @@ names and descriptions, and proposes ``create`` (a new skill), ``update`` (a new
 existing one) or ``none``. The prompt asks for a reusable procedure — how to handle this kind
 of task — and never for what the user said about themselves.
 
-**Reconciliation** (best effort, as the seed says, not proof of quality) maps the proposal onto
+**Reconciliation** (best effort, as tRPC-Agent-Go's design says, not proof of quality) maps the proposal onto
 the library before any gate runs: a ``create`` whose name exists becomes an ``update`` of it; a
 ``create`` whose description is a near-duplicate of a skill's (word-set Jaccard similarity at or
 above the policy's threshold) becomes an ``update`` of that skill; an ``update`` of a name the

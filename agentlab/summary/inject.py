@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import EventsRole
+from agentlab.core.mechanism import EventsRole
 from agentlab.events import Event
 from agentlab.session.base import Session, Summary
 from agentlab.summary.coverage import summary_in_force
@@ -19,7 +19,7 @@ from agentlab.summary.prompts import (
 
 if TYPE_CHECKING:
     from agentlab.core.invocation import Invocation
-    from agentlab.core.projection import RequestDraft
+    from agentlab.core.mechanism import RequestDraft
 
 
 def pick_summary(session: Session, filter_key: str) -> Summary | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentlab.core.projection import INJECT_SUMMARY, PolicyMechanism, StagedProcessor, register_mechanism
+from agentlab.core.mechanism import INJECT_SUMMARY, PolicyMechanism, StagedProcessor, register_mechanism
 from agentlab.core.services import ServiceRegistry, SummaryService
 from agentlab.events import Event
 from agentlab.session.base import SessionService

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 from agentlab.summary.prompts import (
     BUILTIN_PROMPTS,
     CUSTOM_PROMPT_VERSION_PREFIX,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from agentlab.compaction import cut_middle
-from agentlab.core.projection import in_filter, is_history_event
+from agentlab.core.mechanism import in_filter, is_history_event
 from agentlab.events import Event, Message
 from agentlab.model import tokens
 from agentlab.session.base import Session, SummaryBoundary

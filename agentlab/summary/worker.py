@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentlab import progress
-from agentlab.core.projection import in_filter, is_history_event
+from agentlab.core.mechanism import in_filter, is_history_event
 from agentlab.events import Event
 from agentlab.model import tokens
 from agentlab.model.base import Model, ModelRequest

@@ -30,12 +30,13 @@ import statistics
 import time
 
 from agentlab.compaction import CompactionPolicy
+from agentlab.core.mechanism import RequestDraft
+from agentlab.core.steps import HistoryProcessor
 from agentlab.events import Event, Message, ToolCall, user_event
 from agentlab.model import tokens
 from agentlab.model.base import ModelInfo
 from agentlab.model.scripted import ScriptedModel
 from agentlab.runtime import Invocation, LLMAgent, RunOptions
-from agentlab.runtime.context import HistoryProcessor, RequestDraft
 from agentlab.session.base import Session, Summary, SummaryBoundary
 from agentlab.session.inmemory import InMemorySessionService
 from agentlab.summary import Summarizer, SummaryPolicy, SummaryWorker

@@ -19,10 +19,10 @@ import random
 import statistics
 import time
 
+from agentlab.core.invocation import Invocation
 from agentlab.events import Event, Message, ToolCall
 from agentlab.recall import RecallPolicy
 from agentlab.recall.search import index_for, session_search
-from agentlab.runtime.invocation import Invocation
 from agentlab.session.base import Summary, SummaryBoundary
 from agentlab.session.inmemory import InMemorySessionService
 

@@ -1,7 +1,7 @@
 """Delivery and compaction as benchmark-run settings.
 
 ``--set dataset.delivery=tool_results`` runs a generic arm on the case's history read through a tool
-(the scripted trajectory of :mod:`agentlab.bench.retention.delivery`); ``[compaction]`` holds the seed's
+(the scripted trajectory of :mod:`agentlab.bench.retention.delivery`); ``[compaction]`` holds tRPC-Agent-Go's
 defaults and is read by the ``compaction`` arm; neither moves a run id at its default; the
 ``compactions`` table gets a row whenever a mechanism compacted a request.
 """
@@ -54,7 +54,7 @@ def test_default_compaction_and_delivery_stay_out_of_the_identity_and_a_changed_
     plain = qmsum_settings()
     assert "compaction" not in plain.identity() and "compaction" in plain.sections()
     assert "delivery" not in plain.identity()["dataset"] and "chunk_turns" not in plain.identity()["dataset"]
-    assert plain.section("compaction") == CompactionPolicy()  # the file holds the seed's defaults
+    assert plain.section("compaction") == CompactionPolicy()  # the file holds tRPC-Agent-Go's defaults
     # The whole section goes in once one field differs; a late dataset field on its own.
     changed = qmsum_settings("compaction.tool_result_max_tokens=512")
     assert changed.identity()["compaction"] == {**CompactionPolicy().to_dict(), "tool_result_max_tokens": 512}

@@ -14,7 +14,7 @@ import pytest
 from agentlab.bench.datasets.trajectories import Trajectory, parse_swe_history, parse_tau_entry
 from agentlab.bench.retention.summary_bounds import PlaceholderSummariser, markers, placeholder_text
 from agentlab.bench.retention.trajectories import measure_trajectory, step_requests
-from agentlab.core.projection import RequestDraft
+from agentlab.core.mechanism import RequestDraft
 from agentlab.events import Message, Usage
 from agentlab.model import tokens
 from agentlab.model.base import ModelInfo, ModelRequest, ModelResponse
@@ -22,7 +22,7 @@ from agentlab.policies import mechanism
 from agentlab.policies._base import Outcome, PeerMechanism
 from agentlab.policies.arms import Arm
 from agentlab.policies.swe_agent_summary import SweAgentSummaryPolicy, split_turns
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 DATA = Path(os.environ.get("AGENTLAB_DATA_DIR", "/nonexistent")) / "agent_trajectories"
 N = 40

@@ -14,11 +14,11 @@ from agentlab.compaction import (
     CompactionProcessor,
     protected_units,
 )
+from agentlab.core.mechanism import RequestDraft
 from agentlab.events import Event, Message, ToolCall, user_event
 from agentlab.model import tokens
 from agentlab.model.scripted import ScriptedModel
 from agentlab.runtime import FunctionTool, Invocation, LLMAgent, Runner
-from agentlab.runtime.context import RequestDraft
 from agentlab.session.inmemory import InMemorySessionService
 
 _clock = itertools.count(1)

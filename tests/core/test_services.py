@@ -47,7 +47,7 @@ async def test_the_runner_fills_the_registry_and_the_mechanisms_register_their_w
     runner = Runner("app", agent, InMemorySessionService(), memory_service=memories)
     assert isinstance(runner.summary_worker, SummaryWorker)
     assert runner.services.get(SummaryService) is runner.summary_worker
-    assert isinstance(runner.memory_worker, MemoryWorker)
+    assert isinstance(runner.services.get(MemoryWorker), MemoryWorker)
     assert runner.services.get(MemoryService) is memories
     # an Invocation keeps the older summary_worker keyword, stored in its registry
     worker = runner.summary_worker
@@ -63,7 +63,7 @@ async def test_the_runner_fills_the_registry_and_the_mechanisms_register_their_w
 async def test_without_a_memory_store_no_worker_and_no_tool() -> None:
     agent = LLMAgent("a", ScriptedModel(["ok"]), memory=MemoryPolicy())
     runner = Runner("app", agent, InMemorySessionService())
-    assert runner.memory_worker is None and runner.summary_worker is None
+    assert runner.services.get(MemoryWorker) is None and runner.summary_worker is None
     await runner.ask("u", "s", "hi")
     assert agent.model.requests[0].tools == []  # type: ignore[attr-defined]
     await runner.close()

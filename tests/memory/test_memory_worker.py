@@ -111,10 +111,11 @@ async def test_runner_enqueues_extraction_after_a_completed_run_and_memory_reach
     agent = LLMAgent("assistant", model, instruction="Be brief.", memory=MemoryPolicy(preload_limit=5,
                                                                                        search_tool=False))
     runner = Runner("app", agent, sessions, memory_service=memories)
-    assert isinstance(runner.memory_worker, MemoryWorker)
+    worker = runner.services.get(MemoryWorker)
+    assert isinstance(worker, MemoryWorker)
 
     await runner.ask("u1", "s1", "I prefer Go for backend services.")
-    await runner.memory_worker.drain()
+    await worker.drain()
     assert model.requests[1].purpose == "memory"
     assert [m.text for m in await memories.list("app", "u1")] == ["Said: I prefer Go for backend services."]
 
@@ -124,5 +125,5 @@ async def test_runner_enqueues_extraction_after_a_completed_run_and_memory_reach
     assert "Said: I prefer Go for backend services." in system
     await runner.close()
     # the second run's extraction ran too (the script's default is exhausted -> recorded error, not a crash)
-    assert runner.memory_worker.stats["completed"] == 2
-    assert "script exhausted" in runner.memory_worker.errors[0].error
+    assert worker.stats["completed"] == 2
+    assert "script exhausted" in worker.errors[0].error

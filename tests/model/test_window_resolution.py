@@ -14,7 +14,7 @@ from agentlab.model import window as window_module
 from agentlab.model.base import ModelInfo
 from agentlab.model.scripted import ScriptedModel
 from agentlab.model.window import resolve_context_window, stated_window
-from agentlab.policy import FieldError
+from agentlab.policy_json import FieldError
 from agentlab.runtime import RunOptions
 from agentlab.session.inmemory import InMemorySessionService
 from agentlab.summary import SummaryPolicy

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
+from agentlab.core.mechanism import RequestDraft
 from agentlab.events import Event, Message, ToolCall
 from agentlab.model import tokens
 from agentlab.policies import inspect_summary
 from agentlab.policies.inspect_edit import InspectEdit, InspectEditPolicy
 from agentlab.policies.inspect_summary import InspectSummary, InspectSummaryPolicy
 from agentlab.policies.inspect_trim import InspectTrim, InspectTrimPolicy
-from agentlab.projection import RequestDraft
 from tests.policies.peers import require
 from tests.policies.test_inspect_compaction import norm_inspect, norm_ours, seeded, to_inspect
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agentlab.core.mechanism import RequestDraft
 from agentlab.events import Event, Message
 from agentlab.policies.langchain_summarization import (
     SUMMARY_PREFIX,
@@ -22,7 +23,6 @@ from agentlab.policies.langchain_summarization import (
     fixed_summary,
     plan,
 )
-from agentlab.projection import RequestDraft
 from tests.policies.conversations import conversation
 from tests.policies.lc_convert import norm_langchain, norm_ours, to_langchain
 from tests.policies.peers import require

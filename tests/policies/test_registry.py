@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
+from agentlab.core.mechanism import COMPACT, CURRENT_INPUT
 from agentlab.policies import POLICIES, PeerMechanism, mechanism, names
 from agentlab.policies._base import PEER_SUMMARY
-from agentlab.policy import FieldError, PolicyJSON
-from agentlab.projection import COMPACT, CURRENT_INPUT
+from agentlab.policy_json import FieldError, PolicyJSON
 
 PEER_PACKAGES = ("langchain", "langchain_core", "langgraph", "langmem", "inspect_ai", "google", "letta", "anthropic")
 

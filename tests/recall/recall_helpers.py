@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from agentlab.core.invocation import Invocation
 from agentlab.events import Event, Message, ToolCall
 from agentlab.recall import RecallPolicy
-from agentlab.runtime.invocation import Invocation
 from agentlab.session.base import Session, Summary, SummaryBoundary
 from agentlab.session.inmemory import InMemorySessionService
 

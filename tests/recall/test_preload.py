@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from recall_helpers import Ledger, invocation, policy
 
+from agentlab.core.mechanism import RequestDraft
 from agentlab.recall.preload import PRELOAD_HEADER, PreloadRecallProcessor, render_preload_block
 from agentlab.recall.search import EventHit, EventRef
-from agentlab.runtime.context import RequestDraft
 from agentlab.session.inmemory import InMemorySessionService
 
 

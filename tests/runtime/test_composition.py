@@ -160,7 +160,7 @@ async def test_agent_tool_returns_only_the_report_and_the_parent_never_sees_the_
 
 def test_the_set_form_of_the_visibility_rule_is_the_rule():
     from agentlab.core import branch_key, in_filter
-    from agentlab.core.projection import visible_keys
+    from agentlab.core.mechanism import visible_keys
 
     keys = ["", "a", "b", "a/x", "a/y", "a/x/deep", "ab", "a/xy", "b/x"]
     for view in keys:

@@ -7,11 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentlab.compaction import CompactionPolicy
-from agentlab.events import Event, Message, ToolCall, user_event
-from agentlab.memory import MemoryPolicy
-from agentlab.model.base import ModelRequest
-from agentlab.model.scripted import ScriptedModel
-from agentlab.projection import (
+from agentlab.core.mechanism import (
     CURRENT_INPUT,
     HISTORY,
     INJECT_SUMMARY,
@@ -21,14 +17,19 @@ from agentlab.projection import (
     TOOL_GUIDE,
     ContextMechanism,
     EventsRole,
+    PendingRequest,
     RequestDraft,
     Stage,
     StagedProcessor,
     order_by_stage,
 )
+from agentlab.core.steps import projection_start
+from agentlab.events import Event, Message, ToolCall, user_event
+from agentlab.memory import MemoryPolicy
+from agentlab.model.base import ModelRequest
+from agentlab.model.scripted import ScriptedModel
 from agentlab.recall import RecallPolicy
 from agentlab.runtime import FunctionTool, Invocation, LLMAgent, Runner
-from agentlab.runtime.context import projection_start
 from agentlab.runtime.projection_cache import plan_for
 from agentlab.session.base import Summary, SummaryBoundary
 from agentlab.session.inmemory import InMemorySessionService
@@ -119,9 +120,9 @@ async def test_mechanism_tools_and_text_reach_the_request() -> None:
 class ShortenRequests(ContextMechanism):
     """Revises the finished request: keeps only its last message."""
 
-    async def revise_request(self, agent: Any, inv: Invocation, request: ModelRequest, draft: RequestDraft,
-                             *, allow_tools: bool) -> tuple[ModelRequest, RequestDraft] | None:
-        return ModelRequest(messages=request.messages[-1:], tools=request.tools, config=request.config), draft
+    async def before_request(self, inv: Invocation, pending: PendingRequest) -> tuple[ModelRequest, RequestDraft] | None:
+        request = pending.request
+        return ModelRequest(messages=request.messages[-1:], tools=request.tools, config=request.config), pending.draft
 
 
 async def test_a_mechanism_can_revise_the_finished_request() -> None:

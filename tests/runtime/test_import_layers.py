@@ -35,8 +35,8 @@ def test_every_exported_name_is_listed_once() -> None:
 # ----------------------------------------------------------------------------- layers
 
 #: Modules the runtime builds on: they must load without any part of ``agentlab.runtime``.
-COMPONENTS = ["agentlab.core", "agentlab.projection", "agentlab.summary", "agentlab.recall", "agentlab.recall.tools",
-              "agentlab.recall.preload", "agentlab.compaction", "agentlab.memory", "agentlab.memory.preload",
+COMPONENTS = ["agentlab.core", "agentlab.core.mechanism", "agentlab.summary", "agentlab.recall",
+              "agentlab.recall.tools", "agentlab.recall.preload", "agentlab.compaction", "agentlab.memory", "agentlab.memory.preload",
               "agentlab.memory.tools"]
 
 
@@ -166,10 +166,10 @@ def test_no_import_cycle_through_the_runtime_and_its_components() -> None:
         graph[name] = {t for t in edges if t in modules and t != name and t not in own}
 
     cycles = _cycles(graph)
-    layers = ("agentlab.runtime", "agentlab.projection", "agentlab.summary", "agentlab.recall",
+    layers = ("agentlab.runtime", "agentlab.core.mechanism", "agentlab.summary", "agentlab.recall",
               "agentlab.compaction", "agentlab.memory")
     touching = [c for c in cycles if any(m == p or m.startswith(p + ".") for m in c for p in layers)]
-    assert graph["agentlab.projection"], "the graph was not built (no imports found)"
+    assert graph["agentlab.core.mechanism"], "the graph was not built (no imports found)"
     assert touching == [], touching
 
 
@@ -194,10 +194,10 @@ def test_the_lazy_model_package_still_exports_its_names() -> None:
 
 #: The layers, bottom (1) to top (7). A module's layer is that of its longest listed prefix.
 LAYERS: dict[str, int] = {
-    "agentlab.events": 1, "agentlab.policy": 1, "agentlab.progress": 1, "agentlab._lazy": 1,
+    "agentlab.events": 1, "agentlab.policy_json": 1, "agentlab.progress": 1, "agentlab._lazy": 1,
     "agentlab.duckdb_files": 1, "agentlab.extensions": 1,
     "agentlab.model": 2, "agentlab.session": 2, "agentlab.artifacts": 2, "agentlab.executor": 2,
-    "agentlab.core": 3, "agentlab.projection": 3,  # the older path re-exports the core
+    "agentlab.core": 3,
     "agentlab.summary": 4, "agentlab.compaction": 4, "agentlab.recall": 4, "agentlab.memory": 4,
     "agentlab.policies": 4, "agentlab.skills": 4, "agentlab.artifacts.tools": 4, "agentlab.artifacts.offload": 4,
     "agentlab.runtime": 5,

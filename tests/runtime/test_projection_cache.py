@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from agentlab.compaction import CompactionPolicy
+from agentlab.core.invocation import Invocation
 from agentlab.events import Event, Message, ToolCall, user_event
 from agentlab.model import tokens
 from agentlab.model.scripted import ScriptedModel
 from agentlab.runtime import FunctionTool, LLMAgent
-from agentlab.runtime.invocation import Invocation
 from agentlab.runtime.projection_cache import plan_for
 from agentlab.session.base import Summary, SummaryBoundary
 from agentlab.session.inmemory import InMemorySessionService

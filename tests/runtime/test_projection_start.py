@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from agentlab.core import steps as steps_module
+from agentlab.core.invocation import Invocation
 from agentlab.events import Event, Message, ToolCall
 from agentlab.model.scripted import ScriptedModel
 from agentlab.runtime import LLMAgent
-from agentlab.runtime import context as context_module
-from agentlab.runtime.invocation import Invocation
 from agentlab.session.base import Summary, SummaryBoundary
 from agentlab.session.inmemory import InMemorySessionService
 from agentlab.summary import SummaryPolicy
@@ -38,7 +38,7 @@ async def test_boundary_scan_matches_full_scan(monkeypatch, boundary_at):
                      message=Message.user("question 5"), id="inv-5", user_event=session.events[25])
 
     fast = (await agent.build_draft(inv)).to_model_request().messages
-    assert context_module.projection_start(inv) > 0 or boundary_at == 0
-    monkeypatch.setattr(context_module, "projection_start", lambda inv: 0)
+    assert steps_module.projection_start(inv) > 0 or boundary_at == 0
+    monkeypatch.setattr(steps_module, "projection_start", lambda inv: 0)
     full = (await agent.build_draft(inv)).to_model_request().messages
     assert fast == full

@@ -223,8 +223,8 @@ def test_function_tool_schema_from_signature_and_docstring():
 
 
 def test_tool_round_sanitising_drops_orphans():
+    from agentlab.core.mechanism import events_to_messages
     from agentlab.events import Event, ToolCall
-    from agentlab.runtime.context import events_to_messages
 
     orphan_result = Event(author="a", choices=[Message.tool("gone", "t", "x")])
     unanswered = Event(author="a", choices=[Message.assistant("let me check", [ToolCall("c9", "t")])])

@@ -9,8 +9,8 @@ import openai
 import pytest
 from serve_helpers import SEARCH_TOOL
 
+from agentlab.core.mechanism import ContextMechanism
 from agentlab.model.tokens import count_text
-from agentlab.projection import ContextMechanism
 from agentlab.serve import arms, savings_df, serve_exchanges_df
 from agentlab.serve.wire import pairing_problem
 from agentlab.testing.openai_server import prompt_tokens
@@ -201,8 +201,9 @@ def test_client_tools_win_over_recall_and_are_returned(upstream, proxy) -> None:
 class _BreakPairs(ContextMechanism):
     """A faulty mechanism: drops every tool result from the finished request."""
 
-    async def revise_request(self, agent: Any, inv: Any, request: Any, draft: Any, *, allow_tools: bool) -> Any:
-        return replace(request, messages=[m for m in request.messages if m.role != "tool"]), draft
+    async def before_request(self, inv: Any, pending: Any) -> Any:
+        request = pending.request
+        return replace(request, messages=[m for m in request.messages if m.role != "tool"]), pending.draft
 
 
 def test_a_request_failing_the_check_goes_out_unrewritten(upstream, proxy, monkeypatch) -> None:

@@ -135,7 +135,7 @@ def test_mid_stream_failure_is_an_error_event(scripted, proxy) -> None:
 
 
 def test_tool_call_deltas_without_index_are_given_one(scripted, proxy) -> None:
-    # An upstream like the seed's server: tool-call deltas with no index, arguments split over deltas.
+    # An upstream like tRPC-Agent-Go's server: tool-call deltas with no index, arguments split over deltas.
     first = {"id": "call_a", "type": "function", "function": {"name": "search_docs", "arguments": '{"qu'}}
     rest = {"function": {"arguments": 'ery": "Lisbon"}'}}
     second = {"id": "call_b", "type": "function", "function": {"name": "search_docs", "arguments": '{"query": "x"}'}}

@@ -1,7 +1,7 @@
 """How a benchmark's history reaches the agent: as conversation turns, or as tool results.
 
 The four benchmarks are chat transcripts. Seeded as turns (what the tasks do today), they hold no
-tool result, so the seed's compaction passes and every peer's tool-result clearing have nothing to
+tool result, so tRPC-Agent-Go's compaction passes and every peer's tool-result clearing have nothing to
 act on. *Tool-heavy delivery* gives the agent the same cases and gold answers, but the history
 arrives through tools, the way a coding or research agent reads files:
 
@@ -40,7 +40,7 @@ from typing import Any, Literal
 from agentlab.core.tools import FunctionTool, Tool
 from agentlab.events import OBJ_TOOL_RESPONSE, OBJ_USER, Event, Message, ToolCall
 from agentlab.model import tokens
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 #: The delivery modes: the tasks' seeded turns, or the scripted tool-reading trajectory.
 DELIVERIES: tuple[str, ...] = ("turns", "tool_results")

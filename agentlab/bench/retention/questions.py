@@ -141,7 +141,7 @@ def retention_arms(task: Any = None) -> dict[str, Arm]:
     """The LLM-free arms: a view over the :mod:`agentlab.policies.arms` registry (name -> arm).
 
     ``long_context`` (no mechanism), then every registered generic arm whose mechanisms call no
-    model (``Arm.needs_model`` empty) — the seed's ``compaction`` (``[compaction]``, switched on),
+    model (``Arm.needs_model`` empty) — tRPC-Agent-Go's ``compaction`` (``[compaction]``, switched on),
     ``compaction_recall`` (with ``session_search`` / ``session_load``), ``codex_truncation`` and the
     peers' tool clearing — and their ``+recall``; with ``task``, only the arms it runs.
     """

@@ -138,7 +138,7 @@ class CompactionRow:
     results_compacted: int
     tokens_before: int
     tokens_after: int
-    #: What compacted: ``compaction`` (the seed's passes), ``compaction_sync_summary``, or a peer policy's name.
+    #: What compacted: ``compaction`` (tRPC-Agent-Go's passes), ``compaction_sync_summary``, or a peer policy's name.
     mechanism: str = ""
 
 

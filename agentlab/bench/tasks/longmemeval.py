@@ -158,7 +158,7 @@ def instruction_for(question: LongMemEvalQuestion, recall: bool = False) -> str:
 
 def long_context_prompt(question: LongMemEvalQuestion) -> list[Message]:
     """The ``long_context`` answer prompt: instruction, every haystack event, the question."""
-    from agentlab.runtime.context import events_to_messages
+    from agentlab.core.mechanism import events_to_messages
 
     return [Message.system(instruction_for(question)), *events_to_messages(haystack_events(question)),
             Message.user(question.question)]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from agentlab.bench.datasets.mtbench101 import ALL_TASKS, PUBLISHED_TASKS
 from agentlab.model.base import GenerationConfig
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 from agentlab.summary import SummaryPolicy
 
 __all__ = ["ANSWER_INSTRUCTION", "ANSWER_INSTRUCTION_VERSION", "ConsistencySettings", "MTBenchAnswer",

@@ -39,7 +39,7 @@ from agentlab.bench.retention.trajectories import measure_trajectory
 from agentlab.bench.scoring.metrics import Score
 from agentlab.bench.tasks import Case, CaseResult, CaseSelection, RunContext, Task, register
 from agentlab.events import Message
-from agentlab.policy import PolicyJSON
+from agentlab.policy_json import PolicyJSON
 
 CHOICES = (*DATASETS, CLAUDE_CODE, "both")
 METRIC = "supported"

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentlab.core.invocation import Invocation
-from agentlab.core.projection import ContextMechanism, branch_key
+from agentlab.core.mechanism import ContextMechanism, branch_key
 from agentlab.events import OBJ_ERROR, OBJ_STATE, Event, Message, new_id
 from agentlab.runtime.composition import fork_invocation, mechanisms_of, merge_streams, on_branch
 from agentlab.runtime.graph.builder import END, START, CompiledGraph, GraphError

@@ -1,4 +1,4 @@
-"""The request projection's building blocks, shared by the runtime and the context mechanisms.
+"""The context-mechanism contract and the request draft it works on, shared by the runtime and the mechanisms.
 
 A model call is shown a *projection* of the session, built by an ordered chain of processors over
 a :class:`RequestDraft`. This module holds what both sides need — the draft, the processor
@@ -13,7 +13,6 @@ protocol, the history filters — and the declared extension points through whic
 
 This is layer 3 (``agentlab.core``): it imports events, model and session only, never a mechanism
 or the runtime, so every mechanism can build on it (``tests/runtime/test_import_layers.py``).
-``agentlab.projection`` re-exports these names for older imports.
 """
 
 from __future__ import annotations
@@ -445,16 +444,7 @@ class ContextMechanism:
         return None
 
     async def before_request(self, inv: Invocation, pending: PendingRequest) -> tuple[ModelRequest, RequestDraft] | None:
-        """A replacement for the finished request (e.g. rebuilt after a summary), or ``None`` to keep it.
-
-        The default calls the older hook :meth:`revise_request`, so mechanisms written against it work.
-        """
-        return await self.revise_request(inv.agent, inv, pending.request, pending.draft,
-                                         allow_tools=pending.allow_tools)
-
-    async def revise_request(self, agent: Any, inv: Invocation, request: ModelRequest, draft: RequestDraft,
-                             *, allow_tools: bool) -> tuple[ModelRequest, RequestDraft] | None:
-        """Older form of :meth:`before_request` (no rebuild callback); ``None`` by default."""
+        """A replacement for the finished request (e.g. rebuilt after a summary), or ``None`` to keep it."""
         return None
 
     async def on_event_appended(self, inv: Invocation, event: Event) -> None:
