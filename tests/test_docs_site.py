@@ -162,5 +162,5 @@ def test_the_design_agentlab_recreates_is_named_not_called_the_seed() -> None:
     prose = [*DOCS.rglob("*.md"), *(REPO_ROOT / "agentlab").rglob("*.py")]
     saying = [str(path.relative_to(REPO_ROOT)) for path in prose
               if not str(path.relative_to(REPO_ROOT)).startswith(SEED_WORDING_PENDING)
-              and "the seed" in path.read_text(encoding="utf-8").lower()]
+              and re.search(r"\bthe seed\b", path.read_text(encoding="utf-8"), re.IGNORECASE)]
     assert len(prose) > 100 and saying == [], f"say tRPC-Agent-Go (docs/sources.md#trpc-agent-go) instead: {saying}"

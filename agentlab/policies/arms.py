@@ -410,7 +410,7 @@ def _compaction_policy(settings: Any) -> Any:
 
 
 def _compaction(settings: Any, model: Any) -> list[ContextMechanism]:
-    """The seed's compaction passes, from ``[compaction]``, switched on (the arm is the switch)."""
+    """tRPC-Agent-Go's compaction passes, from ``[compaction]``, switched on (the arm is the switch)."""
     return [_compaction_policy(settings)]
 
 
@@ -444,7 +444,7 @@ register_arm(Arm("rolling_summary", "lossy", _rolling_summary, sections=("summar
                  description="the rolling summary ([summary]) with its own triggers, which fire after a run: "
                              "compare it with --seeding lived (forced: the answer sees the whole history)",
                  needs_model="the rolling summary (SummaryPolicy) writes its text with a model"))
-#: The seed's request-side compaction (passes 0/1/2) as a generic arm, its knobs from ``[compaction]``
+#: tRPC-Agent-Go's request-side compaction (passes 0/1/2) as a generic arm, its knobs from ``[compaction]``
 #: (``--set compaction.tool_result_max_tokens=512``); ``enabled`` is the switch of code that passes
 #: ``compaction=`` itself, this arm runs the passes on. Its synchronous pressure summary needs a
 #: summary service, which no arm of it has, so it never runs here.

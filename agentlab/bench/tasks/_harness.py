@@ -263,7 +263,7 @@ _COMPACTION_KINDS = {"tool_results": "compaction", "sync_summary": "compaction_s
 def compaction_row(stat: Mapping[str, Any]) -> CompactionRow | None:
     """The ``compactions`` row of one request stats record, or ``None`` for a record that is no compaction.
 
-    The seed's passes, its synchronous summary and every peer policy that changed the request leave
+    tRPC-Agent-Go's passes, its synchronous summary and every peer policy that changed the request leave
     ``results_compacted`` / ``tokens_before`` / ``tokens_after``; other records (the recall preload
     of ``<arm>+recall``, a peer's note that it could not act) are not compactions.
     """
