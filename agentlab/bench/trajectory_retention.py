@@ -140,9 +140,10 @@ def request_texts(result: ProjectionResult) -> list[str]:
     return out
 
 
-def _visible(text: str, kind: str, texts: Sequence[str]) -> bool:
-    if kind == "line":
-        return any(text in normalise(t) for t in texts)
+def _visible(text: str, kind: str, texts: Sequence[str], normalised: dict[str, str] | None = None) -> bool:
+    if kind == "line":  # ``normalised`` remembers each text's normal form (a replay shows the same texts each step)
+        memo = {} if normalised is None else normalised
+        return any(text in (memo.get(t) or memo.setdefault(t, normalise(t))) for t in texts)
     return any(occurs(text, t, kind) for t in texts)
 
 
@@ -165,7 +166,7 @@ async def _replay(traj: Trajectory, arm: Arm, steps: Sequence[Step], *, context_
         prefix = traj.events[:step.index]
         result = await project(_session(traj, prefix), mechanisms, _current_user(prefix), info, model=model,
                                instruction=traj.instruction, context_window=context_window,
-                               app_name=APP_NAME, user_id=USER_ID)
+                               app_name=APP_NAME, user_id=USER_ID, report_steps=False)
         shown = {e.id for e in result.draft.events if e.id in by_id and not replaced_in_request(e, by_id[e.id])}
         out.append((step, result, frozenset(e.id for e in prefix) - shown))
     return out
@@ -214,9 +215,10 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
     hidden: list[tuple[int, str]] = []
     policy = _recall_policy(arm.mechanisms(settings, model))
     pages = offers_paging(r.draft for _, r, _ in replayed)
+    normalised: dict[str, str] = {}
     for step, result, left_out in replayed:
         texts = request_texts(result)
-        missing = [s for s in step.supports if not _visible(s.text, s.kind, texts)]
+        missing = [s for s in step.supports if not _visible(s.text, s.kind, texts, normalised)]
         n_supports += len(step.supports)
         visible += len(step.supports) - len(missing)
         covered = covered_by(placeholder, texts) if placeholder is not None and missing else []
