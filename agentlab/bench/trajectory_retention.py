@@ -45,6 +45,7 @@ does not hold cannot be copied from it. It does not show that the agent would fa
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -140,11 +141,52 @@ def request_texts(result: ProjectionResult) -> list[str]:
     return out
 
 
-def _visible(text: str, kind: str, texts: Sequence[str], normalised: dict[str, str] | None = None) -> bool:
-    if kind == "line":  # ``normalised`` remembers each text's normal form (a replay shows the same texts each step)
-        memo = {} if normalised is None else normalised
-        return any(text in (memo.get(t) or memo.setdefault(t, normalise(t))) for t in texts)
-    return any(occurs(text, t, kind) for t in texts)
+class _Shown:
+    """The texts one request shows, searched as one string: a unit is tested only in the texts holding it.
+
+    ``visible(unit, kind)`` is ``any`` over the texts of the presence test (a code line in a text's
+    normal form, any other unit by :func:`~agentlab.bench.supports.occurs`), found with one
+    ``str.find`` over the joined texts instead of a test per text. ``normalised`` remembers each
+    text's normal form across the steps of a replay (they show the same texts again).
+    """
+
+    def __init__(self, texts: Sequence[str], normalised: dict[str, str]) -> None:
+        self.texts = list(texts)
+        self._memo = normalised
+        self._raw: tuple[str, list[int]] | None = None
+        self._lines: tuple[list[str], str, list[int]] | None = None
+
+    @staticmethod
+    def _join(texts: Sequence[str]) -> tuple[str, list[int]]:
+        starts, at = [], 0
+        for t in texts:
+            starts.append(at)
+            at += len(t) + 1
+        return "\n".join(texts), starts
+
+    def visible(self, unit: str, kind: str) -> bool:
+        """Whether ``unit`` (a support of ``kind``) is shown by one of the texts."""
+        if kind == "line":
+            if self._lines is None:
+                memo = self._memo
+                forms = [memo.get(t) or memo.setdefault(t, normalise(t)) for t in self.texts]
+                self._lines = (forms, *self._join(forms))
+            texts, joined, starts = self._lines
+        else:
+            if self._raw is None:
+                self._raw = self._join(self.texts)
+            texts, (joined, starts) = self.texts, self._raw
+        if not unit:
+            return any(unit in t if kind == "line" else occurs(unit, t, kind) for t in texts)
+        at = joined.find(unit)
+        while at >= 0:
+            i = bisect.bisect_right(starts, at) - 1
+            inside = at + len(unit) <= starts[i] + len(texts[i])
+            if inside and (kind == "line" or occurs(unit, texts[i], kind)):
+                return True
+            # texts[i] is settled (tested whole, or its first occurrence runs past its end): on to the next
+            at = joined.find(unit, starts[i + 1]) if i + 1 < len(texts) else -1
+        return False
 
 
 def _current_user(events: Sequence[Event]) -> Event | None:
@@ -159,6 +201,7 @@ async def _replay(traj: Trajectory, arm: Arm, steps: Sequence[Step], *, context_
     # is the window either way (``context_window`` overrides the model's, as ``--context-budget`` does).
     info = model.info if model is not None else ModelInfo("trajectories", context_window)
     by_id = {e.id: e for e in traj.events}
+    ids = [e.id for e in traj.events]
     out = []
     for step in steps:
         if isinstance(model, PlaceholderSummariser):
@@ -168,7 +211,7 @@ async def _replay(traj: Trajectory, arm: Arm, steps: Sequence[Step], *, context_
                                instruction=traj.instruction, context_window=context_window,
                                app_name=APP_NAME, user_id=USER_ID, report_steps=False)
         shown = {e.id for e in result.draft.events if e.id in by_id and not replaced_in_request(e, by_id[e.id])}
-        out.append((step, result, frozenset(e.id for e in prefix) - shown))
+        out.append((step, result, frozenset(ids[:step.index]) - shown))
     return out
 
 
@@ -218,7 +261,8 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
     normalised: dict[str, str] = {}
     for step, result, left_out in replayed:
         texts = request_texts(result)
-        missing = [s for s in step.supports if not _visible(s.text, s.kind, texts, normalised)]
+        shown_texts = _Shown(texts, normalised)
+        missing = [s for s in step.supports if not shown_texts.visible(s.text, s.kind)]
         n_supports += len(step.supports)
         visible += len(step.supports) - len(missing)
         covered = covered_by(placeholder, texts) if placeholder is not None and missing else []

@@ -182,7 +182,13 @@ def request_tokens(messages: Sequence[Message], tools: Sequence[dict[str, Any]] 
 def common_prefix(a: RequestTokens, b: RequestTokens) -> int:
     """Length in tokens of the longest common prefix of two requests' sequences."""
     total = 0
-    for sa, sb in zip(a.segments, b.segments, strict=False):
+    segments_a, segments_b = a.segments, b.segments
+    whole = min(len(segments_a), len(segments_b)) - 1
+    if whole > 0 and segments_a[:whole] == segments_b[:whole]:
+        # The usual case (a request extends an earlier one), compared at C speed; the loop does the rest.
+        total = sum(map(len, segments_a[:whole]))
+        segments_a, segments_b = segments_a[whole:], segments_b[whole:]
+    for sa, sb in zip(segments_a, segments_b, strict=False):
         if sa is sb or sa == sb:
             total += len(sa)
             continue
