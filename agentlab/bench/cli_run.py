@@ -144,7 +144,7 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
 
     task, mode, settings = spec.task, spec.mode, spec.settings
     if spec.action == "dry_run":
-        result = executor.dry_run(task, mode, settings, limit=spec.limit, selection=load_selection(task, settings),
+        result = executor.dry_run(task, mode, settings, limit=spec.limit, selection=load_selection(task, settings, spec.limit),
                                   context_budget=spec.context_budget, arm=spec.arm(mode))
         if json_output:
             _print_json(result, out)
@@ -308,7 +308,7 @@ def _choose_cases(task: Task, settings: Any, model: Any, spec: RunSpec, out: Tex
     from agentlab.bench.selection import FITS_WINDOW_RULE, model_prompt_counter, select_fitting
     from agentlab.model.window import resolve_context_window
 
-    selection = load_selection(task, settings)
+    selection = load_selection(task, settings, None if spec.demo_selection else spec.limit)
     if not spec.demo_selection:
         return selection, None
     window = resolve_context_window(model)

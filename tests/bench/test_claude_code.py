@@ -257,3 +257,31 @@ def test_real_sessions_counts() -> None:
     assert sum(len(e.message.tool_calls) for t in data.trajectories for e in t.events) == 15047
     assert [(s.file, s.line) for s in data.skipped] == [("0c18eb7c.jsonl", 5)]
     assert data.api_errors == 10 and data.compactions == 0
+    # the whole dataset's fingerprint, from the manifest alone (what a --limit run keeps as its identity)
+    from agentlab.bench.datasets.claude_code import pinned_fingerprint
+
+    assert pinned_fingerprint() == (data.sha256, 300)
+
+
+@pytest.mark.skipif(not (REAL / "0c18eb7c.jsonl").is_file(), reason="the pinned Claude Code sessions are not here")
+def test_a_limited_selection_reads_only_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentlab.bench.datasets.claude_code as claude_code
+    from agentlab.bench.spec import load_selection
+    from agentlab.bench.tasks import get_task
+
+    read: list[str] = []
+    real_read = claude_code._read
+
+    def counting(path: Any, *args: Any) -> Any:
+        read.append(str(path))
+        return real_read(path, *args)
+
+    monkeypatch.setattr(claude_code, "_read", counting)
+    task = get_task("trajectories")
+    from agentlab.bench.cli_run import _load
+
+    settings = _load(task, ['dataset.datasets=["claude_code"]'])
+    selection = load_selection(task, settings, 3)
+    assert len(read) == 3 and len(selection.cases) == 3
+    assert selection.loaded == 300 and selection.dataset_sha256 == claude_code.pinned_fingerprint()[0]
+    assert [c.id for c in selection.cases] == sorted(c.id for c in selection.cases)
