@@ -285,3 +285,25 @@ def test_a_limited_selection_reads_only_its_files(monkeypatch: pytest.MonkeyPatc
     assert len(read) == 3 and len(selection.cases) == 3
     assert selection.loaded == 300 and selection.dataset_sha256 == claude_code.pinned_fingerprint()[0]
     assert [c.id for c in selection.cases] == sorted(c.id for c in selection.cases)
+
+
+def test_league_and_report_replay_claude_code_logs_whatever_the_models_window(tmp_path: Path) -> None:
+    from agentlab.bench import league
+    from agentlab.model.base import ModelInfo
+    from agentlab.model.scripted import ScriptedModel
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "s1.jsonl").write_text("\n".join(_log()) + "\n", encoding="utf-8")
+    db = tmp_path / "league.duckdb"
+    # a window smaller than the recorded prompts: the replay never asks the model to answer them, so no refusal
+    model = ScriptedModel(info=ModelInfo("scripted", 64))
+    notes = io.StringIO()
+    result = league.run_league("trajectories", arms="swe_agent_masking", model="scripted", model_object=model, db=db,
+                               overrides=[f"dataset.sessions_dir={folder}"], progress=False, notes=notes)
+    assert "answers none of its prompts" in notes.getvalue()
+    assert {r["arm"] for r in result.rows} >= {"long_context", "swe_agent_masking"}
+    assert model.calls == 0  # no summarising arm: the model is never called
+    out = io.StringIO()
+    assert main(["report", "trajectories", "--db", str(db)], out=out) == 0
+    assert "quality_loss" in out.getvalue() and "swe_agent_masking" in out.getvalue()

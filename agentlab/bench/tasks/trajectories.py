@@ -92,6 +92,7 @@ class TrajectoriesTask(Task):
     default_mode = "long_context"
     mode_roles = ModeRoles(baseline="long_context")
     summary_bounds = True
+    model_answers = False
     description = ("real agent trajectories (200 tau-bench airline, 22 SWE-agent, 300 Claude Code), replayed under an arm with "
                    "no model: share of each step's supports still visible")
 
