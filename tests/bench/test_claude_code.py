@@ -307,3 +307,30 @@ def test_league_and_report_replay_claude_code_logs_whatever_the_models_window(tm
     out = io.StringIO()
     assert main(["report", "trajectories", "--db", str(db)], out=out) == 0
     assert "quality_loss" in out.getvalue() and "swe_agent_masking" in out.getvalue()
+
+
+def test_cost_changes_pairs_each_session_under_two_arms(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from agentlab.bench import analysis
+    from agentlab.notebooks.long_sessions import cost_changes
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    for name in ("s1", "s2"):
+        (folder / f"{name}.jsonl").write_text("\n".join(_log()) + "\n", encoding="utf-8")
+    db = tmp_path / "rows.duckdb"
+    assert main(["retention", "trajectories", "--sessions-dir", str(folder), "--arms",
+                 "long_context,swe_agent_masking,swe_agent_summary", "--context-budget", "4096",
+                 "--cache-profile", "anthropic", "--db", str(db)], out=io.StringIO()) == 0
+    table = cost_changes(db, 4096, dataset="claude_code_user").set_index("arm")
+    assert list(table.index) == ["long_context", "swe_agent_masking", "swe_agent_summary"]
+    assert (table["sessions"] == 2).all()
+    cache = analysis.prompt_cache_df("trajectories", db=db).set_index(["arm", "case_id"])["net_cost_usd"]
+    ratios = [cache[("swe_agent_masking", c)] / cache[("long_context", c)] - 1
+              for c in cache.loc["long_context"].index]
+    assert table.loc["swe_agent_masking", "net_vs_long_context"] == pytest.approx(sum(ratios) / len(ratios))
+    assert pd.isna(table.loc["long_context", "net_vs_long_context"])  # no change against itself
+    assert {"supported_lo", "supported_hi", "tokens_sent", "busts", "raw_cost_usd"} <= set(table.columns)
+    with pytest.raises(ValueError, match="no stored claude_code_user row"):
+        cost_changes(db, 8192, dataset="claude_code_user")
