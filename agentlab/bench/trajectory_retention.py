@@ -236,7 +236,7 @@ def _check(arm: Arm, model: Model | None) -> None:
 async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int, settings: Any = None,
                              k: int = DEFAULT_K, model: Model | None = None,
                              cache_profile: str | None = None, summary_tokens: int | None = None,
-                             steps: Sequence[Step] | None = None) -> TrajectoryRow:
+                             steps: Sequence[Step] | None = None, hidden_prefix: Any = None) -> TrajectoryRow:
     """One :class:`TrajectoryRow`: ``traj`` replayed under ``arm`` at ``context_window`` tokens.
 
     ``model`` is only the summariser of a summarising arm (``arm.needs_model``); no step is re-generated.
@@ -244,7 +244,11 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
     and fills its bounds (:mod:`agentlab.bench.summary_bounds`). ``cache_profile`` (a
     :data:`agentlab.model.prompt_caching.PROFILES` name) fills ``cache`` with the requests, in the
     order sent, through that provider's prompt cache. ``steps`` (``step_supports`` of ``traj``, the
-    same for every arm) may be passed in to be computed once per trajectory.
+    same for every arm) may be passed in to be computed once per trajectory. ``hidden_prefix`` (a
+    :class:`~agentlab.model.prompt_caching.HiddenPrefix`, for a recording with the provider's usage:
+    :func:`agentlab.bench.cache_check.replay_prefixes`) puts the agent's unlogged system prompt and
+    tools in front of every step request, its warm part already cached, and sends each request at its
+    recorded time (a summariser's at its step's), so entries expire as the provider's do.
     """
     placeholder = None
     if arm.needs_model and model is None and summary_tokens is not None:
@@ -285,9 +289,11 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
         recovered += sum(1 for s in missing if hits.intersection(s.sources))
     prompts = [r.prompt_tokens for _, r, _ in replayed] or [0]
     sent: list[tuple[Any, Any]] = []
+    times: list[float | None] = []
     for step, r, _ in replayed:
-        sent += [(c.messages, c.tools) for c in calls_before(placeholder, step.index)]
-        sent.append((r.request.messages, r.request.tools))
+        summaries = [(c.messages, c.tools) for c in calls_before(placeholder, step.index)]
+        sent += [*summaries, (r.request.messages, r.request.tools)]
+        times += [traj.events[step.index].metadata.get("time")] * (len(summaries) + 1)
     costs = SummaryCosts.of(placeholder)
     supported = visible / n_supports if n_supports else None
     return TrajectoryRow(
@@ -297,7 +303,8 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
         refetch_steps=refetch_steps, refetch_tokens=refetch_tokens,
         peak_prompt_tokens=max(prompts), total_prompt_tokens=sum(prompts), final_prompt_tokens=prompts[-1],
         recorded_reward=traj.reward, hidden=tuple(hidden),
-        cache=None if cache_profile is None else totals(cache_sequence(sent, cache_profile)),
+        cache=None if cache_profile is None else totals(cache_sequence(
+            sent, cache_profile, hidden_prefix, times if hidden_prefix is not None else None)),
         supported_lo=supported, supported_hi=upper / n_supports if n_supports else None,
         summary_tokens=None if placeholder is None else summary_tokens, summary_calls=costs.calls,
         summary_input_tokens=costs.input_tokens, summary_output_tokens=costs.output_tokens)
@@ -313,15 +320,16 @@ class Timed:
 
 async def measure_trajectories(trajectories: Sequence[Trajectory], arms: Sequence[Arm], *, context_window: int,
                                settings: Any = None, k: int = DEFAULT_K, cache_profile: str | None = None,
-                               summary_tokens: int | None = None) -> Timed:
-    """:func:`measure_trajectory` for every trajectory and arm, timed."""
+                               summary_tokens: int | None = None, hidden: dict[str, Any] | None = None) -> Timed:
+    """:func:`measure_trajectory` for every trajectory and arm, timed (``hidden``: per trajectory id)."""
     started = time.perf_counter()
     rows = []
     for t in trajectories:
         steps = step_supports(t.events, t.instruction)
         rows += [await measure_trajectory(t, a, context_window=context_window, settings=settings, k=k,
                                           cache_profile=cache_profile, summary_tokens=summary_tokens,
-                                          steps=steps) for a in arms]
+                                          steps=steps, hidden_prefix=(hidden or {}).get(t.traj_id))
+                  for a in arms]
     return Timed(rows, time.perf_counter() - started)
 
 

@@ -334,3 +334,50 @@ def test_cost_changes_pairs_each_session_under_two_arms(tmp_path: Path) -> None:
     assert {"supported_lo", "supported_hi", "tokens_sent", "busts", "raw_cost_usd"} <= set(table.columns)
     with pytest.raises(ValueError, match="no stored claude_code_user row"):
         cost_changes(db, 8192, dataset="claude_code_user")
+
+
+def test_a_replays_cache_has_the_hidden_prefix_its_warm_part_and_the_recorded_clock() -> None:
+    from agentlab.events import Message
+    from agentlab.model.prompt_caching import HiddenPrefix, cache_sequence, request_tokens
+
+    big = " ".join(f"w{i}" for i in range(1500))  # well over Anthropic's 1,024-token minimum
+    first = ([Message.user(big)], [])
+    second = ([Message.user(big), Message.assistant("ok")], [])
+    third = ([Message.user(big), Message.assistant("ok"), Message.user("more")], [])
+    hidden = HiddenPrefix(2000, warm=1200)
+    plain = cache_sequence([first, second, third], "anthropic")
+    timed = cache_sequence([first, second, third], "anthropic", hidden, [0.0, 60.0, 60.0 + 301])
+    assert plain[0].cached_tokens == 0 and timed[0].cached_tokens == 1200  # the warm part is read at once
+    assert timed[0].prompt_tokens == plain[0].prompt_tokens + 2000  # the prefix is sent with every request
+    assert timed[1].cached_tokens == 2000 + request_tokens(*first).breakpoint_tokens  # then the whole first request
+    assert timed[2].cached_tokens == 0 and plain[2].cached_tokens > 0  # 301 s unused: the entries are gone
+    assert cache_sequence([first, second], "anthropic", hidden, [0.0, 1.0])[1].cached_tokens == timed[1].cached_tokens
+
+
+def test_claude_code_retention_prices_its_cache_with_the_checked_model(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "s1.jsonl").write_text("\n".join(_log()) + "\n", encoding="utf-8")
+    runs = {}
+    for profile in ("anthropic", "none"):
+        out = io.StringIO()
+        assert main(["retention", "trajectories", "--sessions-dir", str(folder), "--arms", "long_context",
+                     "--context-budget", "4096", "--cache-profile", profile, "--price-model", "claude-sonnet-4-5",
+                     "--no-store", "--json"], out=out) == 0
+        runs[profile] = json.loads(out.getvalue())
+    doc = runs["anthropic"]
+    assert "warm + clock" in doc["cache_model"] and "tokenizer ratio" in doc["cache_model"]
+    (row,) = doc["summaries"]
+    # the hidden prefix goes with both requests: more tokens than the messages alone (the profile `none` as well)
+    from agentlab.bench.cache_check import replay_prefixes
+    from agentlab.bench.datasets.claude_code import load_sessions_dir
+
+    prefixes, _ = replay_prefixes(load_sessions_dir(folder).trajectories)
+    (prefix,) = prefixes.values()
+    assert prefix.tokens > 0
+    assert row["extra"]["raw_tokens"] == row["mean_total_prompt_tokens"] + 2 * prefix.tokens
+    assert runs["none"]["summaries"][0]["extra"]["raw_tokens"] == row["extra"]["raw_tokens"]
+    text = io.StringIO()
+    assert main(["retention", "trajectories", "--sessions-dir", str(folder), "--arms", "long_context",
+                 "--context-budget", "4096", "--cache-profile", "anthropic", "--no-store"], out=text) == 0
+    assert "cache model: for the 1 recordings with the provider's usage" in text.getvalue()
