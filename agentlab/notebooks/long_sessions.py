@@ -59,7 +59,7 @@ def long_session_table(db: Path) -> Any:
 def cost_changes(db: Path, budget: int, against: Sequence[str] = ("long_context", "swe_agent_masking"),
                  dataset: str = "claude_code") -> Any:
     """Per arm at ``budget``: supports kept (a summarising arm's bounds), tokens sent, busts, raw and net $, and
-    the change in net $ against each arm of ``against``.
+    the change in net $ (``net_vs_<arm>``) and in raw $ (``raw_vs_<arm>``) against each arm of ``against``.
 
     The change is the mean over sessions of ``arm / other - 1`` (paired: the same session under both), with
     its 95 % bootstrap interval (:func:`agentlab.bench.stats.mean_with_ci`); means are per session.
@@ -77,24 +77,25 @@ def cost_changes(db: Path, budget: int, against: Sequence[str] = ("long_context"
                         left_on=["arm", "traj_id"], right_on=["arm", "case_id"])
     if merged.empty:
         raise ValueError(f"no stored {dataset} row with an anthropic cache figure at budget {budget} in {db}")
-    net = merged.pivot_table(index="traj_id", columns="arm", values="net_cost_usd")
     out = (merged.groupby("arm", sort=False)
            .agg(sessions=("traj_id", "nunique"), supported=("supported", "mean"),
                 supported_lo=("supported_lo", "mean"), supported_hi=("supported_hi", "mean"),
                 tokens_sent=("prompt_tokens", "mean"), busts=("n_busts", "mean"),
                 raw_cost_usd=("raw_cost_usd", "mean"), net_cost_usd=("net_cost_usd", "mean"))
            .reset_index())
-    for other in against:
-        if other not in net:
-            continue
-        changes = []
-        for arm in out["arm"]:
-            paired = net[[arm, other]].dropna()
-            r = mean_with_ci(list(paired[arm] / paired[other] - 1)) if arm != other and len(paired) else None
-            changes.append((None, None, None) if r is None else (r.estimate, r.ci_low, r.ci_high))
-        out[f"net_vs_{other}"] = [c[0] for c in changes]
-        out[f"net_vs_{other}_low"] = [c[1] for c in changes]
-        out[f"net_vs_{other}_high"] = [c[2] for c in changes]
+    for column, label in (("net_cost_usd", "net"), ("raw_cost_usd", "raw")):
+        costs = merged.pivot_table(index="traj_id", columns="arm", values=column)
+        for other in against:
+            if other not in costs:
+                continue
+            changes = []
+            for arm in out["arm"]:
+                paired = costs[[arm, other]].dropna()
+                r = mean_with_ci(list(paired[arm] / paired[other] - 1)) if arm != other and len(paired) else None
+                changes.append((None, None, None) if r is None else (r.estimate, r.ci_low, r.ci_high))
+            out[f"{label}_vs_{other}"] = [c[0] for c in changes]
+            out[f"{label}_vs_{other}_low"] = [c[1] for c in changes]
+            out[f"{label}_vs_{other}_high"] = [c[2] for c in changes]
     return out
 
 
