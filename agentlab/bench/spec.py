@@ -256,9 +256,16 @@ def check_policies(task: Task, mode: str, settings: Settings) -> None:
                        f"benchmarks/{task.name}.toml)") from exc
 
 
-def load_selection(task: Task, settings: Settings) -> Any:
-    """The task's published case selection; a settings value it rejects is one line."""
+def load_selection(task: Task, settings: Settings, limit: int | None = None) -> Any:
+    """The task's published case selection; a settings value it rejects is one line.
+
+    With ``limit``, a task that can read only its first cases (``load_first_cases(settings, limit)``)
+    is asked for those alone; any other loads them all (``--limit`` is applied after).
+    """
+    first = getattr(task, "load_first_cases", None)
     try:
+        if limit and first is not None:
+            return first(settings, limit)
         return task.load_cases(settings)
     except (ValueError, KeyError) as exc:
         if isinstance(exc, DatasetError):

@@ -145,7 +145,7 @@ async def project(source: Session | Sequence[Event | Message], mechanisms: Seque
                   context_window: int | None = None, tools: Sequence[Tool] = (),
                   generation: GenerationConfig | None = None, session_service: SessionService | None = None,
                   services: ServiceRegistry | None = None, allow_tools: bool = True,
-                  app_name: str = "agentlab", user_id: str = "user") -> ProjectionResult:
+                  app_name: str = "agentlab", user_id: str = "user", report_steps: bool = True) -> ProjectionResult:
     """Project ``source`` into the next model request through ``mechanisms`` (no Agent, no Runner).
 
     ``source`` is a Session (left unchanged: a copy is used when the current input is added) or a
@@ -156,7 +156,10 @@ async def project(source: Session | Sequence[Event | Message], mechanisms: Seque
     model mechanisms bind to (:meth:`ContextMechanism.for_model`, e.g. the summariser of a
     synchronous summary). Services: ``services`` (else a new registry) with ``session_service``
     (else an in-memory one), opened by every mechanism; services they register as owned are
-    closed before returning, so background work does not outlive the call.
+    closed before returning, so background work does not outlive the call. ``report_steps=False`` skips
+    what each mechanism did (no copy of the draft per step; ``ProjectionResult.reports`` is empty):
+    the request, the draft and the prompt tokens are the same, at less cost (a replay that only
+    reads the request).
     """
     bound = [as_mechanism(m, model) for m in mechanisms]
     host_model: Any = model
@@ -193,7 +196,7 @@ async def project(source: Session | Sequence[Event | Message], mechanisms: Seque
                      options=RunOptions(context_window=context_window), id=inv_id, filter_key=filter_key,
                      user_event=current, services=registry)
 
-    visible = [e.id for e in session.events if is_history_event(e) and in_filter(e.filter_key, filter_key)]
+    ledger = tuple(session.events)  # the visible ones are worked out only if a summary step needs them
     # The reports describe the build that produced the request sent: a rebuild (after a
     # synchronous summary) starts them over; who rebuilt is recorded on top.
     reports: dict[int, MechanismReport] = {}
@@ -210,20 +213,22 @@ async def project(source: Session | Sequence[Event | Message], mechanisms: Seque
         reports.clear()
         reports.update((id(m), MechanismReport(m.describe())) for m in bound)
         return await build_draft(inv, processors, tools=all_tools, config=config, allow_tools=allow_tools,
-                                 observe=observe_step)
+                                 observe=observe_step if report_steps else None)
 
     rebuilt_by: list[ContextMechanism] = []
     try:
         draft = await observed_build()
         request, draft = await finish_request(inv, bound, draft, allow_tools=allow_tools, rebuild=observed_build,
                                               observe=lambda mechanism, old, new: rebuilt_by.append(mechanism))
-        _attribute_unscanned(reports, owners, processors, visible, draft)
-        for mechanism in rebuilt_by:
-            report = reports[id(mechanism)]
-            report.rebuilt_request = True
-            report.stats.extend(s for s in draft.stats if s.get("kind") == "sync_summary")
+        if report_steps:
+            _attribute_unscanned(reports, owners, processors, ledger, filter_key, draft)
+            for mechanism in rebuilt_by:
+                report = reports[id(mechanism)]
+                report.rebuilt_request = True
+                report.stats.extend(s for s in draft.stats if s.get("kind") == "sync_summary")
         result = ProjectionResult(request=request, draft=draft, prompt_tokens=draft.prompt_tokens(request),
-                                  reports=[reports[id(m)] for m in bound], session=session, invocation=inv)
+                                  reports=[reports[id(m)] for m in bound] if report_steps else [], session=session,
+                                  invocation=inv)
     finally:
         for mechanism in bound:
             await mechanism.close()
@@ -283,7 +288,8 @@ def _record_step(report: MechanismReport, before: RequestDraft, after: RequestDr
 
 
 def _attribute_unscanned(reports: dict[int, MechanismReport], owners: dict[int, ContextMechanism],
-                         processors: Sequence[RequestProcessor], visible: list[str], final: RequestDraft) -> None:
+                         processors: Sequence[RequestProcessor], events: Sequence[Event], filter_key: str,
+                         final: RequestDraft) -> None:
     """Visible events missing from the request that no step removed are the summary step's.
 
     The history step reads the ledger only from the summary boundary's round on (and a rebuilt
@@ -295,6 +301,7 @@ def _attribute_unscanned(reports: dict[int, MechanismReport], owners: dict[int, 
     if summary_owner is None:
         return
     report = reports[id(summary_owner)]
+    visible = [e.id for e in events if is_history_event(e) and in_filter(e.filter_key, filter_key)]
     by_others = {i for r in reports.values() if r is not report for i in r.hidden_event_ids}
     final_ids = {e.id for e in final.events}
     report.hidden_event_ids = [i for i in visible if i not in final_ids and i not in by_others]

@@ -182,7 +182,13 @@ def request_tokens(messages: Sequence[Message], tools: Sequence[dict[str, Any]] 
 def common_prefix(a: RequestTokens, b: RequestTokens) -> int:
     """Length in tokens of the longest common prefix of two requests' sequences."""
     total = 0
-    for sa, sb in zip(a.segments, b.segments, strict=False):
+    segments_a, segments_b = a.segments, b.segments
+    whole = min(len(segments_a), len(segments_b)) - 1
+    if whole > 0 and segments_a[:whole] == segments_b[:whole]:
+        # The usual case (a request extends an earlier one), compared at C speed; the loop does the rest.
+        total = sum(map(len, segments_a[:whole]))
+        segments_a, segments_b = segments_a[whole:], segments_b[whole:]
+    for sa, sb in zip(segments_a, segments_b, strict=False):
         if sa is sb or sa == sb:
             total += len(sa)
             continue
@@ -332,9 +338,49 @@ def replay(requests: Sequence[RequestTokens], profile: CacheProfile | str) -> li
 
 
 def cache_sequence(requests: Sequence[tuple[Sequence[Message], Sequence[dict[str, Any]]]],
-                   profile: CacheProfile | str) -> list[RequestCache]:
-    """The hook for any request sequence: ``requests`` are (messages, tools) in the order they were sent."""
-    return replay([request_tokens(messages, tools) for messages, tools in requests], profile)
+                   profile: CacheProfile | str, hidden: HiddenPrefix | None = None,
+                   times: Sequence[float | None] | None = None) -> list[RequestCache]:
+    """The hook for any request sequence: ``requests`` are (messages, tools) in the order they were sent.
+
+    ``hidden`` (a recorded agent's system prompt and tools, which its log lacks) goes in front of
+    every request, its warm part seeded as another conversation's; ``times`` (one per request, when
+    it was sent; ``None``: unknown) let entries expire (:meth:`CacheReplay.add`).
+    """
+    if hidden is None and times is None:
+        return replay([request_tokens(messages, tools) for messages, tools in requests], profile)
+    cache = CacheReplay(get_profile(profile) if isinstance(profile, str) else profile)
+    at = list(times) if times is not None else [None] * len(requests)
+    prefix = hidden_ids(hidden.tokens) if hidden is not None else ()
+    if hidden is not None and hidden.warm:
+        cache.seed(RequestTokens((prefix[:hidden.warm], PRIMING_MARKERS)), at=at[0] if at else None)
+    out = []
+    for (messages, tools), when in zip(requests, at, strict=True):
+        request = request_tokens(messages, tools)
+        if prefix:  # before the tool definitions, in the same segment: the message count is unchanged
+            request = RequestTokens((prefix + request.segments[0], *request.segments[1:]))
+        out.append(cache.add(request, at=when))
+    return out
+
+
+#: Token ids of a hidden prefix start here (negative, below the message markers: never a real token nor a marker).
+HIDDEN_BASE = -1000
+
+
+def hidden_ids(n: int) -> tuple[int, ...]:
+    """``n`` token ids no message has, the same for every request: a hidden prefix's stand-in."""
+    return tuple(range(HIDDEN_BASE, HIDDEN_BASE - n, -1))
+
+
+@dataclass(frozen=True)
+class HiddenPrefix:
+    """What a recorded agent sent before its messages and its log lacks (system prompt, tool definitions).
+
+    ``tokens`` in agentlab's tokens; ``warm``: how many of them another conversation of the same agent
+    had already cached when the first request was sent (the first call's recorded cache read).
+    """
+
+    tokens: int
+    warm: int = 0
 
 
 __all__ = [
@@ -345,11 +391,14 @@ __all__ = [
     "CacheProfile",
     "CacheReplay",
     "CacheTotals",
+    "HIDDEN_BASE",
+    "HiddenPrefix",
     "RequestCache",
     "RequestTokens",
     "cache_sequence",
     "common_prefix",
     "get_profile",
+    "hidden_ids",
     "message_segment",
     "replay",
     "request_tokens",

@@ -97,6 +97,10 @@ MESSAGE_CACHE = 65536
 _message_counts: dict[tuple[Any, ...], int] = {}
 
 
+#: The instance attribute under which :func:`count_message` keeps a message's default-encoding count.
+_OWN_COUNT = "_agentlab_token_count"
+
+
 def _text_key(text: str) -> tuple[int, int]:
     return len(text), hash(text)
 
@@ -105,6 +109,9 @@ def count_message(m: Message, encoding: str | None = None) -> int:
     """Tokens one message adds to a chat request (overhead, role, content, name, tool calls)."""
     if encoding is not None and encoding != DEFAULT_ENCODING:
         return _count_message(m, encoding)
+    own = m.__dict__.get(_OWN_COUNT)
+    if own is not None:  # this very message was counted before (a replay re-counts its history every step)
+        return int(own)
     key = (m.role, _text_key(m.content or ""), m.name,
            tuple((c.name, _text_key(c.arguments or "")) for c in m.tool_calls))
     cached = _message_counts.get(key)
@@ -112,6 +119,9 @@ def count_message(m: Message, encoding: str | None = None) -> int:
         if len(_message_counts) >= MESSAGE_CACHE:
             _message_counts.clear()
         cached = _message_counts[key] = _count_message(m, None)
+    # A message is immutable: its default-encoding count is kept on it (not a field: equality, hashing and
+    # copies ignore it, and it lives exactly as long as the message).
+    m.__dict__[_OWN_COUNT] = cached
     return cached
 
 

@@ -56,6 +56,49 @@ def long_session_table(db: Path) -> Any:
             .reset_index())
 
 
+def cost_changes(db: Path, budget: int, against: Sequence[str] = ("long_context", "swe_agent_masking"),
+                 dataset: str = "claude_code") -> Any:
+    """Per arm at ``budget``: supports kept (a summarising arm's bounds), tokens sent, busts, raw and net $, and
+    the change in net $ (``net_vs_<arm>``) and in raw $ (``raw_vs_<arm>``) against each arm of ``against``.
+
+    The change is the mean over sessions of ``arm / other - 1`` (paired: the same session under both), with
+    its 95 % bootstrap interval (:func:`agentlab.bench.scoring.stats.mean_with_ci`); means are per session.
+    ``dataset``: ``claude_code_user`` for a user's own logs (``--sessions-dir``).
+    """
+    from agentlab.bench import analysis
+    from agentlab.bench.scoring.stats import mean_with_ci
+
+    rows = analysis.trajectory_retention_df(dataset, db=db)
+    cache = analysis.prompt_cache_df("trajectories", db=db)
+    cache = cache[(cache["benchmark"] == dataset) & (cache["cache_profile"] == "anthropic")
+                  & (cache["context_budget"] == budget)]
+    rows = rows[rows["context_budget"] == budget]
+    merged = rows.merge(cache[["arm", "case_id", "prompt_tokens", "n_busts", "net_cost_usd", "raw_cost_usd"]],
+                        left_on=["arm", "traj_id"], right_on=["arm", "case_id"])
+    if merged.empty:
+        raise ValueError(f"no stored {dataset} row with an anthropic cache figure at budget {budget} in {db}")
+    out = (merged.groupby("arm", sort=False)
+           .agg(sessions=("traj_id", "nunique"), supported=("supported", "mean"),
+                supported_lo=("supported_lo", "mean"), supported_hi=("supported_hi", "mean"),
+                tokens_sent=("prompt_tokens", "mean"), busts=("n_busts", "mean"),
+                raw_cost_usd=("raw_cost_usd", "mean"), net_cost_usd=("net_cost_usd", "mean"))
+           .reset_index())
+    for column, label in (("net_cost_usd", "net"), ("raw_cost_usd", "raw")):
+        costs = merged.pivot_table(index="traj_id", columns="arm", values=column)
+        for other in against:
+            if other not in costs:
+                continue
+            changes = []
+            for arm in out["arm"]:
+                paired = costs[[arm, other]].dropna()
+                r = mean_with_ci(list(paired[arm] / paired[other] - 1)) if arm != other and len(paired) else None
+                changes.append((None, None, None) if r is None else (r.estimate, r.ci_low, r.ci_high))
+            out[f"{label}_vs_{other}"] = [c[0] for c in changes]
+            out[f"{label}_vs_{other}_low"] = [c[1] for c in changes]
+            out[f"{label}_vs_{other}_high"] = [c[2] for c in changes]
+    return out
+
+
 def supported_against_cost(table: Any, budget: int) -> Any:
     """One point per arm at ``budget``: mean supported (a bar from the lower to the upper bound) against net cost."""
     import matplotlib.pyplot as plt
@@ -99,5 +142,5 @@ def predicted_against_recorded(result: Any, profile: str = "anthropic") -> Any:
     return fig
 
 
-__all__ = ["NO_MODEL", "long_session_table", "measure_long_sessions", "predicted_against_recorded",
+__all__ = ["NO_MODEL", "cost_changes", "long_session_table", "measure_long_sessions", "predicted_against_recorded",
            "supported_against_cost"]

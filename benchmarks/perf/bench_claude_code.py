@@ -10,7 +10,7 @@ before and after (the machine is shared: a wall time means little without it), t
 worker processes and the time the command reports for its own measuring. The target is five
 minutes of wall time on a 2-core machine. Data from ``$AGENTLAB_DATA_DIR``.
 
-    .venv/bin/python benchmarks/perf/bench_claude_code.py [--budget 65536] [--limit 0] [--workers N] [--json out.json]
+    .venv/bin/python benchmarks/perf/bench_claude_code.py [--budget 65536] [--limit 0] [--workers N] [--json out.json] [--output tables.json] [--db rows.duckdb]
 """
 
 from __future__ import annotations
@@ -32,10 +32,13 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=0, help="the first N sessions (0 = all 300)")
     parser.add_argument("--workers", type=int, default=0, help="AGENTLAB_REPLAY_WORKERS (0 = the default)")
     parser.add_argument("--json", default="", help="also write the figures to this file")
+    parser.add_argument("--output", default="", help="also write the command's own JSON output (the tables) here")
+    parser.add_argument("--db", default="", help="store the rows in this DuckDB file (default: --no-store)")
     args = parser.parse_args()
     command = [sys.executable, "-m", "agentlab.bench", "retention", "trajectories",
                "--set", 'dataset.datasets=["claude_code"]', "--arms", "all", "--context-budget", str(args.budget),
-               "--cache-profile", "anthropic", "--json", "--no-store", "--limit", str(args.limit)]
+               "--cache-profile", "anthropic", "--json", "--limit", str(args.limit),
+               *(["--db", args.db] if args.db else ["--no-store"])]
     env = dict(os.environ)
     if args.workers:
         env["AGENTLAB_REPLAY_WORKERS"] = str(args.workers)
@@ -49,6 +52,9 @@ def main() -> int:
         sys.stderr.write(done.stderr)
         return done.returncode
     doc = json.loads(done.stdout)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(done.stdout)
     figures = {"command": " ".join(command[1:]), "wall_seconds": round(wall, 1),
                "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1), "measured_seconds": doc["seconds"],
                "sessions": doc["cases"], "arms": len({s["arm"] for s in doc["summaries"]}),

@@ -257,3 +257,127 @@ def test_real_sessions_counts() -> None:
     assert sum(len(e.message.tool_calls) for t in data.trajectories for e in t.events) == 15047
     assert [(s.file, s.line) for s in data.skipped] == [("0c18eb7c.jsonl", 5)]
     assert data.api_errors == 10 and data.compactions == 0
+    # the whole dataset's fingerprint, from the manifest alone (what a --limit run keeps as its identity)
+    from agentlab.bench.datasets.claude_code import pinned_fingerprint
+
+    assert pinned_fingerprint() == (data.sha256, 300)
+
+
+@pytest.mark.skipif(not (REAL / "0c18eb7c.jsonl").is_file(), reason="the pinned Claude Code sessions are not here")
+def test_a_limited_selection_reads_only_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentlab.bench.datasets.claude_code as claude_code
+    from agentlab.bench.spec import load_selection
+    from agentlab.bench.tasks import get_task
+
+    read: list[str] = []
+    real_read = claude_code._read
+
+    def counting(path: Any, *args: Any) -> Any:
+        read.append(str(path))
+        return real_read(path, *args)
+
+    monkeypatch.setattr(claude_code, "_read", counting)
+    task = get_task("trajectories")
+    from agentlab.bench.spec import load_run_settings
+
+    settings = load_run_settings(task, ['dataset.datasets=["claude_code"]'])[0]
+    selection = load_selection(task, settings, 3)
+    assert len(read) == 3 and len(selection.cases) == 3
+    assert selection.loaded == 300 and selection.dataset_sha256 == claude_code.pinned_fingerprint()[0]
+    assert [c.id for c in selection.cases] == sorted(c.id for c in selection.cases)
+
+
+def test_league_and_report_replay_claude_code_logs_whatever_the_models_window(tmp_path: Path) -> None:
+    from agentlab.bench.league import play as league
+    from agentlab.model.base import ModelInfo
+    from agentlab.model.scripted import ScriptedModel
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "s1.jsonl").write_text("\n".join(_log()) + "\n", encoding="utf-8")
+    db = tmp_path / "league.duckdb"
+    # a window smaller than the recorded prompts: the replay never asks the model to answer them, so no refusal
+    model = ScriptedModel(info=ModelInfo("scripted", 64))
+    notes = io.StringIO()
+    result = league.run_league("trajectories", arms="swe_agent_masking", model="scripted", model_object=model, db=db,
+                               overrides=[f"dataset.sessions_dir={folder}"], progress=False, notes=notes)
+    assert "answers none of its prompts" in notes.getvalue()
+    assert {r["arm"] for r in result.rows} >= {"long_context", "swe_agent_masking"}
+    assert model.calls == 0  # no summarising arm: the model is never called
+    out = io.StringIO()
+    assert main(["report", "trajectories", "--db", str(db)], out=out) == 0
+    assert "quality_loss" in out.getvalue() and "swe_agent_masking" in out.getvalue()
+
+
+def test_cost_changes_pairs_each_session_under_two_arms(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from agentlab.bench import analysis
+    from agentlab.notebooks.long_sessions import cost_changes
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    for name in ("s1", "s2"):
+        (folder / f"{name}.jsonl").write_text("\n".join(_log()) + "\n", encoding="utf-8")
+    db = tmp_path / "rows.duckdb"
+    assert main(["retention", "trajectories", "--sessions-dir", str(folder), "--arms",
+                 "long_context,swe_agent_masking,swe_agent_summary", "--context-budget", "4096",
+                 "--cache-profile", "anthropic", "--db", str(db)], out=io.StringIO()) == 0
+    table = cost_changes(db, 4096, dataset="claude_code_user").set_index("arm")
+    assert list(table.index) == ["long_context", "swe_agent_masking", "swe_agent_summary"]
+    assert (table["sessions"] == 2).all()
+    cache = analysis.prompt_cache_df("trajectories", db=db).set_index(["arm", "case_id"])["net_cost_usd"]
+    ratios = [cache[("swe_agent_masking", c)] / cache[("long_context", c)] - 1
+              for c in cache.loc["long_context"].index]
+    assert table.loc["swe_agent_masking", "net_vs_long_context"] == pytest.approx(sum(ratios) / len(ratios))
+    assert pd.isna(table.loc["long_context", "net_vs_long_context"])  # no change against itself
+    assert {"supported_lo", "supported_hi", "tokens_sent", "busts", "raw_cost_usd"} <= set(table.columns)
+    with pytest.raises(ValueError, match="no stored claude_code_user row"):
+        cost_changes(db, 8192, dataset="claude_code_user")
+
+
+def test_a_replays_cache_has_the_hidden_prefix_its_warm_part_and_the_recorded_clock() -> None:
+    from agentlab.events import Message
+    from agentlab.model.prompt_caching import HiddenPrefix, cache_sequence, request_tokens
+
+    big = " ".join(f"w{i}" for i in range(1500))  # well over Anthropic's 1,024-token minimum
+    first = ([Message.user(big)], [])
+    second = ([Message.user(big), Message.assistant("ok")], [])
+    third = ([Message.user(big), Message.assistant("ok"), Message.user("more")], [])
+    hidden = HiddenPrefix(2000, warm=1200)
+    plain = cache_sequence([first, second, third], "anthropic")
+    timed = cache_sequence([first, second, third], "anthropic", hidden, [0.0, 60.0, 60.0 + 301])
+    assert plain[0].cached_tokens == 0 and timed[0].cached_tokens == 1200  # the warm part is read at once
+    assert timed[0].prompt_tokens == plain[0].prompt_tokens + 2000  # the prefix is sent with every request
+    assert timed[1].cached_tokens == 2000 + request_tokens(*first).breakpoint_tokens  # then the whole first request
+    assert timed[2].cached_tokens == 0 and plain[2].cached_tokens > 0  # 301 s unused: the entries are gone
+    assert cache_sequence([first, second], "anthropic", hidden, [0.0, 1.0])[1].cached_tokens == timed[1].cached_tokens
+
+
+def test_claude_code_retention_prices_its_cache_with_the_checked_model(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "s1.jsonl").write_text("\n".join(_log()) + "\n", encoding="utf-8")
+    runs = {}
+    for profile in ("anthropic", "none"):
+        out = io.StringIO()
+        assert main(["retention", "trajectories", "--sessions-dir", str(folder), "--arms", "long_context",
+                     "--context-budget", "4096", "--cache-profile", profile, "--price-model", "claude-sonnet-4-5",
+                     "--no-store", "--json"], out=out) == 0
+        runs[profile] = json.loads(out.getvalue())
+    doc = runs["anthropic"]
+    assert "warm + clock" in doc["cache_model"] and "tokenizer ratio" in doc["cache_model"]
+    (row,) = doc["summaries"]
+    # the hidden prefix goes with both requests: more tokens than the messages alone (the profile `none` as well)
+    from agentlab.bench.datasets.claude_code import load_sessions_dir
+    from agentlab.bench.retention.cache_check import replay_prefixes
+
+    prefixes, _ = replay_prefixes(load_sessions_dir(folder).trajectories)
+    (prefix,) = prefixes.values()
+    assert prefix.tokens > 0
+    assert row["extra"]["raw_tokens"] == row["mean_total_prompt_tokens"] + 2 * prefix.tokens
+    assert runs["none"]["summaries"][0]["extra"]["raw_tokens"] == row["extra"]["raw_tokens"]
+    text = io.StringIO()
+    assert main(["retention", "trajectories", "--sessions-dir", str(folder), "--arms", "long_context",
+                 "--context-budget", "4096", "--cache-profile", "anthropic", "--no-store"], out=text) == 0
+    assert "cache model: for the 1 recordings with the provider's usage" in text.getvalue()

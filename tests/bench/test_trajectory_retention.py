@@ -145,3 +145,23 @@ def test_league_on_the_test_server_replays_trajectories_with_a_summarising_arm(t
     assert statuses == [("ok", 6)]  # 2 cases x (baseline + 2 arms)
     assert scores is not None and scores[0] == 6
     assert summary_calls is not None and summary_calls[0] > 0  # letta's summaries went through the server
+
+
+def test_the_joined_search_agrees_with_testing_every_text() -> None:
+    import random
+
+    from agentlab.bench.retention.rows import normalise
+    from agentlab.bench.retention.supports import occurs
+    from agentlab.bench.retention.trajectories import _Shown
+
+    rng = random.Random(7)
+    words = ["HAT229", "HAT2290", "x = 1", "x  =  1", "foo.py", "a", "id", "-", "\n", " ", "ab"]
+    for _ in range(400):
+        texts = ["".join(rng.choice(words) for _ in range(rng.randint(0, 6))) for _ in range(rng.randint(0, 5))]
+        texts = [t for t in texts if t]
+        shown = _Shown(texts, {})
+        for unit in ["HAT229", "x = 1", "foo.py", "a", "ab", "1\nx", "id-"]:
+            for kind in ("value", "line"):
+                expected = (any(unit in normalise(t) for t in texts) if kind == "line"
+                            else any(occurs(unit, t, kind) for t in texts))
+                assert shown.visible(unit, kind) == expected, (texts, unit, kind)

@@ -146,3 +146,17 @@ async def test_memory_preload_reaches_its_store_through_the_services() -> None:
     assert [t["function"]["name"] for t in result.request.tools] == ["memory_search"]
     without = await project([Message.user("hi")], [MemoryPolicy(preload_limit=3)], "x", ModelInfo("m", 100_000))
     assert without.request.tools == [] and without.request.messages[0].role == "user"
+
+
+@pytest.mark.parametrize("name", sorted(COMBINATIONS))
+async def test_without_step_reports_the_request_is_the_same(name: str) -> None:
+    svc, session = await seeded()
+    model = ScriptedModel([], info=ModelInfo("scripted", 100_000))
+    mechanisms = LLMAgent("a", model, **COMBINATIONS[name]).context_mechanisms()
+    full = await project(session, mechanisms, session.events[-1], model=model, session_service=svc, instruction="x")
+    bare = await project(session, mechanisms, session.events[-1], model=model, session_service=svc, instruction="x",
+                         report_steps=False)
+    assert bare.request.messages == full.request.messages and bare.request.tools == full.request.tools
+    assert [e.id for e in bare.draft.events] == [e.id for e in full.draft.events]
+    assert bare.prompt_tokens == full.prompt_tokens
+    assert bare.reports == [] and len(full.reports) == len(mechanisms)

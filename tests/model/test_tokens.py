@@ -74,3 +74,13 @@ def test_the_message_count_cache_keeps_no_message_alive_and_tells_messages_apart
     plain = Message.assistant("ok")
     called = Message.assistant("ok", (ToolCall("c1", "search_logs", '{"query": "Lisbon visits"}'),))
     assert tokens.count_message(called) > tokens.count_message(plain)
+
+
+def test_a_counted_message_keeps_its_count_and_stays_equal_to_an_uncounted_copy() -> None:
+    counted = Message.assistant("three words here", (ToolCall("c1", "grep", '{"pattern": "x"}'),))
+    twin = Message.assistant("three words here", (ToolCall("c1", "grep", '{"pattern": "x"}'),))
+    n = tokens.count_message(counted)
+    assert tokens.count_message(counted) == n == tokens._count_message(twin, None)
+    assert counted == twin and hash(counted) == hash(twin)  # the kept count is not a field
+    other = counted.with_content("a different and longer text than before")
+    assert tokens.count_message(other) == tokens._count_message(other, None) != n

@@ -196,7 +196,7 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
         return own
     delivery = _delivery(settings)
     started = time.perf_counter()
-    cases = select(load_selection(task, settings), args.limit or None)
+    cases = select(load_selection(task, settings, args.limit), args.limit or None)
     profile = active_profile(args.cache_profile, args.price_model)
     price, price_model, price_line = (resolve_price(args.cache_profile, args.price_model) if profile is not None
                                       else (None, None, ""))

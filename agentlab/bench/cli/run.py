@@ -109,7 +109,7 @@ def run_spec(spec: RunSpec, out: TextIO, *, json_output: bool = False, db: Any =
 
     task, mode, settings = spec.task, spec.mode, spec.settings
     if spec.action == "dry_run":
-        result = executor.dry_run(task, mode, settings, limit=spec.limit, selection=load_selection(task, settings),
+        result = executor.dry_run(task, mode, settings, limit=spec.limit, selection=load_selection(task, settings, spec.limit),
                                   context_budget=spec.context_budget, arm=spec.arm(mode))
         if json_output:
             print_json(result, out)

@@ -367,6 +367,20 @@ def load_claude_code(*, manifest: str | os.PathLike[str] | None = None, allow_do
     return _collect(results, resolved.sha256, "pinned")
 
 
+def pinned_fingerprint(manifest: str | os.PathLike[str] | None = None) -> tuple[str, int]:
+    """(the fingerprint :func:`load_claude_code` gives all the pinned sessions, their number), from the manifest.
+
+    The same value as the loaded selection's ``sha256`` (``path:sha256`` lines of every file), read
+    from the pinned hashes without reading a session: a run over the first few files keeps the
+    dataset's identity.
+    """
+    import hashlib
+
+    files = dataset_spec(NAME, manifest).files_under(PREFIX)
+    lines = sorted(f"{f.path}:{f.sha256 or 'unhashed'}" for f in files)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest(), len(files)
+
+
 def load_sessions_dir(folder: str | os.PathLike[str], *, strict: bool = False) -> ClaudeCodeData:
     """Every ``*.jsonl`` under ``folder`` (a user's own Claude Code logs; no sha256 is asked), in path order."""
     import hashlib
@@ -396,4 +410,5 @@ __all__ = [
     "load_claude_code",
     "load_sessions_dir",
     "parse_session_lines",
+    "pinned_fingerprint",
 ]

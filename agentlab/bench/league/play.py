@@ -204,6 +204,11 @@ def _check_baseline_fits(task: Task, cases: Sequence[Any], settings: Any, window
     from agentlab.bench.running.selection import baseline_prompts
     from agentlab.model import tokens
 
+    if not task.model_answers:  # a replay: the model never answers the baseline's prompts
+        if notes is not None:
+            notes.write(f"  ({task.name} replays recorded steps: the model answers none of its prompts, so they are "
+                        f"not checked against the {window}-token window)\n")
+        return
     answer = int(settings.get("answer", "max_tokens", 0) or 0)
     too_long = []
     for case in cases:

@@ -53,8 +53,6 @@ from agentlab.model.prompt_caching import (
 #: The profiles checked, and the variants of the model each is checked in.
 PROFILES: tuple[str, ...] = ("anthropic", "openai")
 VARIANTS: tuple[str, ...] = ("as before", "warm + clock")
-#: Hidden-prefix token ids start here (negative, below the message markers: never a real token nor a marker).
-_HIDDEN_BASE = -1000
 
 
 @dataclass(frozen=True)
@@ -169,8 +167,10 @@ def _cost(read: float, write: float, uncached: float, price: Price) -> float:
 def predict_session(calls: Sequence[Call], requests: Sequence[Sequence[Message]], hidden: float, ratio: float,
                     profile: str, variant: str) -> list[Predicted]:
     """Every call of one session through ``profile`` in ``variant`` (see the module docstring)."""
+    from agentlab.model.prompt_caching import hidden_ids
+
     p = get_profile(profile)
-    prefix = tuple(range(_HIDDEN_BASE, _HIDDEN_BASE - round(hidden / ratio), -1))
+    prefix = hidden_ids(round(hidden / ratio))
     cache = CacheReplay(p)
     clock = variant == "warm + clock"
     if clock and calls:
@@ -258,6 +258,29 @@ def check(trajectories: Sequence[Trajectory], price: Price, profiles: Sequence[s
     return result
 
 
+def replay_prefixes(trajectories: Sequence[Trajectory]) -> tuple[dict[str, Any], Estimate | None]:
+    """Per trajectory with recorded usage, its hidden prefix for a replay's cache, and the estimate behind it.
+
+    The model the check validated (``warm + clock``): each session's hidden system prompt and tools
+    (:func:`estimate`, over these trajectories' ``long_context`` calls) in agentlab's tokens (divided
+    by the tokenizer ratio), its warm part the first call's recorded cache read, likewise. A
+    trajectory without recorded usage gets none; ``None`` for the estimate when no trajectory has any.
+    """
+    from agentlab.model.prompt_caching import HiddenPrefix
+
+    loaded = [(t, recorded_calls(t)[0]) for t in trajectories]
+    loaded = [(t, c) for t, c in loaded if c]
+    if not loaded:
+        return {}, None
+    est = estimate([c for _, c in loaded])
+    out = {}
+    for traj, calls in loaded:
+        hidden = round(est.hidden[traj.traj_id] / est.ratio)
+        out[traj.traj_id] = HiddenPrefix(hidden, min(hidden, round(calls[0].recorded.cache_read_input_tokens
+                                                                   / est.ratio)))
+    return out, est
+
+
 def _f(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -304,4 +327,5 @@ __all__ = [
     "format_check",
     "predict_session",
     "recorded_calls",
+    "replay_prefixes",
 ]

@@ -58,12 +58,13 @@ def _work(share: list[int]) -> list[TrajectoryRow]:
 
 def measure_in_processes(trajectories: Sequence[Any], arms: Sequence[Any], *, context_window: int,
                          settings: Any = None, k: int = DEFAULT_K, cache_profile: str | None = None,
-                         summary_tokens: int | None = None, workers: int | None = None) -> Timed:
+                         summary_tokens: int | None = None, workers: int | None = None,
+                         hidden: dict[str, Any] | None = None) -> Timed:
     """:func:`~agentlab.bench.retention.trajectories.measure_trajectories`, split over ``workers`` processes."""
     workers = default_workers() if workers is None else max(1, workers)
     workers = min(workers, len(trajectories))
     kwargs: dict[str, Any] = {"context_window": context_window, "settings": settings, "k": k,
-                              "cache_profile": cache_profile, "summary_tokens": summary_tokens}
+                              "cache_profile": cache_profile, "summary_tokens": summary_tokens, "hidden": hidden}
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return run_sync(measure_trajectories(trajectories, arms, **kwargs))
     started = time.perf_counter()

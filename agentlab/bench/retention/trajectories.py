@@ -45,6 +45,7 @@ does not hold cannot be copied from it. It does not show that the agent would fa
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -145,10 +146,52 @@ def request_texts(result: ProjectionResult) -> list[str]:
     return out
 
 
-def _visible(text: str, kind: str, texts: Sequence[str]) -> bool:
-    if kind == "line":
-        return any(text in normalise(t) for t in texts)
-    return any(occurs(text, t, kind) for t in texts)
+class _Shown:
+    """The texts one request shows, searched as one string: a unit is tested only in the texts holding it.
+
+    ``visible(unit, kind)`` is ``any`` over the texts of the presence test (a code line in a text's
+    normal form, any other unit by :func:`~agentlab.bench.retention.supports.occurs`), found with one
+    ``str.find`` over the joined texts instead of a test per text. ``normalised`` remembers each
+    text's normal form across the steps of a replay (they show the same texts again).
+    """
+
+    def __init__(self, texts: Sequence[str], normalised: dict[str, str]) -> None:
+        self.texts = list(texts)
+        self._memo = normalised
+        self._raw: tuple[str, list[int]] | None = None
+        self._lines: tuple[list[str], str, list[int]] | None = None
+
+    @staticmethod
+    def _join(texts: Sequence[str]) -> tuple[str, list[int]]:
+        starts, at = [], 0
+        for t in texts:
+            starts.append(at)
+            at += len(t) + 1
+        return "\n".join(texts), starts
+
+    def visible(self, unit: str, kind: str) -> bool:
+        """Whether ``unit`` (a support of ``kind``) is shown by one of the texts."""
+        if kind == "line":
+            if self._lines is None:
+                memo = self._memo
+                forms = [memo.get(t) or memo.setdefault(t, normalise(t)) for t in self.texts]
+                self._lines = (forms, *self._join(forms))
+            texts, joined, starts = self._lines
+        else:
+            if self._raw is None:
+                self._raw = self._join(self.texts)
+            texts, (joined, starts) = self.texts, self._raw
+        if not unit:
+            return any(unit in t if kind == "line" else occurs(unit, t, kind) for t in texts)
+        at = joined.find(unit)
+        while at >= 0:
+            i = bisect.bisect_right(starts, at) - 1
+            inside = at + len(unit) <= starts[i] + len(texts[i])
+            if inside and (kind == "line" or occurs(unit, texts[i], kind)):
+                return True
+            # texts[i] is settled (tested whole, or its first occurrence runs past its end): on to the next
+            at = joined.find(unit, starts[i + 1]) if i + 1 < len(texts) else -1
+        return False
 
 
 def _current_user(events: Sequence[Event]) -> Event | None:
@@ -163,6 +206,7 @@ async def _replay(traj: Trajectory, arm: Arm, steps: Sequence[Step], *, context_
     # is the window either way (``context_window`` overrides the model's, as ``--context-budget`` does).
     info = model.info if model is not None else ModelInfo("trajectories", context_window)
     by_id = {e.id: e for e in traj.events}
+    ids = [e.id for e in traj.events]
     out = []
     for step in steps:
         if isinstance(model, PlaceholderSummariser):
@@ -170,9 +214,9 @@ async def _replay(traj: Trajectory, arm: Arm, steps: Sequence[Step], *, context_
         prefix = traj.events[:step.index]
         result = await project(_session(traj, prefix), mechanisms, _current_user(prefix), info, model=model,
                                instruction=traj.instruction, context_window=context_window,
-                               app_name=APP_NAME, user_id=USER_ID)
+                               app_name=APP_NAME, user_id=USER_ID, report_steps=False)
         shown = {e.id for e in result.draft.events if e.id in by_id and not replaced_in_request(e, by_id[e.id])}
-        out.append((step, result, frozenset(e.id for e in prefix) - shown))
+        out.append((step, result, frozenset(ids[:step.index]) - shown))
     return out
 
 
@@ -197,7 +241,7 @@ def _check(arm: Arm, model: Model | None) -> None:
 async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int, settings: Any = None,
                              k: int = DEFAULT_K, model: Model | None = None,
                              cache_profile: str | None = None, summary_tokens: int | None = None,
-                             steps: Sequence[Step] | None = None) -> TrajectoryRow:
+                             steps: Sequence[Step] | None = None, hidden_prefix: Any = None) -> TrajectoryRow:
     """One :class:`TrajectoryRow`: ``traj`` replayed under ``arm`` at ``context_window`` tokens.
 
     ``model`` is only the summariser of a summarising arm (``arm.needs_model``); no step is re-generated.
@@ -205,7 +249,11 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
     and fills its bounds (:mod:`agentlab.bench.retention.summary_bounds`). ``cache_profile`` (a
     :data:`agentlab.model.prompt_caching.PROFILES` name) fills ``cache`` with the requests, in the
     order sent, through that provider's prompt cache. ``steps`` (``step_supports`` of ``traj``, the
-    same for every arm) may be passed in to be computed once per trajectory.
+    same for every arm) may be passed in to be computed once per trajectory. ``hidden_prefix`` (a
+    :class:`~agentlab.model.prompt_caching.HiddenPrefix`, for a recording with the provider's usage:
+    :func:`agentlab.bench.retention.cache_check.replay_prefixes`) puts the agent's unlogged system prompt and
+    tools in front of every step request, its warm part already cached, and sends each request at its
+    recorded time (a summariser's at its step's), so entries expire as the provider's do.
     """
     placeholder = None
     if arm.needs_model and model is None and summary_tokens is not None:
@@ -219,9 +267,11 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
     hidden: list[tuple[int, str]] = []
     policy = recall_policy_of(arm.mechanisms(settings, model))
     pages = offers_paging(r.draft for _, r, _ in replayed)
+    normalised: dict[str, str] = {}
     for step, result, left_out in replayed:
         texts = request_texts(result)
-        missing = [s for s in step.supports if not _visible(s.text, s.kind, texts)]
+        shown_texts = _Shown(texts, normalised)
+        missing = [s for s in step.supports if not shown_texts.visible(s.text, s.kind)]
         n_supports += len(step.supports)
         visible += len(step.supports) - len(missing)
         covered = covered_by(placeholder, texts) if placeholder is not None and missing else []
@@ -244,9 +294,11 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
         recovered += sum(1 for s in missing if hits.intersection(s.sources))
     prompts = [r.prompt_tokens for _, r, _ in replayed] or [0]
     sent: list[tuple[Any, Any]] = []
+    times: list[float | None] = []
     for step, r, _ in replayed:
-        sent += [(c.messages, c.tools) for c in calls_before(placeholder, step.index)]
-        sent.append((r.request.messages, r.request.tools))
+        summaries = [(c.messages, c.tools) for c in calls_before(placeholder, step.index)]
+        sent += [*summaries, (r.request.messages, r.request.tools)]
+        times += [traj.events[step.index].metadata.get("time")] * (len(summaries) + 1)
     costs = SummaryCosts.of(placeholder)
     supported = visible / n_supports if n_supports else None
     return TrajectoryRow(
@@ -256,7 +308,8 @@ async def measure_trajectory(traj: Trajectory, arm: Arm, *, context_window: int,
         refetch_steps=refetch_steps, refetch_tokens=refetch_tokens,
         peak_prompt_tokens=max(prompts), total_prompt_tokens=sum(prompts), final_prompt_tokens=prompts[-1],
         recorded_reward=traj.reward, hidden=tuple(hidden),
-        cache=None if cache_profile is None else totals(cache_sequence(sent, cache_profile)),
+        cache=None if cache_profile is None else totals(cache_sequence(
+            sent, cache_profile, hidden_prefix, times if hidden_prefix is not None else None)),
         supported_lo=supported, supported_hi=upper / n_supports if n_supports else None,
         summary_tokens=None if placeholder is None else summary_tokens, summary_calls=costs.calls,
         summary_input_tokens=costs.input_tokens, summary_output_tokens=costs.output_tokens)
@@ -272,15 +325,16 @@ class Timed:
 
 async def measure_trajectories(trajectories: Sequence[Trajectory], arms: Sequence[Arm], *, context_window: int,
                                settings: Any = None, k: int = DEFAULT_K, cache_profile: str | None = None,
-                               summary_tokens: int | None = None) -> Timed:
-    """:func:`measure_trajectory` for every trajectory and arm, timed."""
+                               summary_tokens: int | None = None, hidden: dict[str, Any] | None = None) -> Timed:
+    """:func:`measure_trajectory` for every trajectory and arm, timed (``hidden``: per trajectory id)."""
     started = time.perf_counter()
     rows = []
     for t in trajectories:
         steps = step_supports(t.events, t.instruction)
         rows += [await measure_trajectory(t, a, context_window=context_window, settings=settings, k=k,
                                           cache_profile=cache_profile, summary_tokens=summary_tokens,
-                                          steps=steps) for a in arms]
+                                          steps=steps, hidden_prefix=(hidden or {}).get(t.traj_id))
+                  for a in arms]
     return Timed(rows, time.perf_counter() - started)
 
 

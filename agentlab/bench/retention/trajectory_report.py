@@ -70,9 +70,20 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
                    f"{DEFAULT_SUMMARY_TOKENS})") if bounding and summary_tokens is not None else ""
     profile = active_profile(cache_profile, price_model)
     price, priced_model, price_line = resolve_price(cache_profile, price_model) if profile is not None else (None, None, "")
+    from agentlab.bench.retention.cache_check import replay_prefixes
+
+    hidden, estimated = replay_prefixes(trajectories) if profile is not None else ({}, None)
+    cache_model = None if estimated is None else (
+        f"for the {len(hidden)} recordings with the provider's usage, the cache model the cache check validated "
+        f"('warm + clock'): each session's unlogged system prompt and tools in front of every request "
+        f"({_median([h.tokens for h in hidden.values()])} agentlab tokens per session, median; estimated from the "
+        f"bill as recorded prompt - {estimated.ratio:.3f} x ours, divided by that tokenizer ratio), the part the "
+        f"first call read already cached (median {_median([h.warm for h in hidden.values()])}), each request sent "
+        f"at its recorded time (entries expire after the profile's lifetime); token figures are agentlab's "
+        f"(the provider counts {estimated.ratio:.3f} x as many)")
     timed = measure_in_processes(trajectories, list(arms.values()), context_window=budget,
                                  settings=retention_settings(settings), cache_profile=profile,
-                                 summary_tokens=summary_tokens)
+                                 summary_tokens=summary_tokens, hidden=hidden or None)
     summaries = aggregate_trajectories(timed.rows, budget)
     if profile is not None:
         def group(s: Any) -> list[TrajectoryRow]:
@@ -92,7 +103,7 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
                      "summary_tokens": summary_tokens, "summary_tokens_note": bounds_line or None,
                      "cache_profile": profile,
                      "cache_profile_description": None if profile is None else get_profile(profile).description,
-                     "price_model": priced_model, "price": None if price is None else price.__dict__,
+                     "cache_model": cache_model, "price_model": priced_model, "price": None if price is None else price.__dict__,
                      "price_note": price_line or None, "ranking_differs": moved,
                      "stored_rows": stored, "stored_cache_rows": cached, "seconds": round(wall, 3)}, out)
         return 0
@@ -110,6 +121,8 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
     if profile is not None and moved is not None:
         out.write(f"prompt cache: {get_profile(profile).description}; means per trajectory over its step requests\n"
                   f"{price_line}\n")
+        if cache_model:
+            out.write(f"cache model: {cache_model}\n")
         if bounds_line:
             out.write("(summarising arms: their summariser requests are in the token columns, in the order sent; "
                       "with a price, each summary's output tokens are in raw $ and net $ at the output price)\n")
@@ -127,6 +140,11 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
         out.write("".join(f"  {name:{w}s}  {reason}\n" for name, reason in skipped.items()))
     out.write(f"measured in {wall:.1f} s{stored_note(db, {TABLE: stored, PROMPT_CACHE.name: cached})}\n")
     return 0
+
+
+def _median(values: Sequence[int]) -> int:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0
 
 
 def _store(db: Path, rows: Sequence[TrajectoryRow], budget: int, profile: str | None, price: Any,

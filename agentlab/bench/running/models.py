@@ -71,7 +71,7 @@ def choose_cases(task: Task, settings: Any, model: Any, spec: RunSpec, out: Text
     from agentlab.bench.running.selection import FITS_WINDOW_RULE, model_prompt_counter, select_fitting
     from agentlab.model.window import resolve_context_window
 
-    selection = load_selection(task, settings)
+    selection = load_selection(task, settings, None if spec.demo_selection else spec.limit)
     if not spec.demo_selection:
         return selection, None
     window = resolve_context_window(model)

@@ -147,6 +147,9 @@ class Task(ABC):
     #: stated summary length (``retention --summary-tokens``, :mod:`agentlab.bench.retention.summary_bounds`);
     #: ``False``: the LLM-free ``retention`` skips them.
     summary_bounds: ClassVar[bool] = False
+    #: Whether the run's model answers the cases' prompts. ``False``: a replay of recorded steps (the model
+    #: writes a summarising arm's summaries at most), so no baseline prompt is checked against its window.
+    model_answers: ClassVar[bool] = True
     #: The judge prompts :meth:`score` grades with; their versions are part of a judged run's config,
     #: so a new prompt version starts a new run instead of mixing verdicts in a resumed one.
     judge_templates: ClassVar[tuple[JudgeTemplate, ...]] = ()

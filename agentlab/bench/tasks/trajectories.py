@@ -31,6 +31,7 @@ from typing import Any
 
 import agentlab.policies.arms as arms_registry
 from agentlab.bench.config import Settings
+from agentlab.bench.datasets.claude_code import pinned_fingerprint
 from agentlab.bench.datasets.trajectories import DATASETS, Trajectory
 from agentlab.bench.facts import ModeRoles
 from agentlab.bench.retention.sources import CLAUDE_CODE, load_selected
@@ -91,6 +92,7 @@ class TrajectoriesTask(Task):
     default_mode = "long_context"
     mode_roles = ModeRoles(baseline="long_context")
     summary_bounds = True
+    model_answers = False
     description = ("real agent trajectories (200 tau-bench airline, 22 SWE-agent, 300 Claude Code), replayed under an arm with "
                    "no model: share of each step's supports still visible")
 
@@ -100,13 +102,27 @@ class TrajectoriesTask(Task):
 
     def load_cases(self, settings: Settings) -> CaseSelection:
         """Every trajectory of the chosen datasets."""
+        return self.load_first_cases(settings, None)
+
+    def load_first_cases(self, settings: Settings, limit: int | None) -> CaseSelection:
+        """The first ``limit`` trajectories (``None``: all), reading no more files than they need.
+
+        Only ``claude_code``'s pinned sessions alone are read in part (one file holds one thread): the
+        first ``limit`` files, the selection's fingerprint and ``loaded`` still those of all of them
+        (from the manifest), so a run's identity does not depend on ``--limit``. Any other choice is
+        loaded whole and cut.
+        """
         choice = settings.of("dataset", TrajectoryDataset)
-        data = load_selected(choice.chosen(), choice.sessions_dir, strict=choice.strict)
+        in_part = bool(limit) and choice.chosen() == (CLAUDE_CODE,) and not choice.sessions_dir
+        data = load_selected(choice.chosen(), choice.sessions_dir, strict=choice.strict,
+                             limit=limit if in_part else None)
         cases = [Case(id=t.traj_id, question="", reference="", data=t,
                       metadata={"dataset": t.dataset, "recorded_reward": t.reward, "events": len(t.events)})
                  for t in data.trajectories]
-        return CaseSelection(cases, dataset_sha256=data.sha256, loaded=len(cases),
-                             note=f"{choice.label()}: every recorded trajectory ({len(cases)}){data.note}")
+        sha, loaded = (pinned_fingerprint() if in_part else (data.sha256, len(cases)))
+        return CaseSelection(cases[:limit] if limit else cases, dataset_sha256=sha, loaded=loaded,
+                             note=f"{choice.label()}: every recorded trajectory ({loaded})"
+                                  + (f", the first {len(cases)} files read" if in_part else "") + data.note)
 
     def _arm(self, mode: str, ctx: RunContext) -> Any:
         if ctx.arm is not None:
