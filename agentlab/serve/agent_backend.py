@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import agentlab.serve.keys as keys
+import agentlab.serve.conversation_keys as conversation_keys
 from agentlab.events import OBJ_CHUNK, OBJ_TOOL_RESPONSE, Event, Message, new_id
 from agentlab.model import tokens
 from agentlab.runtime.invocation import RunOptions
@@ -101,7 +101,7 @@ class AgentBackend:
         """``POST /v1/chat/completions``: one run of the agent."""
         try:
             body = parse_chat_request(request.body)
-            named = keys.explicit_id(request.headers, body)
+            named = conversation_keys.explicit_id(request.headers, body)
             if body.get("tool_choice") not in (None, "auto", "none"):
                 raise RequestError("tool_choice must be 'auto' or 'none' here: the agent decides which tools "
                                    "to call", param="tool_choice")
@@ -126,7 +126,7 @@ class AgentBackend:
         tools = body.get("tools") or [] if body.get("tool_choice") != "none" else []
         runner = self._runner_for(tools)
         caller_names = {t["function"]["name"] for t in tools}
-        headers = {"x-session-id": session_id, keys.CONVERSATION_HEADER: session_id}
+        headers = {"x-session-id": session_id, conversation_keys.CONVERSATION_HEADER: session_id}
         run = _AgentRun(runner, user_id, session_id, inputs[-1], caller_names, bool(body.get("stream")),
                         str(body.get("model") or self.agent.name))
         run.row = {"call_id": new_id("call-"), "started_at": time.time(), "tenant": user_id,

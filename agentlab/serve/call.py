@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import agentlab.serve.keys as keys
+import agentlab.serve.conversation_keys as conversation_keys
 from agentlab.events import Event, Usage, new_id
 from agentlab.model import tokens
 from agentlab.model.base import CallRecord, observe_calls
@@ -65,7 +65,7 @@ class ProxyCall:
         self.server_tools: dict[str, Tool] = {}
         #: The server-run tool exchanges of this call (``serve_exchanges`` rows).
         self.exchanges: list[dict[str, Any]] = []
-        self.headers = {keys.CONVERSATION_HEADER: conv.id, keys.KEY_SOURCE_HEADER: key_source,
+        self.headers = {conversation_keys.CONVERSATION_HEADER: conv.id, conversation_keys.KEY_SOURCE_HEADER: key_source,
                         "x-agentlab-arm": arm.name, "x-agentlab-call-id": self.row["call_id"]}
         self._finished = False
         self._recorded = False
@@ -107,8 +107,8 @@ class ProxyCall:
     async def _upstream_body(self) -> dict[str, Any]:
         body = dict(self.body)
         metadata = body.get("metadata")
-        if isinstance(metadata, dict) and keys.BODY_FIELD in metadata:
-            metadata = {k: v for k, v in metadata.items() if k != keys.BODY_FIELD}
+        if isinstance(metadata, dict) and conversation_keys.BODY_FIELD in metadata:
+            metadata = {k: v for k, v in metadata.items() if k != conversation_keys.BODY_FIELD}
             if metadata:
                 body["metadata"] = metadata
             else:

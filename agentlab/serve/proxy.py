@@ -1,7 +1,7 @@
 """The proxy back end: any OpenAI-compatible upstream, with an arm's projection in between.
 
 Per request: check the body (400 on anything malformed, nothing stored), find the conversation
-(:mod:`agentlab.serve.keys`), bring its durable ledger up to date with the client's messages
+(:mod:`agentlab.serve.conversation_keys`), bring its durable ledger up to date with the client's messages
 (appended before anything goes upstream, so a failed call keeps the client's turn), project the
 request with the arm's mechanisms, check the pairs and roles of what would go out (a failed check
 sends the client's request unrewritten and records why), send, run the arm's own tools (recall)
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import agentlab.serve.keys as keys
+import agentlab.serve.conversation_keys as conversation_keys
 from agentlab.serve.arms import Arm, get_arm
 from agentlab.serve.call import ProxyCall
 from agentlab.serve.conversations import APP_NAME, Conversation
@@ -99,7 +99,7 @@ class ProxyBackend(ProxyShared):
         """
         limits = self.limits
         body = parsed if parsed is not None else parse_chat_request(request.body, max_messages=limits.max_messages)
-        explicit = keys.explicit_id(request.headers, body)
+        explicit = conversation_keys.explicit_id(request.headers, body)
         messages: list[dict[str, Any]] = body["messages"]
         canon = [self.counter.canonical_of_request(m) for m in messages]
         for i, (m, text) in enumerate(zip(messages, canon, strict=True)):
@@ -123,7 +123,7 @@ class ProxyBackend(ProxyShared):
         started_at = time.time()
         try:
             arm = self._arm_of(request)
-            tenant = keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
+            tenant = conversation_keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
             if len(request.body) > OFF_LOOP_BYTES:  # parsing and hashing it would hold up every other call
                 parsed = await self.parse_elsewhere(request.body)
                 digest = await asyncio.to_thread(self._digest, request, tenant, parsed)
@@ -144,11 +144,11 @@ class ProxyBackend(ProxyShared):
             # turn has no prefix to match yet, so without this its retry would start a new conversation.
             conversation_id, key_source = recent[0], "retry"
         else:
-            match = await self.store.match_prefix(tenant, chain, keys.min_prefix_length(messages))
+            match = await self.store.match_prefix(tenant, chain, conversation_keys.min_prefix_length(messages))
             if match.conversation_id is not None:
                 conversation_id, key_source = match.conversation_id, "prefix"
             else:
-                conversation_id = keys.new_conversation_id()
+                conversation_id = conversation_keys.new_conversation_id()
                 key_source = "new-ambiguous" if match.ambiguous else "new"
         conv = await self.table.get(tenant, conversation_id, key_source)
         self.recent[body_hash] = (conversation_id, False, time.time())
