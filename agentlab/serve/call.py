@@ -77,6 +77,8 @@ class ProxyCall:
         self._turn_write: asyncio.Future[None] | None = None
         self._answer_write: asyncio.Future[None] | None = None
         self.canon: list[str] | None = None
+        #: The request index of the conversation's last message, when found as a rewrite of its head.
+        self.rewrite_at: int | None = None
         self._worker: Any = None
         self._window = FALLBACK_WINDOW
         self.stream_result: dict[str, Any] = {"status": 200, "outcome": "client_disconnected"}
@@ -93,7 +95,8 @@ class ProxyCall:
 
     async def _update_ledger(self) -> None:
         assert self.canon is not None
-        update = await self.proxy.table.bring_up_to_date(self.conv, self.body["messages"], self.chain, self.canon)
+        update = await self.proxy.table.bring_up_to_date(self.conv, self.body["messages"], self.chain, self.canon,
+                                                         self.rewrite_at)
         self.ledger_mode, self.current, self.view = update.mode, update.current, update.view
         self.row["events_appended"] += len(update.appended)
         # Durable in the background while the request is projected and sent; awaited before answering.
@@ -101,6 +104,8 @@ class ProxyCall:
         self.row["ledger_mode"] = self.ledger_mode
         self.row["session_id"] = self.conv.session.id
         self.row["summary_reused_events"] = update.reused_events
+        if update.note:
+            self.row["arm_note"] = update.note
 
     # -------------------------------------------------------------- the upstream request
 
@@ -414,6 +419,9 @@ class ProxyCall:
         self._answer_wire = {"role": "assistant", **answer}
         self._answer_hash = chain_hashes([self._answer_wire], self.chain[-1])[0]
         self.proxy.store.note_prefixes(conv.tenant, conv.id, [*self.chain, self._answer_hash])
+        if self.canon:
+            self.proxy.table.tips.note(conv.tenant, conv.id, self.canon[-1],
+                                       self.proxy.counter.canonical_of_request(self._answer_wire))
 
     async def _record_answer(self) -> None:
         """Append the answer to the ledger when the request reached the ledger's tip (once)."""
@@ -431,7 +439,8 @@ class ProxyCall:
         self.proxy.recent[self.body_hash] = (conv.id, True, time.time())
         budget = self.proxy.budgets.of(conv.tenant)
         if self._worker is not None and self.proxy.summary_budget and not budget.may_summarize():
-            self.row["arm_note"] = budget.note()  # the summary made so far goes on being used
+            # The summary made so far goes on being used.
+            self.row["arm_note"] = "; ".join(filter(None, (self.row.get("arm_note"), budget.note())))
         elif self._worker is not None:
             conv.summary_task = self.proxy.spawn(self._summarize(self._worker, written, self._window))
 

@@ -134,6 +134,7 @@ class ProxyBackend(ProxyShared):
         body, explicit, canon, chain, body_hash = (digest.body, digest.explicit, digest.canon, digest.chain,
                                                    digest.body_hash)
         messages: list[dict[str, Any]] = body["messages"]
+        rewrite_at: int | None = None
         retry_header = request.headers.get("x-stainless-retry-count", "0")
         retried = retry_header.isdigit() and int(retry_header) > 0
         recent = self.recent.get(body_hash)
@@ -145,8 +146,13 @@ class ProxyBackend(ProxyShared):
             conversation_id, key_source = recent[0], "retry"
         else:
             match = await self.store.match_prefix(tenant, chain, conversation_keys.min_prefix_length(messages))
+            rewrite = None
+            if match.conversation_id is None and not match.ambiguous:
+                rewrite = self.table.tips.find(tenant, canon)
             if match.conversation_id is not None:
                 conversation_id, key_source = match.conversation_id, "prefix"
+            elif rewrite is not None:  # the client rewrote its head and kept its latest turns
+                (conversation_id, rewrite_at), key_source = rewrite, "rewrite"
             else:
                 conversation_id = conversation_keys.new_conversation_id()
                 key_source = "new-ambiguous" if match.ambiguous else "new"
@@ -164,7 +170,7 @@ class ProxyBackend(ProxyShared):
             raise
         call = ProxyCall(self, request, body, conv, chain, key_source, started, started_at, arm)
         call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
-        call.canon = canon
+        call.canon, call.rewrite_at = canon, rewrite_at
         call.on_done = functools.partial(self._call_done, conv)
         try:
             return await call.run()
