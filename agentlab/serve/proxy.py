@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import quote
 
 import agentlab.serve.conversation_keys as conversation_keys
+from agentlab.serve import memory
 from agentlab.serve.arms import Arm, get_arm
 from agentlab.serve.call import ProxyCall
 from agentlab.serve.conversations import APP_NAME, Conversation
@@ -61,6 +62,8 @@ RECENT_BODIES = 10_000
 #: Request bodies larger than this are parsed in a worker process and hashed on a worker thread,
 #: off the event loop.
 OFF_LOOP_BYTES = 256 * 1024
+#: After a request body larger than this the heap's free pages are given back (:func:`memory.trim`).
+TRIM_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class ProxyBackend(ProxyShared):
 
     def __init__(self, *, arm: str, **shared: Any) -> None:
         super().__init__(**shared)
+        memory.hand_back_large_blocks()
         self.arm = get_arm(arm)
         self._arms: dict[str, Arm] = {self.arm.name: self.arm}
         self._in_flight = 0
@@ -171,7 +175,7 @@ class ProxyBackend(ProxyShared):
         call = ProxyCall(self, request, body, conv, chain, key_source, started, started_at, arm)
         call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
         call.canon, call.rewrite_at = canon, rewrite_at
-        call.on_done = functools.partial(self._call_done, conv)
+        call.on_done = functools.partial(self._call_done, conv, len(request.body))
         try:
             return await call.run()
         except BaseException as exc:
@@ -191,8 +195,10 @@ class ProxyBackend(ProxyShared):
                 raise RequestError(f"header {ARM_HEADER}: {exc}", param=ARM_HEADER) from None
         return arm
 
-    def _call_done(self, conv: Conversation) -> None:
+    def _call_done(self, conv: Conversation, body_bytes: int = 0) -> None:
         self.table.release(conv)
+        if body_bytes > TRIM_BYTES:  # the call's copies of a large body are freed now: give them back
+            self.spawn(asyncio.to_thread(memory.trim))
         self._in_flight -= 1
         if not self._in_flight:
             self._idle.set()
