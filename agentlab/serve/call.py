@@ -24,6 +24,7 @@ from agentlab.model import tokens
 from agentlab.model.base import CallRecord, observe_calls
 from agentlab.runtime.tools import Tool, ToolContext, render_tool_result
 from agentlab.serve.arms import Arm
+from agentlab.serve.budget import FIRST_SUMMARY_CALL
 from agentlab.serve.conversations import Conversation
 from agentlab.serve.counting import prefix_tokens
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
@@ -441,6 +442,8 @@ class ProxyCall:
         if self._worker is not None and self.proxy.summary_budget and not budget.may_summarize():
             # The summary made so far goes on being used.
             self.row["arm_note"] = "; ".join(filter(None, (self.row.get("arm_note"), budget.note())))
+        elif self._worker is not None and self.proxy.summary_budget and len(conv.answered) < FIRST_SUMMARY_CALL:
+            pass  # not yet: whether its client rewrites the tip is not known (see agentlab.serve.budget)
         elif self._worker is not None:
             conv.summary_task = self.proxy.spawn(self._summarize(self._worker, written, self._window))
 

@@ -295,6 +295,7 @@ class ConversationTable:
         if left is not None:
             kept = self._kept(canon, rewrite_at, left[1])
             if kept >= 2 and rewrite_at is not None:
+                conv.holdback = rewritten_users(left[1], left[2])
                 reused, note = self._carry_rewrite(conv, left[0], left[1], len(left[1]) - kept, rewrite_at - kept + 1)
             else:
                 reused = self._carry(conv, *left)
@@ -323,7 +324,6 @@ class ConversationTable:
         """Across a client's rewrite of its head: carry the summaries that pay (see
         :func:`carry_across_rewrite`); the new events they cover and the note when none did.
         """
-        conv.holdback = 0  # the client rewrites its head, not its tip: summaries may reach the tip
         result = carry_across_rewrite(old.summaries, old_events, conv.events, old_start, new_start)
         if result.summaries:
             self._store_carried(conv, result.summaries)

@@ -49,3 +49,19 @@ def test_a_body_of_megabytes_reaches_the_upstream_whole(upstream, proxy) -> None
     # The test server refuses a prompt past its window, after reading (and recording) the whole body.
     assert response.status_code == 400 and "1200016 tokens" in response.text, response.text
     assert upstream.received[-1]["messages"][0]["content"] == text
+
+
+def test_counting_a_long_text_keeps_no_copy_of_it_alive() -> None:
+    import sys
+
+    from agentlab.model import tokens
+
+    text = "request 7 " + "word " * 4000  # past tokens.LONG_TEXT_CHARS
+    before = sys.getrefcount(text)
+    first = tokens.count_text(text)
+    # Remembered by length and hash: counted once, and the cache holds no reference to the text (an
+    # lru_cache of 8,192 texts held every 4 MB message of every large request: 2.8 GB after 20).
+    assert tokens.count_text(text) == first == len(tokens.get_encoding().encode_ordinary(text))
+    assert sys.getrefcount(text) == before
+    short = "a short text"
+    assert tokens.count_text(short) == tokens.count_text(short) > 0

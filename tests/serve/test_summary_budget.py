@@ -57,3 +57,30 @@ def test_the_first_summary_is_made_and_a_later_one_once_the_savings_cover_the_la
     budget.saved = 8000
     assert budget.may_summarize()
     assert "cost 4000 tokens" in budget.note()
+
+
+def _files_after_history_client(base_url: str, turns: int = 6) -> None:
+    """A client shaped like aider: its files block sits between the history and the new question, so
+    every request rewrites the previous one's tip (the block moves after the answer)."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+    system = {"role": "system", "content": "You are a coding assistant."}
+    files = [{"role": "user", "content": "These are the files: app.py, views.py."}, {"role": "assistant", "content": "Ok."}]
+    history: list[dict[str, Any]] = []
+    for turn in range(1, turns + 1):
+        question = {"role": "user", "content": f"Turn {turn}: explain this log.\n" + " ".join(
+            f"Line {i} of log {turn}: handler_{turn}_{i} answered 200 in {i * 3} ms." for i in range(80))}
+        answer = client.chat.completions.create(model="test-model", messages=[system, *history, *files, question])  # type: ignore[arg-type]
+        history += [question, {"role": "assistant", "content": answer.choices[0].message.content}]
+
+
+def test_a_client_that_rewrites_its_tip_every_call_gets_a_first_summary_it_can_reuse(upstream, proxy) -> None:
+    server = proxy("summary", context_window=8192)
+    _files_after_history_client(server.base_url)
+    client, sent, spent, answers = _totals(server)
+    assert (answers["ledger_mode"].iloc[1:] == "branch").all()  # every turn moves the files block
+    # The first summary waited for the second call (it then knew what the client rewrites and
+    # stopped before it), so it was carried into the later turns' sessions instead of being lost.
+    assert (answers["summary_reused_events"].iloc[3:] > 0).all(), answers["summary_reused_events"]
+    assert spent > 0 and sent + spent <= client, (sent, spent, client)
