@@ -65,3 +65,29 @@ def test_counting_a_long_text_keeps_no_copy_of_it_alive() -> None:
     assert sys.getrefcount(text) == before
     short = "a short text"
     assert tokens.count_text(short) == tokens.count_text(short) > 0
+
+
+def test_whitespace_of_a_long_text_is_normalised_in_pieces_to_the_same_text() -> None:
+    from agentlab.serve.wire import SPACE_PIECE, canonical, normalise_space
+
+    for text in ["a  b\n c", "word " * SPACE_PIECE, ("x" * (SPACE_PIECE + 3)) + "  y\t\u3000z " + "ab\u00a0 " * 70_000,
+                 " " * (SPACE_PIECE * 2 + 1), "lead  " + "z" * (3 * SPACE_PIECE)]:
+        assert normalise_space(text) == " ".join(text.split())
+    long = {"role": "user", "content": "many   words\n" * 40_000}
+    assert canonical(long) == json.dumps(["user", " ".join(long["content"].split()), [], None], ensure_ascii=False,
+                                         separators=(",", ":"))
+
+
+def test_a_large_body_is_parsed_in_the_worker_from_shared_memory(upstream, proxy) -> None:
+    import httpx
+
+    from agentlab.serve.proxy import OFF_LOOP_BYTES
+
+    server = proxy("passthrough")
+    text = "xxxxxxxxxxxxxxx " * (OFF_LOOP_BYTES // 12)  # over the size parsed off the loop, within the window
+    for bad, status in ((b'{"model": "m", "messages": [' + b" " * OFF_LOOP_BYTES + b"]", 400), (None, 200)):
+        body = bad or json.dumps({"model": "test-model", "messages": [{"role": "user", "content": text}]}).encode()
+        response = httpx.post(server.base_url + "/chat/completions", content=body,
+                              headers={"content-type": "application/json"}, timeout=120)
+        assert response.status_code == status, response.text
+    assert upstream.received[-1]["messages"][0]["content"] == text
