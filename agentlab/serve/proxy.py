@@ -35,11 +35,11 @@ from typing import Any
 from urllib.parse import quote
 
 import agentlab.serve.conversation_keys as conversation_keys
-from agentlab.serve import memory
 from agentlab.serve.arms import Arm, get_arm
 from agentlab.serve.call import ProxyCall
 from agentlab.serve.conversations import APP_NAME, Conversation
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
+from agentlab.serve.memory import hand_back_large_blocks, trim
 from agentlab.serve.proxy_shared import FALLBACK_WINDOW, ProxyShared
 from agentlab.serve.upstream import UpstreamError, openai_error
 from agentlab.serve.wire import (
@@ -62,7 +62,7 @@ RECENT_BODIES = 10_000
 #: Request bodies larger than this are parsed in a worker process and hashed on a worker thread,
 #: off the event loop.
 OFF_LOOP_BYTES = 256 * 1024
-#: After a request body larger than this the heap's free pages are given back (:func:`memory.trim`).
+#: After a request body larger than this the heap's free pages are given back (:func:`trim`).
 TRIM_BYTES = 8 * 1024 * 1024
 
 
@@ -84,7 +84,7 @@ class ProxyBackend(ProxyShared):
 
     def __init__(self, *, arm: str, **shared: Any) -> None:
         super().__init__(**shared)
-        memory.hand_back_large_blocks()
+        hand_back_large_blocks()
         self.arm = get_arm(arm)
         self._arms: dict[str, Arm] = {self.arm.name: self.arm}
         self._in_flight = 0
@@ -198,7 +198,7 @@ class ProxyBackend(ProxyShared):
     def _call_done(self, conv: Conversation, body_bytes: int = 0) -> None:
         self.table.release(conv)
         if body_bytes > TRIM_BYTES:  # the call's copies of a large body are freed now: give them back
-            self.spawn(asyncio.to_thread(memory.trim))
+            self.spawn(asyncio.to_thread(trim))
         self._in_flight -= 1
         if not self._in_flight:
             self._idle.set()
