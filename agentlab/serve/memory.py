@@ -11,8 +11,9 @@ about 100 MB a request and was never given back. So, on glibc only:
 * :func:`trim` returns the free pages at the top of the heaps (``malloc_trim(0)``), called after
   a large request (in a worker thread: it can take milliseconds).
 
-Elsewhere (musl, macOS) both do nothing and say so by returning ``False``. DuckDB's own buffers
-are bounded by its ``memory_limit`` (see :data:`agentlab.serve.store.DUCKDB_MEMORY_LIMIT`).
+Elsewhere (musl, macOS) both do nothing and say so by returning ``False``. DuckDB's own buffer
+pool keeps its default ``memory_limit``: a limit of 256MB made a checkpoint of 60 MB requests
+fail ("failed to pin block") and DuckDB then refused every later write until a restart.
 """
 
 from __future__ import annotations

@@ -212,11 +212,6 @@ def _prefix_key(tenant: str, chain_hash: str) -> str:
     return f"p\x00{tenant}\x00{chain_hash}"
 
 
-#: DuckDB's buffer pool for the proxy's file (ledger and call log): beyond it DuckDB writes pages
-#: out instead of keeping them (its default is 80 % of the machine's memory, which it then keeps).
-DUCKDB_MEMORY_LIMIT = "256MB"
-
-
 def duckdb_config(fsync: bool) -> dict[str, str | bool | int | float | list[str]]:
     """The connection config the session service uses too (DuckDB refuses a second connection to
     one file with another config, so both sides must agree).
@@ -238,7 +233,7 @@ class ServeStore(DuckDBService):
     what = "the serve database"
     # A file written before a column existed gets it (NULL in old rows).
     schema = (*_SCHEMA, *(f"ALTER TABLE serve_calls ADD COLUMN IF NOT EXISTS {name} {sql_type}"
-                          for name, sql_type in CALL_COLUMNS), f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+                          for name, sql_type in CALL_COLUMNS))
 
     def __init__(self, path: str | Path, *, fsync: bool = True, flush_interval: float = FLUSH_INTERVAL,
                  write_executor: Executor | None = None) -> None:

@@ -272,7 +272,7 @@ def large_requests(count: int, megabytes: float, proxy_args: list[str], rss_budg
             half = rsss[len(rsss) // 2:]
             flat = len(rsss) < 4 or max(half) <= max(rsss[:len(rsss) // 2]) * 1.1
             print(f"RSS budget {rss_budget:.0f} MB (the idle conversations' --max-conversation-bytes, 256 MiB by "
-                  f"default, + DuckDB's memory_limit, 256 MB, + the copies of one request in flight, + the "
+                  f"default, + the copies of the requests in flight or being written, + DuckDB's buffers, + the "
                   f"interpreter): max {max(rsss):.0f} MB -> {'within' if max(rsss) <= rss_budget else 'OVER'}; "
                   f"second half's max {max(half):.0f} MB vs first half's {max(rsss[:max(1, len(rsss) // 2)]):.0f} MB "
                   f"-> {'flat' if flat else 'GROWING'}")
