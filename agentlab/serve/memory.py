@@ -1,10 +1,11 @@
-"""What the proxy does so that memory freed after a large request goes back to the system.
+"""What the proxy does so that memory freed after a large request can go back to the system.
 
 A 60 MB request passes through the proxy as a few copies of its text (the body, its parsed
 strings, the ledger's JSON), each freed once the call ends. glibc's ``malloc`` serves blocks of
 megabytes from ``mmap`` at first, then (its threshold rising with every such block freed, up to
-32 MiB) from its heap, where freed megabytes stay in the process: the resident size grew by
-about 100 MB a request and was never given back. So, on glibc only:
+32 MiB) from its heaps, where freed megabytes can stay in the process. Whether this is what keeps
+the proxy's RSS high after many large requests is not established (``docs/serve_durability.md``
+says what was measured); it costs nothing to rule out. So, on glibc only:
 
 * :func:`hand_back_large_blocks` fixes the ``mmap`` threshold at :data:`MMAP_THRESHOLD` (a block
   that large is mapped on its own and unmapped when freed), once at start;
