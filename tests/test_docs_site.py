@@ -149,11 +149,6 @@ def test_the_nav_lists_every_page_and_only_pages_that_exist() -> None:
     assert sorted(set(nav) - pages) == [], "mkdocs.yml's nav lists pages docs/ does not hold"
 
 
-#: Packages whose prose is reworded separately (they are being moved or rewritten); drop an entry
-#: once its package no longer says "the seed".
-SEED_WORDING_PENDING = ("agentlab/serve/",)
-
-
 def test_the_design_agentlab_recreates_is_named_not_called_the_seed() -> None:
     sources = (DOCS / "sources.md").read_text(encoding="utf-8")
     section = sources.split("\n## tRPC-Agent-Go\n", 1)[-1].split("\n## ", 1)[0]
@@ -161,6 +156,5 @@ def test_the_design_agentlab_recreates_is_named_not_called_the_seed() -> None:
         "docs/sources.md needs a '## tRPC-Agent-Go' section linking the repository"
     prose = [*DOCS.rglob("*.md"), *(REPO_ROOT / "agentlab").rglob("*.py")]
     saying = [str(path.relative_to(REPO_ROOT)) for path in prose
-              if not str(path.relative_to(REPO_ROOT)).startswith(SEED_WORDING_PENDING)
-              and re.search(r"\bthe seed\b", path.read_text(encoding="utf-8"), re.IGNORECASE)]
+              if re.search(r"\bthe seed\b", path.read_text(encoding="utf-8"), re.IGNORECASE)]
     assert len(prose) > 100 and saying == [], f"say tRPC-Agent-Go (docs/sources.md#trpc-agent-go) instead: {saying}"

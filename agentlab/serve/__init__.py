@@ -6,7 +6,7 @@ Two back ends behind one ``/v1/chat/completions``:
   conversation gets a durable ledger and the arm's projection decides what goes upstream, so a
   context policy can be measured on an agent written with any client;
 * **agent** (``--agent module:factory``): an agentlab ``LLMAgent`` served through a ``Runner``
-  (the seed's OpenAI adapter).
+  (tRPC-Agent-Go's OpenAI adapter).
 
 Every call is recorded in ``serve_calls`` (see :func:`agentlab.serve.analysis.serve_calls_df`), every
 tool call the server runs itself (recall) in ``serve_exchanges`` (:func:`~agentlab.serve.analysis.serve_exchanges_df`).

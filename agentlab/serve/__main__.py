@@ -120,11 +120,16 @@ def report_main(argv: Sequence[str], out: TextIO | None = None, prog: str = f"{P
         out.write(cache.to_string(index=False) + "\n")
     for note in notes:
         out.write(f"{note}\n")
-    waited = int(calls["arm_note"].notna().sum()) if "arm_note" in calls else 0
+    notes = calls["arm_note"].dropna().astype(str) if "arm_note" in calls else pd.Series([], dtype=str)
+    waited = int(notes.str.contains("summary waits").sum())
     if waited:
         out.write(f"{waited} calls passed on the summary they had instead of a new one: a new summary would have "
                   "cost more than the summaries saved so far (serve_calls.arm_note; --no-summary-budget makes every "
                   "summary)\n")
+    rewrites = int(notes.str.startswith("client rewrite").sum())
+    if rewrites:
+        out.write(f"{rewrites} calls followed a client's rewrite of its own history and carried no summary across it "
+                  "(nothing could be saved there): sent as the client sent them (serve_calls.arm_note)\n")
     return 0
 
 

@@ -1,6 +1,6 @@
-"""The agent back end (the seed's OpenAI adapter): an agentlab ``LLMAgent`` behind a ``Runner``.
+"""The agent back end (tRPC-Agent-Go's OpenAI adapter): an agentlab ``LLMAgent`` behind a ``Runner``.
 
-The contract, as the seed's server has it: the last message is the run's input (several trailing
+The contract, as tRPC-Agent-Go's server has it: the last message is the run's input (several trailing
 ``tool`` results are all input: the caller ran its tools and resumes); earlier messages seed a
 *new* session and are ignored once the session has events (the ledger, not the client, holds the
 history); ``X-Session-ID`` (or ``X-Agentlab-Conversation-Id``) names the session, else each
@@ -19,15 +19,15 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import agentlab.serve.keys as keys
+import agentlab.serve.conversation_keys as conversation_keys
 from agentlab.core.invocation import RunOptions
 from agentlab.events import OBJ_CHUNK, OBJ_TOOL_RESPONSE, Event, Message, new_id
 from agentlab.memory.worker import MemoryWorker
 from agentlab.model import tokens
 from agentlab.runtime.runner import Runner
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
-from agentlab.serve.projection import CallerTool
 from agentlab.serve.store import ServeStore
+from agentlab.serve.upstream_request import CallerTool
 from agentlab.serve.wire import (
     SSE_DONE,
     RequestError,
@@ -102,7 +102,7 @@ class AgentBackend:
         """``POST /v1/chat/completions``: one run of the agent."""
         try:
             body = parse_chat_request(request.body)
-            named = keys.explicit_id(request.headers, body)
+            named = conversation_keys.explicit_id(request.headers, body)
             if body.get("tool_choice") not in (None, "auto", "none"):
                 raise RequestError("tool_choice must be 'auto' or 'none' here: the agent decides which tools "
                                    "to call", param="tool_choice")
@@ -127,7 +127,7 @@ class AgentBackend:
         tools = body.get("tools") or [] if body.get("tool_choice") != "none" else []
         runner = self._runner_for(tools)
         caller_names = {t["function"]["name"] for t in tools}
-        headers = {"x-session-id": session_id, keys.CONVERSATION_HEADER: session_id}
+        headers = {"x-session-id": session_id, conversation_keys.CONVERSATION_HEADER: session_id}
         run = _AgentRun(runner, user_id, session_id, inputs[-1], caller_names, bool(body.get("stream")),
                         str(body.get("model") or self.agent.name))
         run.row = {"call_id": new_id("call-"), "started_at": time.time(), "tenant": user_id,

@@ -11,11 +11,20 @@ summary already made keeps being used and the call row's ``arm_note`` says a sum
 a client whose rewrites leave nothing to save, the arm thus passes its requests through after the
 first summary, and the totals stay within what the client sent plus nothing (or the one
 investment).
+
+No conversation is summarised after its first call (:data:`FIRST_SUMMARY_CALL`): until its
+second request the proxy cannot tell whether the client rewrites the end of its history (aider
+re-sends its files after the history every turn). A summary made at that tip would cover what
+the client changes next and could never be carried (:mod:`agentlab.serve.carry`); made after the
+second call, it stops before the part the client rewrote and is carried into the next turn.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+#: The call of a conversation (counting those answered) from which the budget lets it be summarised.
+FIRST_SUMMARY_CALL = 2
 
 
 @dataclass

@@ -18,19 +18,20 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import agentlab.serve.keys as keys
+import agentlab.serve.conversation_keys as conversation_keys
 from agentlab.core.tools import Tool, ToolContext, render_tool_result
 from agentlab.events import Event, Usage, new_id
 from agentlab.model import tokens
 from agentlab.model.base import CallRecord, observe_calls
 from agentlab.serve.arms import Arm
+from agentlab.serve.budget import FIRST_SUMMARY_CALL
 from agentlab.serve.conversations import Conversation
 from agentlab.serve.counting import prefix_tokens
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
-from agentlab.serve.projection import CallerTool, project
 from agentlab.serve.proxy_shared import FALLBACK_WINDOW, ProxyShared
 from agentlab.serve.stream import relay
 from agentlab.serve.upstream import UpstreamError, UpstreamFailure, UpstreamResponse, openai_error
+from agentlab.serve.upstream_request import CallerTool, project
 from agentlab.serve.wire import chain_hashes, error_body, pairing_problem, to_message, usage_dict
 from agentlab.session.base import FULL_SESSION_KEY, Session
 
@@ -65,7 +66,7 @@ class ProxyCall:
         self.server_tools: dict[str, Tool] = {}
         #: The server-run tool exchanges of this call (``serve_exchanges`` rows).
         self.exchanges: list[dict[str, Any]] = []
-        self.headers = {keys.CONVERSATION_HEADER: conv.id, keys.KEY_SOURCE_HEADER: key_source,
+        self.headers = {conversation_keys.CONVERSATION_HEADER: conv.id, conversation_keys.KEY_SOURCE_HEADER: key_source,
                         "x-agentlab-arm": arm.name, "x-agentlab-call-id": self.row["call_id"]}
         self._finished = False
         self._recorded = False
@@ -77,6 +78,8 @@ class ProxyCall:
         self._turn_write: asyncio.Future[None] | None = None
         self._answer_write: asyncio.Future[None] | None = None
         self.canon: list[str] | None = None
+        #: The request index of the conversation's last message, when found as a rewrite of its head.
+        self.rewrite_at: int | None = None
         self._worker: Any = None
         self._window = FALLBACK_WINDOW
         self.stream_result: dict[str, Any] = {"status": 200, "outcome": "client_disconnected"}
@@ -93,7 +96,8 @@ class ProxyCall:
 
     async def _update_ledger(self) -> None:
         assert self.canon is not None
-        update = await self.proxy.table.bring_up_to_date(self.conv, self.body["messages"], self.chain, self.canon)
+        update = await self.proxy.table.bring_up_to_date(self.conv, self.body["messages"], self.chain, self.canon,
+                                                         self.rewrite_at)
         self.ledger_mode, self.current, self.view = update.mode, update.current, update.view
         self.row["events_appended"] += len(update.appended)
         # Durable in the background while the request is projected and sent; awaited before answering.
@@ -101,14 +105,16 @@ class ProxyCall:
         self.row["ledger_mode"] = self.ledger_mode
         self.row["session_id"] = self.conv.session.id
         self.row["summary_reused_events"] = update.reused_events
+        if update.note:
+            self.row["arm_note"] = update.note
 
     # -------------------------------------------------------------- the upstream request
 
     async def _upstream_body(self) -> dict[str, Any]:
         body = dict(self.body)
         metadata = body.get("metadata")
-        if isinstance(metadata, dict) and keys.BODY_FIELD in metadata:
-            metadata = {k: v for k, v in metadata.items() if k != keys.BODY_FIELD}
+        if isinstance(metadata, dict) and conversation_keys.BODY_FIELD in metadata:
+            metadata = {k: v for k, v in metadata.items() if k != conversation_keys.BODY_FIELD}
             if metadata:
                 body["metadata"] = metadata
             else:
@@ -414,6 +420,9 @@ class ProxyCall:
         self._answer_wire = {"role": "assistant", **answer}
         self._answer_hash = chain_hashes([self._answer_wire], self.chain[-1])[0]
         self.proxy.store.note_prefixes(conv.tenant, conv.id, [*self.chain, self._answer_hash])
+        if self.canon:
+            self.proxy.table.tips.note(conv.tenant, conv.id, self.canon[-1],
+                                       self.proxy.counter.canonical_of_request(self._answer_wire))
 
     async def _record_answer(self) -> None:
         """Append the answer to the ledger when the request reached the ledger's tip (once)."""
@@ -431,7 +440,10 @@ class ProxyCall:
         self.proxy.recent[self.body_hash] = (conv.id, True, time.time())
         budget = self.proxy.budgets.of(conv.tenant)
         if self._worker is not None and self.proxy.summary_budget and not budget.may_summarize():
-            self.row["arm_note"] = budget.note()  # the summary made so far goes on being used
+            # The summary made so far goes on being used.
+            self.row["arm_note"] = "; ".join(filter(None, (self.row.get("arm_note"), budget.note())))
+        elif self._worker is not None and self.proxy.summary_budget and len(conv.answered) < FIRST_SUMMARY_CALL:
+            pass  # not yet: whether its client rewrites the tip is not known (see agentlab.serve.budget)
         elif self._worker is not None:
             conv.summary_task = self.proxy.spawn(self._summarize(self._worker, written, self._window))
 

@@ -22,9 +22,10 @@ from agentlab.model import tokens
 from agentlab.serve.carry import carry_summaries, covered_events, held_back, rewritten_users
 from agentlab.serve.counting import MessageCounter
 from agentlab.serve.recovery import APP_NAME
+from agentlab.serve.rewrites import TipIndex, carry_across_rewrite, kept_run
 from agentlab.serve.store import ServeStore
 from agentlab.serve.wire import to_message, to_wire
-from agentlab.session.base import Session
+from agentlab.session.base import Session, Summary
 from agentlab.session.duckdb import DuckDBSessionService
 
 __all__ = ["APP_NAME", "MAX_CONVERSATION_BYTES", "Conversation", "ConversationTable", "LedgerUpdate", "event_size"]
@@ -95,6 +96,8 @@ class LedgerUpdate:
     #: On a branch: the ledger events of the new session that the summary carried from the
     #: previous one covers (0 when none could be carried, and for every other mode).
     reused_events: int = 0
+    #: What the call row's ``arm_note`` should say about this update ("" for nothing).
+    note: str = ""
 
 
 def event_size(event: Event) -> int:
@@ -132,6 +135,8 @@ class ConversationTable:
         #: Conversations evicted so far.
         self.evictions = 0
         self.live: OrderedDict[tuple[str, str], Conversation] = OrderedDict()
+        #: Each conversation's last two messages: how a client's rewrite of its head finds it.
+        self.tips = TipIndex()
         self._lock = asyncio.Lock()
 
     async def get(self, tenant: str, conversation_id: str, key_source: str) -> Conversation:
@@ -256,8 +261,13 @@ class ConversationTable:
             self.evict()
 
     async def bring_up_to_date(self, conv: Conversation, messages: Sequence[dict[str, Any]],
-                               chain: Sequence[str], canon: Sequence[str]) -> LedgerUpdate:
-        """Append the request's new messages to the ledger (in the background) and say how it met it."""
+                               chain: Sequence[str], canon: Sequence[str],
+                               rewrite_at: int | None = None) -> LedgerUpdate:
+        """Append the request's new messages to the ledger (in the background) and say how it met it.
+
+        ``rewrite_at``: the request index of the ledger's last message when the request was found as
+        a rewrite of the conversation's head (see :mod:`agentlab.serve.rewrites`).
+        """
         if conv.summary_task is not None:
             with contextlib.suppress(Exception):
                 await conv.summary_task
@@ -281,7 +291,14 @@ class ConversationTable:
                           token_count=self.counter.message_tokens(canon[i], to_message(messages[i])))
                for i in range(shared, len(chain))]
         written = self.write(conv, new)
-        reused = self._carry(conv, *left) if left is not None else 0
+        reused, note = 0, ""
+        if left is not None:
+            kept = self._kept(canon, rewrite_at, left[1])
+            if kept >= 2 and rewrite_at is not None:
+                conv.holdback = rewritten_users(left[1], left[2])
+                reused, note = self._carry_rewrite(conv, left[0], left[1], len(left[1]) - kept, rewrite_at - kept + 1)
+            else:
+                reused = self._carry(conv, *left)
         seen = cut = 0
         for cut, event in enumerate(conv.events, 1):  # noqa: B007 - cut is used after the loop
             seen += "chain" in event.metadata
@@ -291,7 +308,26 @@ class ConversationTable:
         # Up to the current message when the request replays an earlier point.
         view = Session(app_name=s.app_name, user_id=s.user_id, id=s.id, events=conv.events[:cut],
                        state=s.state, summaries=s.summaries, created_at=s.created_at)
-        return LedgerUpdate(mode, new, written, conv.events[cut - 1], view, reused)
+        return LedgerUpdate(mode, new, written, conv.events[cut - 1], view, reused, note)
+
+    def _kept(self, canon: Sequence[str], rewrite_at: int | None, old_events: Sequence[Event]) -> int:
+        """How many of ``old_events`` (a ledger's tail) the request keeps, ending at ``rewrite_at``."""
+        if rewrite_at is None or rewrite_at >= len(canon):
+            return 0
+        tail = old_events[max(0, len(old_events) - rewrite_at - 1):]
+        ledger = [self.counter.canonical_of(e.metadata.get("raw") or self.counter.wire_of(e.message))
+                  if e.message is not None else "" for e in tail]
+        return kept_run(canon, rewrite_at, ledger)
+
+    def _carry_rewrite(self, conv: Conversation, old: Session, old_events: Sequence[Event], old_start: int,
+                       new_start: int) -> tuple[int, str]:
+        """Across a client's rewrite of its head: carry the summaries that pay (see
+        :func:`carry_across_rewrite`); the new events they cover and the note when none did.
+        """
+        result = carry_across_rewrite(old.summaries, old_events, conv.events, old_start, new_start)
+        if result.summaries:
+            self._store_carried(conv, result.summaries)
+        return result.covered, result.note
 
     def _carry(self, conv: Conversation, old: Session, old_events: Sequence[Event], shared: int) -> int:
         """Copy into the conversation's new session the summaries of ``old`` that cover only the
@@ -302,6 +338,11 @@ class ConversationTable:
         carried = carry_summaries(old.summaries, old_events, conv.events, shared)
         if not carried:
             return 0
+        self._store_carried(conv, carried)
+        return max(covered_events(s, conv.events) for s in carried.values())
+
+    def _store_carried(self, conv: Conversation, carried: dict[str, Summary]) -> None:
+        """Put ``carried`` into the conversation's session, in memory now and durably after its writes."""
         session = conv.session
         session.summaries.update(carried)
 
@@ -314,4 +355,3 @@ class ConversationTable:
                             type(exc).__name__, exc)
 
         self._after_previous(conv, write())
-        return max(covered_events(s, conv.events) for s in carried.values())

@@ -1,7 +1,7 @@
 """The proxy back end: any OpenAI-compatible upstream, with an arm's projection in between.
 
 Per request: check the body (400 on anything malformed, nothing stored), find the conversation
-(:mod:`agentlab.serve.keys`), bring its durable ledger up to date with the client's messages
+(:mod:`agentlab.serve.conversation_keys`), bring its durable ledger up to date with the client's messages
 (appended before anything goes upstream, so a failed call keeps the client's turn), project the
 request with the arm's mechanisms, check the pairs and roles of what would go out (a failed check
 sends the client's request unrewritten and records why), send, run the arm's own tools (recall)
@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import agentlab.serve.keys as keys
+import agentlab.serve.conversation_keys as conversation_keys
 from agentlab.serve.arms import Arm, get_arm
 from agentlab.serve.call import ProxyCall
 from agentlab.serve.conversations import APP_NAME, Conversation
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
+from agentlab.serve.memory import hand_back_large_blocks, trim
 from agentlab.serve.proxy_shared import FALLBACK_WINDOW, ProxyShared
 from agentlab.serve.upstream import UpstreamError, openai_error
 from agentlab.serve.wire import (
@@ -61,6 +62,8 @@ RECENT_BODIES = 10_000
 #: Request bodies larger than this are parsed in a worker process and hashed on a worker thread,
 #: off the event loop.
 OFF_LOOP_BYTES = 256 * 1024
+#: After a request body larger than this the heap's free pages are given back (:func:`trim`).
+TRIM_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class ProxyBackend(ProxyShared):
 
     def __init__(self, *, arm: str, **shared: Any) -> None:
         super().__init__(**shared)
+        hand_back_large_blocks()
         self.arm = get_arm(arm)
         self._arms: dict[str, Arm] = {self.arm.name: self.arm}
         self._in_flight = 0
@@ -99,7 +103,7 @@ class ProxyBackend(ProxyShared):
         """
         limits = self.limits
         body = parsed if parsed is not None else parse_chat_request(request.body, max_messages=limits.max_messages)
-        explicit = keys.explicit_id(request.headers, body)
+        explicit = conversation_keys.explicit_id(request.headers, body)
         messages: list[dict[str, Any]] = body["messages"]
         canon = [self.counter.canonical_of_request(m) for m in messages]
         for i, (m, text) in enumerate(zip(messages, canon, strict=True)):
@@ -123,7 +127,7 @@ class ProxyBackend(ProxyShared):
         started_at = time.time()
         try:
             arm = self._arm_of(request)
-            tenant = keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
+            tenant = conversation_keys.tenant_of(request.headers.get("authorization", ""), self.upstream)
             if len(request.body) > OFF_LOOP_BYTES:  # parsing and hashing it would hold up every other call
                 parsed = await self.parse_elsewhere(request.body)
                 digest = await asyncio.to_thread(self._digest, request, tenant, parsed)
@@ -134,6 +138,7 @@ class ProxyBackend(ProxyShared):
         body, explicit, canon, chain, body_hash = (digest.body, digest.explicit, digest.canon, digest.chain,
                                                    digest.body_hash)
         messages: list[dict[str, Any]] = body["messages"]
+        rewrite_at: int | None = None
         retry_header = request.headers.get("x-stainless-retry-count", "0")
         retried = retry_header.isdigit() and int(retry_header) > 0
         recent = self.recent.get(body_hash)
@@ -144,11 +149,16 @@ class ProxyBackend(ProxyShared):
             # turn has no prefix to match yet, so without this its retry would start a new conversation.
             conversation_id, key_source = recent[0], "retry"
         else:
-            match = await self.store.match_prefix(tenant, chain, keys.min_prefix_length(messages))
+            match = await self.store.match_prefix(tenant, chain, conversation_keys.min_prefix_length(messages))
+            rewrite = None
+            if match.conversation_id is None and not match.ambiguous:
+                rewrite = self.table.tips.find(tenant, canon)
             if match.conversation_id is not None:
                 conversation_id, key_source = match.conversation_id, "prefix"
+            elif rewrite is not None:  # the client rewrote its head and kept its latest turns
+                (conversation_id, rewrite_at), key_source = rewrite, "rewrite"
             else:
-                conversation_id = keys.new_conversation_id()
+                conversation_id = conversation_keys.new_conversation_id()
                 key_source = "new-ambiguous" if match.ambiguous else "new"
         conv = await self.table.get(tenant, conversation_id, key_source)
         self.recent[body_hash] = (conversation_id, False, time.time())
@@ -164,8 +174,8 @@ class ProxyBackend(ProxyShared):
             raise
         call = ProxyCall(self, request, body, conv, chain, key_source, started, started_at, arm)
         call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
-        call.canon = canon
-        call.on_done = functools.partial(self._call_done, conv)
+        call.canon, call.rewrite_at = canon, rewrite_at
+        call.on_done = functools.partial(self._call_done, conv, len(request.body))
         try:
             return await call.run()
         except BaseException as exc:
@@ -185,8 +195,10 @@ class ProxyBackend(ProxyShared):
                 raise RequestError(f"header {ARM_HEADER}: {exc}", param=ARM_HEADER) from None
         return arm
 
-    def _call_done(self, conv: Conversation) -> None:
+    def _call_done(self, conv: Conversation, body_bytes: int = 0) -> None:
         self.table.release(conv)
+        if body_bytes > TRIM_BYTES:  # the call's copies of a large body are freed now: give them back
+            self.spawn(asyncio.to_thread(trim))
         self._in_flight -= 1
         if not self._in_flight:
             self._idle.set()

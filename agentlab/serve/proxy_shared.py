@@ -21,7 +21,7 @@ from agentlab.serve.http import HTTPRequest
 from agentlab.serve.store import MAX_CONVERSATIONS, ServeStore
 from agentlab.serve.upstream import UpstreamClient, UpstreamError
 from agentlab.serve.windows import FALLBACK_WINDOW, UpstreamWindows
-from agentlab.serve.wire import RequestError, RequestLimits, parse_elsewhere
+from agentlab.serve.wire import RequestError, RequestLimits, parse_shared
 from agentlab.session.duckdb import DuckDBSessionService
 
 __all__ = ["FALLBACK_WINDOW", "MAX_MODELS", "ProxyShared"]
@@ -29,6 +29,8 @@ __all__ = ["FALLBACK_WINDOW", "MAX_MODELS", "ProxyShared"]
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
+#: Bytes of a large body copied into shared memory at once (for the parsing process).
+COPY_PIECE = 1 << 20
 #: Upstream model objects (one per model name and upstream key) kept; the least recently used beyond it is closed.
 MAX_MODELS = 64
 
@@ -104,7 +106,23 @@ class ProxyShared:
             # spawn, not fork: this process runs threads (DuckDB's, the writer's).
             self._parser = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         loop = asyncio.get_running_loop()
-        body, error = await loop.run_in_executor(self._parser, parse_elsewhere, raw, self.limits.max_messages)
+        # The body goes over in shared memory, copied in pieces: pickled into the pool's queue it was
+        # one copy of tens of megabytes holding the interpreter lock (~170 ms for 60 MB).
+        from multiprocessing.shared_memory import SharedMemory
+
+        shared = SharedMemory(create=True, size=max(1, len(raw)))
+        try:
+            view, buffer = memoryview(raw), shared.buf
+            assert buffer is not None
+            for start in range(0, len(raw), COPY_PIECE):
+                buffer[start:start + COPY_PIECE] = view[start:start + COPY_PIECE]
+                await asyncio.sleep(0)  # let other calls run between pieces
+            del view, buffer  # SharedMemory.close refuses while a view of its buffer lives
+            body, error = await loop.run_in_executor(self._parser, parse_shared, shared.name, len(raw),
+                                                     self.limits.max_messages)
+        finally:
+            shared.close()
+            shared.unlink()
         if body is None:
             message, status, param, code = error
             raise RequestError(message, status=status, param=param, code=code)

@@ -283,7 +283,7 @@ class ServeApp:
         await self.store.flush()
         sql, params = f"SELECT * FROM {table}", []
         if self.keys and self.config.upstream is not None:
-            from agentlab.serve.keys import tenant_of
+            from agentlab.serve.conversation_keys import tenant_of
 
             sql += " WHERE tenant = ?"
             params.append(tenant_of(request.headers.get("authorization", ""), self.config.upstream.rstrip("/")))

@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
-import agentlab.serve.keys as keys
+import agentlab.serve.conversation_keys as conversation_keys
 from agentlab.duckdb_files import DuckDBService, transaction
 from agentlab.serve.recovery import reconcile
 
@@ -423,11 +423,11 @@ class ServeStore(DuckDBService):
                 if not holders:
                     del self.prefixes[(tenant, h)]
 
-    async def match_prefix(self, tenant: str, chain: Sequence[str], minimum: int) -> keys.PrefixMatch:
-        """:func:`agentlab.serve.keys.match_prefix` over the whole index: the live conversations in
+    async def match_prefix(self, tenant: str, chain: Sequence[str], minimum: int) -> conversation_keys.PrefixMatch:
+        """:func:`agentlab.serve.conversation_keys.match_prefix` over the whole index: the live conversations in
         memory, and the ones on disk only when the filter says some prefix of ``chain`` may be there.
         """
-        found = keys.match_prefix(self.prefixes, tenant, chain, minimum)
+        found = conversation_keys.match_prefix(self.prefixes, tenant, chain, minimum)
         start = max(found.length, minimum, 1) - 1
         maybe = [h for h in chain[start:] if _prefix_key(tenant, h) in self.on_disk]
         if not maybe:
@@ -440,7 +440,7 @@ class ServeStore(DuckDBService):
         index = {(tenant, h): set(self.prefixes.get((tenant, h), ())) for h in chain[start:]}
         for h, c in rows:
             index[(tenant, h)].add(c)
-        return keys.match_prefix(index, tenant, chain, minimum)
+        return conversation_keys.match_prefix(index, tenant, chain, minimum)
 
     def note_prefixes(self, tenant: str, conversation_id: str, chain: Sequence[str]) -> None:
         """Index ``chain``'s prefixes in memory now (:meth:`index_prefixes` makes them durable)."""

@@ -163,7 +163,7 @@ class StreamRound:
     def _tool_delta(self, delta: dict[str, Any]) -> dict[str, Any]:
         index = delta.get("index")
         if not isinstance(index, int):
-            # Servers that leave out ``index`` (the seed's among them): a new id opens a call.
+            # Servers that leave out ``index`` (tRPC-Agent-Go's among them): a new id opens a call.
             index = len(self._calls) if delta.get("id") or not self._calls else len(self._calls) - 1
         while len(self._calls) <= index:
             self._calls.append({"id": "", "name": "", "arguments": ""})

@@ -89,10 +89,19 @@ _INSERT_EVENT_COLUMNS = _INSERT_INTO_EVENTS + "SELECT " + ", ".join(
 )
 
 
+#: Characters of event JSON beyond which a batch is inserted row by row: binding the parameters
+#: holds the interpreter lock, so one statement of 60 MB held up the serve proxy's event loop
+#: for a few hundred milliseconds; row by row it is given back between rows.
+LARGE_BATCH_CHARS = 4 * 1024 * 1024
+
+
 def insert_event_rows(con: DuckConnection, rows: list[list[Any]]) -> None:
-    """Insert event rows (one row bound as plain VALUES, several at once)."""
+    """Insert event rows (one row bound as plain VALUES, several at once, a large batch row by row)."""
     if len(rows) == 1:
         con.execute(_INSERT_ONE_EVENT, rows[0])  # a single row binds fastest as plain VALUES
+    elif sum(len(row[-1]) for row in rows) > LARGE_BATCH_CHARS:
+        for row in rows:
+            con.execute(_INSERT_ONE_EVENT, row)
     else:
         con.execute(_INSERT_EVENT_COLUMNS, [list(column) for column in zip(*rows, strict=True)])
 

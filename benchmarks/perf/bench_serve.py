@@ -241,7 +241,7 @@ async def one_large(url: str, raw: bytes) -> tuple[int, float, float]:
     return response.status_code, took, worst * 1000
 
 
-def large_requests(count: int, megabytes: float, proxy_args: list[str]) -> None:
+def large_requests(count: int, megabytes: float, proxy_args: list[str], rss_budget: float = 1024.0) -> None:
     """``count`` accepted requests of ``megabytes`` MB each (new conversations, 4 MB messages), each
     with ``/health`` polled meanwhile; the proxy's RSS after each. Prints one line per request."""
     import json
@@ -255,7 +255,8 @@ def large_requests(count: int, megabytes: float, proxy_args: list[str]) -> None:
             print(f"large requests: {count} of {megabytes:g} MB (passthrough, new conversation each); "
                   f"RSS at start {rss_mb(proxy.pid):.0f} MB")
             print(f"{'#':>3}{'status':>8}{'seconds':>9}{'worst /health ms':>18}{'RSS MB':>9}")
-            worsts = []
+            worsts: list[float] = []
+            rsss: list[float] = []
             per_message = 3_900_000
             for i in range(count):
                 words = f"request {i} " + "word " * (per_message // 5)
@@ -264,9 +265,17 @@ def large_requests(count: int, megabytes: float, proxy_args: list[str]) -> None:
                 raw = json.dumps({"model": "test-model", "messages": messages}).encode()
                 status, took, worst = asyncio.run(one_large(url, raw))
                 worsts.append(worst)
+                rsss.append(rss_mb(proxy.pid))
                 print(f"{i + 1:>3}{status:>8}{took:>9.1f}{worst:>18.0f}{rss_mb(proxy.pid):>9.0f}", flush=True)
             print(f"worst /health: median {statistics.median(worsts):.0f} ms, max {max(worsts):.0f} ms; "
                   f"RSS after {count}: {rss_mb(proxy.pid):.0f} MB")
+            half = rsss[len(rsss) // 2:]
+            flat = len(rsss) < 4 or max(half) <= max(rsss[:len(rsss) // 2]) * 1.1
+            print(f"RSS budget {rss_budget:.0f} MB (the idle conversations' --max-conversation-bytes, 256 MiB by "
+                  f"default, + the copies of the requests in flight or being written, + DuckDB's buffers, + the "
+                  f"interpreter): max {max(rsss):.0f} MB -> {'within' if max(rsss) <= rss_budget else 'OVER'}; "
+                  f"second half's max {max(half):.0f} MB vs first half's {max(rsss[:max(1, len(rsss) // 2)]):.0f} MB "
+                  f"-> {'flat' if flat else 'GROWING'}")
         finally:
             stop(proxy)
             upstream.close()
@@ -285,10 +294,12 @@ def main() -> int:
     p.add_argument("--large", type=int, default=0, metavar="N",
                    help="instead: N accepted requests of --large-mb MB each, /health polled meanwhile, RSS after each")
     p.add_argument("--large-mb", type=float, default=60.0, help="size of each --large request, MB (default 60)")
+    p.add_argument("--rss-budget-mb", type=float, default=1024.0,
+                   help="--large: the proxy's RSS must stay under this, MB (default 1024)")
     args = p.parse_args()
     if args.large:
         print(f"load average before: {load_average()} ({os.cpu_count()} cores)")
-        large_requests(args.large, args.large_mb, shlex.split(args.proxy_args))
+        large_requests(args.large, args.large_mb, shlex.split(args.proxy_args), args.rss_budget_mb)
         print(f"load average after: {load_average()}")
         return 0
     if args.rounds < 1:

@@ -109,7 +109,7 @@ def test_a_rewriting_client_through_a_clearing_arm_sends_less_upstream(upstream,
 
 
 def _event(role: str, text: str, chain: str) -> Event:
-    message = Message.user(text) if role == "user" else Message.assistant(text)
+    message = {"user": Message.user, "system": Message.system}.get(role, Message.assistant)(text)
     return Event(author="client", choices=[message], metadata={"chain": chain})
 
 
@@ -144,3 +144,43 @@ def test_the_summariser_stops_before_what_the_client_rewrites() -> None:
     assert rewritten_users(events, 2) == 2 and rewritten_users(events, 4) == 1
     deep = [_event("user", f"q{i}", str(i)) for i in range(MAX_HOLDBACK + 2)]
     assert rewritten_users(deep, 0) == 0  # an edit far back, not a rewriting habit: nothing held back
+
+
+def test_a_rewrite_of_the_head_is_found_by_the_tail_it_keeps() -> None:
+    from agentlab.serve.rewrites import TipIndex, kept_run
+
+    tips = TipIndex(max_tips=2)
+    tips.note("t", "c1", "q2", "a2")
+    assert tips.find("t", ["sys", "my summary", "ok", "q2", "a2", "q3"]) == ("c1", 4)
+    assert tips.find("other tenant", ["sys", "q2", "a2", "q3"]) is None
+    assert tips.find("t", ["sys", "q2", "a2"]) is None  # nothing after the tip: not a next turn
+    tips.note("t", "c1", "q3", "a3")  # the conversation moved on: its old tip no longer finds it
+    assert tips.find("t", ["sys", "q2", "a2", "q9"]) is None
+    tips.note("t", "c2", "x", "y")
+    tips.note("t", "c3", "u", "v")  # bounded: the least recently answered goes
+    assert tips.find("t", ["q3", "a3", "q4"]) is None and tips.find("t", ["u", "v", "w"]) == ("c3", 1)
+    assert kept_run(["sys", "mine", "q2", "a2"], 3, ["sys", "q1", "a1", "q2", "a2"]) == 2
+
+
+def test_a_summary_is_carried_across_a_rewrite_only_when_it_covers_the_dropped_part_and_pays() -> None:
+    from agentlab.serve.rewrites import carry_across_rewrite
+
+    old = [_event("system", "sys", "0"), _event("user", "q1", "1"), _event("assistant", "a1", "2"),
+           _event("user", "q2", "3"), _event("assistant", "a2", "4")]
+    new = [_event("system", "sys", "n0"), _event("user", "my summary of q1", "n1"),
+           _event("assistant", "ok", "n2"), _event("user", "q2", "n3"), _event("assistant", "a2", "n4"),
+           _event("user", "q3", "n5")]
+    for e in [*old, *new]:
+        e.token_count = 100
+    # old[3:] (q2, a2) is new[3:5]; a summary through a2 covers the client's head and what it kept.
+    to_tip = Summary("short", 1.0, SummaryBoundary("", old[4].timestamp, old[4].id))
+    result = carry_across_rewrite({"": to_tip}, old, new, 3, 3, summary_tokens=lambda text: 50)
+    assert result.summaries[""].boundary.last_event_id == new[4].id and result.covered == 5 and not result.note
+    # One that ends before what the client dropped does not cover the client's own summary.
+    early = Summary("s", 1.0, SummaryBoundary("", old[1].timestamp, old[1].id))
+    result = carry_across_rewrite({"": early}, old, new, 3, 3, summary_tokens=lambda text: 50)
+    assert result.summaries == {} and "before what the client kept" in result.note
+    # One longer than what it would replace (the head and the kept part up to its boundary) saves nothing.
+    result = carry_across_rewrite({"": to_tip}, old, new, 3, 3, summary_tokens=lambda text: 400)
+    assert result.summaries == {} and "longer than what it would replace (400)" in result.note
+    assert carry_across_rewrite({}, old, new, 3, 3).note.startswith("client rewrite")

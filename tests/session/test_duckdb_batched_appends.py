@@ -127,3 +127,32 @@ async def test_after_a_failed_event_the_same_sessions_later_events_in_the_batch_
 def test_linger_must_not_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="linger must be >= 0"):
         DuckDBSessionService(tmp_path / "s.duckdb", linger=-0.1)
+
+
+async def test_a_batch_of_large_events_goes_in_row_by_row_in_order(tmp_path: Path, monkeypatch: Any) -> None:
+    from agentlab.session import duckdb_tables, duckdb_writes
+
+    path = tmp_path / "s.duckdb"
+    statements: list[int] = []
+
+    class Counting:
+        def __init__(self, con: Any) -> None:
+            self.con = con
+
+        def execute(self, sql: str, params: Any = None) -> Any:
+            statements.append(len(params))
+            return self.con.execute(sql, params)
+
+    insert = duckdb_tables.insert_event_rows
+    monkeypatch.setattr(duckdb_writes, "insert_event_rows", lambda con, rows: insert(Counting(con), rows))
+    big = "word " * 500_000  # 2.5 MB each: two of them are over LARGE_BATCH_CHARS together
+    async with DuckDBSessionService(path, token_counter=lambda e: 1) as service:
+        session = await service.create_session(APP, "u", "one")
+        await service.append_events(session, [user_event(f"{i} {big}") for i in range(3)])
+        await service.append_events(session, [user_event("small"), user_event("ones")])
+    # One statement a row (each row's 14 values), not one of 14 lists: the lock is given back
+    # between rows. Small events still go in as one statement of 14 lists.
+    assert statements == [14, 14, 14, 14]
+    stored = _stored(path)
+    assert [row[2].split(" ")[0] for row in stored] == ["0", "1", "2", "small", "ones"]
+    assert len(stored[1][2]) == len(f"1 {big}")

@@ -2,7 +2,7 @@
 
 The rule, first hit wins:
 
-1. **header**: ``X-Agentlab-Conversation-Id`` (or ``X-Session-ID``, as the seed's server reads it);
+1. **header**: ``X-Agentlab-Conversation-Id`` (or ``X-Session-ID``, as tRPC-Agent-Go's server reads it);
 2. **body**: ``metadata.agentlab_conversation_id``;
 3. **retry**: the same body as a call of the last ten minutes, when that call failed or the client
    says it retries (``x-stainless-retry-count`` > 0); a first turn has no prefix to match yet;
