@@ -335,14 +335,14 @@ def _event_fields() -> tuple[str, ...]:
 
 
 #: Characters of a string beyond which :func:`dumps_in_pieces` encodes it in pieces of this many.
-JSON_PIECE = 256 * 1024
+JSON_PIECE = 64 * 1024
 
 
 def dumps_in_pieces(value: Any, *, sort_keys: bool = False, separators: tuple[str, str] = (", ", ": ")) -> str:
     """``json.dumps(value, ensure_ascii=False, sort_keys=..., separators=...)``, the same text, with
     each string past :data:`JSON_PIECE` characters encoded a piece at a time. ``json.dumps`` holds
     the interpreter lock for the whole text it encodes (a 4 MB string: tens of milliseconds under
-    load); between pieces (about a millisecond each) another thread, the event loop's, can run.
+    load); between pieces (well under a millisecond each) another thread, the event loop's, can run.
     """
     out: list[str] = []
     _encode(value, out, sort_keys, separators)

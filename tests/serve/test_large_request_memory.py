@@ -47,6 +47,8 @@ def test_counting_a_long_text_keeps_no_copy_of_it_alive() -> None:
     # lru_cache of 8,192 texts held every 4 MB message of every large request: 2.8 GB after 20).
     assert tokens.count_text(text) == first == len(tokens.get_encoding().encode_ordinary(text))
     assert sys.getrefcount(text) == before
+    special = "x <|endoftext|> naïve " + "word " * 3000  # counted without the list of tokens, the same
+    assert tokens.count_text(special) == len(tokens.get_encoding().encode_ordinary(special))
     short = "a short text"
     assert tokens.count_text(short) == tokens.count_text(short) > 0
 
