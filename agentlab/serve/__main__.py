@@ -139,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
     args = _serve_parser().parse_args(argv)
+    from agentlab.serve.memory import hand_back_large_blocks
+
+    hand_back_large_blocks()  # before any thread (DuckDB's, the writer's) makes a malloc arena of its own
     from agentlab.serve.server import ServeApp, ServeConfig, serve_forever
 
     config = ServeConfig(upstream=args.upstream, arm=args.arm, agent=args.agent, db=args.db, host=args.host,

@@ -8,7 +8,11 @@ the proxy's RSS high after many large requests is not established (``docs/serve_
 says what was measured); it costs nothing to rule out. So, on glibc only:
 
 * :func:`hand_back_large_blocks` fixes the ``mmap`` threshold at :data:`MMAP_THRESHOLD` (a block
-  that large is mapped on its own and unmapped when freed), once at start;
+  that large is mapped on its own and unmapped when freed) and caps glibc's arenas at
+  :data:`ARENA_MAX` (every thread that finds the arenas busy makes one more, up to 8 per core, and
+  each keeps the free blocks of its own; the proxy's threads are DuckDB's, the ledger writer's, the
+  counting thread's), once at start, before those threads run (``python -m agentlab.serve`` calls
+  it first);
 * :func:`trim` returns the free pages at the top of the heaps (``malloc_trim(0)``), called after
   a large request (in a worker thread: it can take milliseconds).
 
@@ -26,7 +30,10 @@ from typing import Any
 
 #: Blocks of at least this many bytes are mapped on their own (returned to the system when freed).
 MMAP_THRESHOLD = 1 << 20
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
+#: The most malloc arenas glibc makes (its default: 8 per core).
+ARENA_MAX = 2
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter numbers in glibc's malloc.h
+_M_ARENA_MAX = -8
 
 
 @functools.cache
@@ -44,9 +51,12 @@ def _libc() -> Any:
 
 
 def hand_back_large_blocks() -> bool:
-    """Fix glibc's ``mmap`` threshold at :data:`MMAP_THRESHOLD`; whether it was set (glibc only)."""
+    """Fix glibc's ``mmap`` threshold at :data:`MMAP_THRESHOLD` and its arenas at :data:`ARENA_MAX`;
+    whether both were set (glibc only). Arenas made before the call stay.
+    """
     libc = _libc()
-    return bool(libc is not None and libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return bool(libc is not None and libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+                and libc.mallopt(_M_ARENA_MAX, ARENA_MAX))
 
 
 def trim() -> bool:

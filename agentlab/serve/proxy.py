@@ -41,6 +41,7 @@ from agentlab.serve.conversations import APP_NAME, Conversation
 from agentlab.serve.http import HTTPRequest, HTTPResponse, json_response
 from agentlab.serve.memory import hand_back_large_blocks, trim
 from agentlab.serve.proxy_shared import FALLBACK_WINDOW, ProxyShared
+from agentlab.serve.rewrites import tip_keys
 from agentlab.serve.upstream import UpstreamError, openai_error
 from agentlab.serve.wire import (
     RequestError,
@@ -75,6 +76,8 @@ class _Digest:
     canon: list[str]
     chain: list[str]
     body_hash: str
+    #: The rewrite index's keys of a large request (:func:`tip_keys`, hashed off the event loop).
+    tips: list[tuple[int, str]] | None = None
 
 
 class ProxyBackend(ProxyShared):
@@ -119,7 +122,9 @@ class ProxyBackend(ProxyShared):
             self.counter.tool_tokens(body.get("tools"))
         body_hash = chain[-1] + json.dumps({k: v for k, v in body.items() if k != "messages"}, sort_keys=True,
                                            default=str)
-        return _Digest(body, explicit, canon, chain, body_hash)
+        # A large request's tip keys are hashed here (a worker thread) in case the loop needs them.
+        tips = tip_keys(tenant, canon) if parsed is not None else None
+        return _Digest(body, explicit, canon, chain, body_hash, tips)
 
     async def chat(self, request: HTTPRequest) -> HTTPResponse:
         """``POST /v1/chat/completions``."""
@@ -152,7 +157,8 @@ class ProxyBackend(ProxyShared):
             match = await self.store.match_prefix(tenant, chain, conversation_keys.min_prefix_length(messages))
             rewrite = None
             if match.conversation_id is None and not match.ambiguous:
-                rewrite = self.table.tips.find(tenant, canon)
+                tips = self.table.tips
+                rewrite = tips.find(tenant, canon) if digest.tips is None else tips.find_keys(digest.tips)
             if match.conversation_id is not None:
                 conversation_id, key_source = match.conversation_id, "prefix"
             elif rewrite is not None:  # the client rewrote its head and kept its latest turns

@@ -71,11 +71,25 @@ class TipIndex:
         """``(conversation id, i)`` when ``canon[i - 1], canon[i]`` are a conversation's tip and the
         request goes on after them (``i`` < the last index); the latest such ``i`` wins.
         """
-        for i in range(len(canon) - 2, max(0, len(canon) - 2 - TIP_SEARCH), -1):
-            found = self._tips.get(tip_key(tenant, canon[i - 1], canon[i]))
+        return self.find_keys(tip_keys(tenant, canon))
+
+    def find_keys(self, keys: Sequence[tuple[int, str]]) -> tuple[str, int] | None:
+        """:meth:`find` of the :func:`tip_keys` of a request (hashed elsewhere when it is large)."""
+        for i, key in keys:
+            found = self._tips.get(key)
             if found is not None:
                 return found, i
         return None
+
+
+def tip_keys(tenant: str, canon: Sequence[str]) -> list[tuple[int, str]]:
+    """The ``(i, key)`` that :meth:`TipIndex.find` looks up, latest first: the keys of the pairs
+    ``canon[i - 1], canon[i]`` in the last :data:`TIP_SEARCH` messages but the last one. Up to 16
+    hashes of two messages each: a 60 MB request's hashes take the event loop's thread a few hundred
+    milliseconds, so the proxy hashes a large one in a worker thread (the hashing gives the lock back).
+    """
+    return [(i, tip_key(tenant, canon[i - 1], canon[i]))
+            for i in range(len(canon) - 2, max(0, len(canon) - 2 - TIP_SEARCH), -1)]
 
 
 def kept_run(request_canon: Sequence[str], tip: int, ledger_canon: Sequence[str]) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentlab.events import Message, Role, ToolCall
+from agentlab.events import Message, Role, ToolCall, dumps_in_pieces
 
 #: Roles a client may send; ``developer`` is the newer name of ``system`` and is read as one.
 CLIENT_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -200,7 +200,7 @@ def stored_size(m: dict[str, Any], canon: str, limit: int) -> int:
                     if not (isinstance(p, dict) and p.get("type") == "text"))
     if size * 4 <= limit:
         return size
-    return len(json.dumps(m, ensure_ascii=False).encode())
+    return len(dumps_in_pieces(m).encode())  # in pieces: this runs in a worker thread for a large body
 
 
 def check_message(m: Any, i: int) -> None:
@@ -289,7 +289,7 @@ def canonical(m: dict[str, Any]) -> str:
               _canonical_arguments((c.get("function") or {}).get("arguments"))]
              for c in m.get("tool_calls") or ()]
     parts: list[Any] = [role, normalise_space(content_text(m.get("content"))), calls, m.get("tool_call_id")]
-    return json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
+    return dumps_in_pieces(parts, separators=(",", ":"))  # a long text in pieces (see dumps_in_pieces)
 
 
 #: Characters of text whitespace-normalised in one step (a longer text is done in pieces).

@@ -22,6 +22,7 @@ from typing import Any
 
 import duckdb
 
+from agentlab.events import Event, dumps_in_pieces
 from agentlab.session.base import SessionKey, Summary, SummaryBoundary
 
 DuckConnection = duckdb.DuckDBPyConnection
@@ -93,6 +94,14 @@ _INSERT_EVENT_COLUMNS = _INSERT_INTO_EVENTS + "SELECT " + ", ".join(
 #: holds the interpreter lock, so one statement of 60 MB held up the serve proxy's event loop
 #: for a few hundred milliseconds; row by row it is given back between rows.
 LARGE_BATCH_CHARS = 4 * 1024 * 1024
+
+
+def event_json(event: Event) -> str:
+    """``event.to_json()``, the same text, with long strings encoded in pieces
+    (:func:`agentlab.events.dumps_in_pieces`): the ledger writer's thread encoding one 4 MB message
+    in one call held up the serve proxy's event loop for about 100 ms.
+    """
+    return dumps_in_pieces(event.to_dict(), sort_keys=True)
 
 
 def insert_event_rows(con: DuckConnection, rows: list[list[Any]]) -> None:

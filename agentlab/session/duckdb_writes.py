@@ -34,6 +34,7 @@ from agentlab.session.duckdb_tables import (
     KEY_MATCH,
     SESSION_SCHEMA,
     DuckConnection,
+    event_json,
     insert_event_rows,
     key_params,
 )
@@ -260,7 +261,7 @@ class SessionWrites(DuckDBService):
                 next_seq[key] = cached if cached is not None else self._load_next_seq(con, key)
             event = item.event
             if not item.event_json:  # encoded here, in the worker thread: a large event holds up no event loop
-                item.event_json = event.to_json()
+                item.event_json = event_json(event)  # long strings in pieces: the lock is given back between them
             rows.append([*key_params(key), next_seq[key], event.id, event.invocation_id, event.author,
                          event.object, event.role, event.filter_key, event.timestamp, event.token_count,
                          now, item.event_json])

@@ -47,6 +47,8 @@ def test_counting_a_long_text_keeps_no_copy_of_it_alive() -> None:
     # lru_cache of 8,192 texts held every 4 MB message of every large request: 2.8 GB after 20).
     assert tokens.count_text(text) == first == len(tokens.get_encoding().encode_ordinary(text))
     assert sys.getrefcount(text) == before
+    special = "x <|endoftext|> naïve " + "word " * 3000  # counted without the list of tokens, the same
+    assert tokens.count_text(special) == len(tokens.get_encoding().encode_ordinary(special))
     short = "a short text"
     assert tokens.count_text(short) == tokens.count_text(short) > 0
 
@@ -75,3 +77,49 @@ def test_a_large_body_is_parsed_in_the_worker_from_shared_memory(upstream, proxy
                               headers={"content-type": "application/json"}, timeout=120)
         assert response.status_code == status, response.text
     assert upstream.received[-1]["messages"][0]["content"] == text
+
+
+def test_the_server_caps_the_allocator_before_it_starts_any_thread(monkeypatch) -> None:
+    from agentlab.serve import __main__ as cli
+    from agentlab.serve import server
+
+    order: list[str] = []
+    monkeypatch.setattr(memory, "hand_back_large_blocks", lambda: order.append("allocator") or True)
+
+    async def serve_forever(config, ready) -> None:  # noqa: ANN001 - stands in for the server
+        order.append("serve")
+
+    monkeypatch.setattr(server, "serve_forever", serve_forever)
+    assert cli.main(["--upstream", "http://127.0.0.1:9", "--db", ":memory:"]) == 0
+    assert order == ["allocator", "serve"]
+
+
+def test_a_large_event_is_encoded_in_pieces_to_the_same_json(monkeypatch) -> None:
+    from agentlab import events
+    from agentlab.events import Event, Message
+    from agentlab.serve.wire import canonical
+    from agentlab.session.duckdb_tables import event_json
+
+    long = "naïve \"quoted\"\n\\ " * 40_000 + "\U0001f600 end"  # past JSON_PIECE, escapes across piece edges
+    assert len(long) > 2 * events.JSON_PIECE
+    samples = [Event(author="user", choices=[Message(role="user", content=long)], metadata={"chain": "ab", "n": [1, 2.5]}),
+               Event(author="user", choices=[Message(role="user", content="short")])]
+    wire = {"role": "user", "content": [{"type": "text", "text": long}], "tool_calls": [], "x": {"b": 1, "a": None}}
+    expected = [event.to_json() for event in samples] + [
+        json.dumps(["user", " ".join(long.split()), [], None], ensure_ascii=False, separators=(",", ":"))]
+    calls: list[int] = []
+    dumps = json.dumps
+
+    def counting_dumps(value, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        calls.append(len(value) if isinstance(value, str) else 0)
+        return dumps(value, **kwargs)
+
+    monkeypatch.setattr(events.json, "dumps", counting_dumps)
+    encoders = [lambda: event_json(samples[0]), lambda: event_json(samples[1]), lambda: canonical(wire)]
+    for encode, text in zip(encoders, expected, strict=True):
+        calls.clear()
+        assert encode() == text
+        # No single call encodes more than a piece of the long text (the lock is given back between them).
+        assert max(calls) <= events.JSON_PIECE
+    monkeypatch.undo()
+    assert events.dumps_in_pieces(wire, sort_keys=True) == json.dumps(wire, ensure_ascii=False, sort_keys=True)
