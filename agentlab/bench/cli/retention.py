@@ -57,7 +57,7 @@ from agentlab.bench.retention.report import (
     active_profile,
     format_cache_table,
     resolve_price,
-    stored_note,
+    write_ending,
     write_fraction_note,
 )
 from agentlab.bench.retention.summary_bounds import DEFAULT_SUMMARY_TOKENS, MIN_SUMMARY_TOKENS
@@ -247,11 +247,7 @@ def cmd_retention(args: argparse.Namespace, out: TextIO) -> int:
     missing = sum(r.n_missing for r in rows) // max(1, len(arms))
     if missing:
         out.write(f"({missing} gold evidence ids are not in the history; left out of every fraction)\n")
-    if skipped:
-        out.write("skipped (they need a model; this command calls none):\n")
-        w = max(len(name) for name in skipped)
-        out.write("".join(f"  {name:{w}s}  {reason}\n" for name, reason in skipped.items()))
-    out.write(f"measured in {wall:.1f} s{stored_note(args.db, {RETENTION.name: stored, PROMPT_CACHE.name: cached})}\n")
+    write_ending(out, skipped, wall, args.db, {RETENTION.name: stored, PROMPT_CACHE.name: cached})
     return 0
 
 

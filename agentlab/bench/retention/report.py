@@ -72,3 +72,12 @@ def stored_note(db: Path | None, counts: dict[str, int]) -> str:
         return "; nothing stored"
     (table, n), *rest = kept
     return f"; {n} rows stored in {db} (table {table})" + "".join(f" and {m} in table {t}" for t, m in rest)
+
+
+def write_ending(out: TextIO, skipped: dict[str, str], wall: float, db: Path | None, counts: dict[str, int]) -> None:
+    """A retention command's last lines: the arms it skipped (and why), then its time and what it stored."""
+    if skipped:
+        out.write("skipped (they need a model; this command calls none):\n")
+        w = max(len(name) for name in skipped)
+        out.write("".join(f"  {name:{w}s}  {reason}\n" for name, reason in skipped.items()))
+    out.write(f"measured in {wall:.1f} s{stored_note(db, counts)}\n")

@@ -25,7 +25,7 @@ from agentlab.bench.retention.report import (
     active_profile,
     format_cache_table,
     resolve_price,
-    stored_note,
+    write_ending,
     write_fraction_note,
 )
 from agentlab.bench.retention.summary_bounds import (
@@ -134,11 +134,7 @@ def run_trajectory_retention(trajectories: Sequence[Any], datasets: str, arms: d
                 out.write(format_summary_costs([s for s in summaries if s.dataset == dataset]))
             out.write(f"ranked by {basis} instead of raw tokens (1 = cheapest), these arms move: "
                       f"{', '.join(moved[dataset]) or 'none'}\n")
-    if skipped:
-        out.write("skipped (they need a model; this command calls none):\n")
-        w = max(len(name) for name in skipped)
-        out.write("".join(f"  {name:{w}s}  {reason}\n" for name, reason in skipped.items()))
-    out.write(f"measured in {wall:.1f} s{stored_note(db, {TABLE: stored, PROMPT_CACHE.name: cached})}\n")
+    write_ending(out, skipped, wall, db, {TABLE: stored, PROMPT_CACHE.name: cached})
     return 0
 
 
