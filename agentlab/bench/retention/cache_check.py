@@ -291,7 +291,7 @@ def format_check(result: CheckResult) -> str:
     hidden = _percentiles(list(e.hidden.values()))
     lines = [
         f"estimated from the bill: tokenizer ratio {e.ratio:.3f} provider tokens per agentlab token (pooled growth "
-        f"of the prompt between consecutive calls); hidden system prompt + tools per session "
+        f"of the prompt between consecutive calls); hidden system prompt + tools per recorded log "
         f"{_f(hidden['p5'], '.0f')} / {_f(hidden['median'], '.0f')} / {_f(hidden['p95'], '.0f')} tokens (p5 / median / p95)",
         f"reconstruction (thinking of the current turn counted, Anthropic's rule): median per-call prompt-size error "
         f"{100 * e.fit_error:.2f} %; with that thinking left out: {100 * e.fit_error_without_thinking:.2f} % "
