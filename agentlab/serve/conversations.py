@@ -36,6 +36,11 @@ MAX_CONVERSATION_BYTES = 256 * 1024 * 1024
 log = logging.getLogger(__name__)
 
 
+def _failed(write: asyncio.Future[None]) -> bool:
+    """``write`` is over and did not succeed."""
+    return write.done() and (write.cancelled() or write.exception() is not None)
+
+
 @dataclass
 class Conversation:
     """What the server keeps in memory about one conversation (the ledger itself is durable)."""
@@ -49,8 +54,10 @@ class Conversation:
     unit: str
     #: The ledger as this server knows it: the session's events plus the writes still in flight.
     events: list[Event] = field(default_factory=list)
-    #: The latest ledger write (each write starts after the one before: the ledger keeps its order).
+    #: The latest ledger write (the ledger keeps the order of writes: see ``ConversationTable.write``).
     last_write: asyncio.Future[None] | None = None
+    #: The session that ``last_write`` appends to when that write was queued at once (not chained).
+    queued_to: Session | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: (chain hash, cumulative tokens) of the previous call's client and upstream messages.
     last_client: list[tuple[str, int]] = field(default_factory=list)
@@ -229,6 +236,16 @@ class ConversationTable:
         every answer with ``wait_for_ledger``).
         """
         session, create, conv.unborn = conv.session, conv.unborn, False
+        previous = conv.last_write
+        if previous is None or (conv.queued_to is session and not _failed(previous)):
+            # Queued now, behind the previous append to the same session: the session writer commits
+            # one session's appends in order and fails those queued behind a failed one, so a
+            # conversation's consecutive turns share group commits instead of each waiting for the
+            # last one's (with one client, a ledger that fell further behind at every call).
+            task = asyncio.ensure_future(self.sessions.append_events(session, events, create=create))
+            self._track(conv, task)
+            conv.queued_to = session
+            return task
 
         async def write() -> None:
             await self.sessions.append_events(session, events, create=create)
@@ -249,12 +266,17 @@ class ConversationTable:
             await work
 
         task = asyncio.ensure_future(run())
+        self._track(conv, task)
+        conv.queued_to = None
+        return task
+
+    def _track(self, conv: Conversation, task: asyncio.Future[None]) -> None:
+        """Make ``task`` the conversation's latest write, kept until it is done."""
         conv.last_write = task
         self.background.add(task)
         task.add_done_callback(self.background.discard)
         task.add_done_callback(_consume)
         task.add_done_callback(self._evict_if_over)  # a conversation whose write is done may now go
-        return task
 
     def _evict_if_over(self, _: Any = None) -> None:
         if self._over():

@@ -32,7 +32,14 @@ from agentlab.serve.http import (
     HTTPServer,
     json_response,
 )
-from agentlab.serve.store import FLUSH_INTERVAL, MAX_CONVERSATIONS, WRITER_NICE, ServeStore, background_writer
+from agentlab.serve.store import (
+    DUCKDB_THREADS,
+    FLUSH_INTERVAL,
+    MAX_CONVERSATIONS,
+    WRITER_NICE,
+    ServeStore,
+    background_writer,
+)
 from agentlab.serve.wire import MAX_MESSAGE_BYTES, MAX_MESSAGES, RequestError, RequestLimits, error_body
 from agentlab.session.duckdb import DuckDBSessionService
 
@@ -199,7 +206,7 @@ class ServeApp:
         # The proxy's ledger commits are off the answer's path (unless it waits for them); the agent
         # back end's are on it (its runner awaits each append), so they keep the default executor.
         off_path = config.upstream is not None and not config.wait_for_ledger
-        self.sessions = DuckDBSessionService(config.db, fsync=config.fsync,
+        self.sessions = DuckDBSessionService(config.db, fsync=config.fsync, threads=DUCKDB_THREADS,
                                              linger=config.ledger_linger if off_path else 0.0,
                                              append_executor=self.writer if off_path else None)
         self.backend: Any

@@ -60,15 +60,21 @@ class DuckDBSessionService(SessionWrites):
     commits many conversations' events in one statement; every append still returns only after
     its commit. ``append_executor`` runs those commits somewhere else than asyncio's default
     executor (the serve proxy's low-priority writer thread); reads stay on the default one.
+    ``threads`` sets DuckDB's worker threads (default: DuckDB's, one per core).
     """
 
     def __init__(self, path: str | Path, token_counter: EventTokenCounter | None = None, *,
-                 fsync: bool = True, linger: float = 0.0, append_executor: Executor | None = None) -> None:
+                 fsync: bool = True, linger: float = 0.0, append_executor: Executor | None = None,
+                 threads: int | None = None) -> None:
         super().__init__(path, token_counter, linger=linger, append_executor=append_executor)
         self.fsync = fsync
+        self.threads = threads
 
     def _config(self) -> dict[str, str | bool | int | float | list[str]]:
-        return {"fsync_mode": "STANDARD" if self.fsync else "NONE"}
+        config: dict[str, str | bool | int | float | list[str]] = {"fsync_mode": "STANDARD" if self.fsync else "NONE"}
+        if self.threads is not None:
+            config["threads"] = self.threads
+        return config
 
     # -- reads ---------------------------------------------------------------------------------
 

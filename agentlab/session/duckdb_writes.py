@@ -165,6 +165,11 @@ class SessionWrites(DuckDBService):
 
         ``create=True``: ``session`` is new and not stored yet; its row is inserted in the same
         transaction as its first events (``ValueError`` when it exists), which saves a commit of its own.
+
+        Appends to one session are committed in the order they were called, whether they share a
+        batch or not, so a caller need not wait for one append's commit before making the next: if
+        an append fails, the appends to that session queued behind it fail with the same error
+        instead of being committed after a gap.
         """
         if not events:
             if create:
@@ -191,7 +196,7 @@ class SessionWrites(DuckDBService):
                     if self.linger:
                         await asyncio.sleep(self.linger)  # the batch gathers the appends that come meanwhile
                     batch, writer.pending = writer.pending, []
-                    flush = asyncio.ensure_future(self._flush(batch))
+                    flush = asyncio.ensure_future(self._flush(batch, writer))
                     try:
                         await asyncio.shield(flush)
                     except asyncio.CancelledError:
@@ -205,9 +210,10 @@ class SessionWrites(DuckDBService):
             raise
         await done
 
-    async def _flush(self, batch: list[_PendingAppend]) -> None:
+    async def _flush(self, batch: list[_PendingAppend], writer: _LoopWriter) -> None:
         """Write a batch in one transaction; if that fails, write its items one by one so a bad
-        item (say, a deleted session) fails alone.
+        item (say, a deleted session) fails alone, with the later items of its session: those in
+        the batch and those already queued for the next one (the ledger never has a gap).
         """
         try:
             await self._run(lambda con: self._insert_events(con, batch), self.append_executor)
@@ -228,6 +234,15 @@ class SessionWrites(DuckDBService):
                         item.done.set_exception(exc)
                 else:
                     self._apply_to_session(item)
+            if failed:  # queued while this batch was written: they would land after the gap
+                kept = []
+                for item in writer.pending:
+                    error = failed.get(item.session.key)
+                    if error is None:
+                        kept.append(item)
+                    elif not item.done.done():
+                        item.done.set_exception(error)
+                writer.pending[:] = kept
             return
         for item in batch:
             self._apply_to_session(item)

@@ -15,6 +15,20 @@ def _ask(client: openai.OpenAI, messages: list[dict[str, Any]], **kwargs: Any) -
     return raw.parse().choices[0].message.content, raw.headers
 
 
+def _count_batches(server: Any) -> list[int]:
+    """Patch ``server``'s ledger to record the size of every batch it commits."""
+    sessions = server.app.sessions
+    batches: list[int] = []
+    insert = sessions._insert_events
+
+    def counted(con: Any, batch: Any, reload_seq: bool = False) -> None:
+        batches.append(len(batch))
+        insert(con, batch, reload_seq)
+
+    sessions._insert_events = counted
+    return batches
+
+
 def _client(server: Any, key: str, **kwargs: Any) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=kwargs.pop("max_retries", 0), **kwargs)
 
@@ -206,14 +220,7 @@ def test_concurrent_conversations_share_ledger_commits_and_each_reads_back_whole
 
     server = proxy("passthrough", ledger_linger=0.05)
     sessions = server.app.sessions
-    batches: list[int] = []
-    insert = sessions._insert_events
-
-    def counted(con: Any, batch: Any, reload_seq: bool = False) -> None:
-        batches.append(len(batch))
-        insert(con, batch, reload_seq)
-
-    sessions._insert_events = counted
+    batches = _count_batches(server)
     created: list[str] = []
     create = sessions.create_session
 
@@ -246,3 +253,26 @@ def test_concurrent_conversations_share_ledger_commits_and_each_reads_back_whole
         ledger = server.ledger(conversation)
         assert [e.role for e in ledger] == ["system", "user", "assistant"] + ["user", "assistant"] * 2
         assert ledger[1].message.content == f"Caller {i}: where is Lisbon?"
+
+
+def test_one_conversations_turns_share_ledger_commits(proxy) -> None:
+    # One client, turns back to back: each turn's messages and answer are written while the next
+    # turn is already on its way. They go into shared commits, in order; a conversation's write
+    # that waited for the commit of the one before committed one write per linger, so the ledger
+    # fell further behind the client at every call (12 commits here, 12 lingers behind).
+    server = proxy("passthrough", ledger_linger=1.0)
+    batches = _count_batches(server)
+    client = _client(server, "caller")
+    messages: list[dict[str, Any]] = [SYSTEM, FIRST]
+    conversation = None
+    for turn in range(6):
+        answer, headers = _ask(client, messages)
+        conversation = headers["x-agentlab-conversation-id"]
+        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": f"Follow-up {turn}."}]
+    server.settle()
+    assert sum(batches) == 2 + 1 + 5 * 2  # system + user, the answer, then five turns and their answers
+    assert len(batches) <= 6, batches  # 12 writes
+    assert conversation is not None
+    ledger = server.ledger(conversation)
+    assert [e.role for e in ledger] == ["system", "user", "assistant"] + ["user", "assistant"] * 5
+    assert [e.message.content for e in ledger if e.role == "user"][1:] == [f"Follow-up {t}." for t in range(5)]

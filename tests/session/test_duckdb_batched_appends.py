@@ -124,6 +124,30 @@ async def test_after_a_failed_event_the_same_sessions_later_events_in_the_batch_
     assert _stored(path) == [("other", 0, "unrelated")]
 
 
+async def test_appends_queued_behind_a_failed_batch_fail_with_it(tmp_path: Path) -> None:
+    # Without linger the create goes alone into the first batch; the append behind it waits for
+    # the next. A caller that queues its next append without awaiting the one before (the serve
+    # proxy does, so that one conversation's turns share commits) must not see it stored after
+    # the refused one: the second append fails with the first's error, the other session's goes in.
+    path = tmp_path / "s.duckdb"
+    async with DuckDBSessionService(path, token_counter=lambda e: 1) as service:
+        await service.create_session(APP, "u", "taken")
+        other = await service.create_session(APP, "u", "other")
+        twin = Session(app_name=APP, user_id="u", id="taken")
+        sizes = _counting(service)
+        first = asyncio.ensure_future(service.append_events(twin, [user_event("first")], create=True))
+        await asyncio.sleep(0)  # its batch is being written now
+        outcomes = await asyncio.gather(
+            first,
+            service.append_events(twin, [user_event("second")]),
+            service.append_events(other, [user_event("unrelated")]),
+            return_exceptions=True)
+        assert sizes[0] == 1, sizes  # the create was a batch of its own
+        assert isinstance(outcomes[0], ValueError) and isinstance(outcomes[1], ValueError), outcomes
+        assert outcomes[2] is None
+    assert _stored(path) == [("other", 0, "unrelated")]
+
+
 def test_linger_must_not_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="linger must be >= 0"):
         DuckDBSessionService(tmp_path / "s.duckdb", linger=-0.1)
