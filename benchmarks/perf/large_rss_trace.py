@@ -1,10 +1,12 @@
 """The serve proxy's RSS over large requests, sampled every 50 ms: its peak while each request is
 handled, and 1 s and 3 s after its answer (what ``bench_serve.py --large`` prints once, at 1 s).
 
-    .venv/bin/python benchmarks/perf/large_rss_trace.py 8 [proxy args, e.g. --max-conversation-bytes 1000000]
+    .venv/bin/python benchmarks/perf/large_rss_trace.py [--watchdog DUMPS.txt] 8 [proxy args, e.g. --max-conversation-bytes 1000000]
 
 Each request is a new conversation of fifteen 3.9 MB messages (about 60 MB), as in
-``bench_serve.py --large``, sent to the same stub upstream.
+``bench_serve.py --large``, sent to the same stub upstream. With ``--watchdog`` the proxy runs
+under ``loop_watchdog.py`` (every stall of its event loop over 40 ms dumps the threads' stacks),
+and the number of stalls is printed at the end.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ import bench_serve as bench  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
+    dumps = None
+    if argv[:1] == ["--watchdog"]:
+        dumps, argv = argv[1], argv[2:]
     count, proxy_args = int(argv[0]), argv[1:]
+    command = ["-m", "agentlab.serve"] if dumps is None else [str(Path(__file__).parent / "loop_watchdog.py"), dumps]
     upstream = bench.StubUpstream()
     with tempfile.TemporaryDirectory() as tmp:
-        proxy, url = bench.start(["-m", "agentlab.serve", "--upstream", upstream.base_url, "--arm", "passthrough",
+        proxy, url = bench.start([*command, "--upstream", upstream.base_url, "--arm", "passthrough",
                                   "--port", "0", "--db", str(Path(tmp) / "large.duckdb"), "--no-fsync",
                                   "--context-window", "131072", *proxy_args], r"serving (\S+/v1)")
         samples: list[tuple[float, float]] = []
@@ -56,6 +62,9 @@ def main(argv: list[str]) -> int:
             done.set()
             bench.stop(proxy)
             upstream.close()
+    if dumps is not None:
+        stalls = Path(dumps).read_text().count("Timeout (")
+        print(f"event loop stalls over 40 ms: {stalls} (stacks in {dumps})")
     return 0
 
 
