@@ -61,8 +61,8 @@ class BadRequest(Exception):
 
     def payload(self) -> bytes:
         """The OpenAI-shaped error body."""
-        return json.dumps({"error": {"message": str(self), "type": "invalid_request_error", "param": None,
-                                     "code": self.code}}).encode()
+        kind = "server_error" if self.status >= 500 else "invalid_request_error"
+        return json.dumps({"error": {"message": str(self), "type": kind, "param": None, "code": self.code}}).encode()
 
 
 @dataclass
@@ -192,6 +192,15 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limi
     return body
 
 
+async def _drop(reader: asyncio.StreamReader, size: int) -> None:
+    """Read and forget ``size`` bytes, :data:`_READ_PIECE` at a time."""
+    while size > 0:
+        piece = await reader.read(min(_READ_PIECE, size))
+        if not piece:
+            return
+        size -= len(piece)
+
+
 async def _within(seconds: float, work: Coroutine[Any, Any, _T]) -> _T:
     """``await work``, or ``asyncio.TimeoutError`` after ``seconds``."""
     if _TIMEOUT is not None:  # a timer on this task; wait_for would make a task per read
@@ -262,11 +271,11 @@ class HTTPServer:
                         return
                     started = True
                     method, target, version, headers = await _within(self.head_timeout, _read_head(reader, first))
-                    hold = await self._admit(headers)
+                    hold = await self._admit(reader, headers)
                     try:
                         body = await _within(self.idle_timeout, _read_body(reader, headers, self.max_body_bytes))
                         if hold is None and len(body) > ADMIT_OVER:  # a chunked body: admitted once read
-                            hold = await self._admit({"content-length": str(len(body))})
+                            hold = await self._admit(None, {"content-length": str(len(body))})
                     except BaseException:
                         if hold is not None:
                             hold.release()
@@ -311,9 +320,11 @@ class HTTPServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _admit(self, headers: dict[str, str]) -> Hold | None:
+    async def _admit(self, reader: asyncio.StreamReader | None, headers: dict[str, str]) -> Hold | None:
         """Wait until a body of ``content-length`` over :data:`ADMIT_OVER` bytes fits in the budget
-        (``None`` for a smaller or unsaid one); :class:`BadRequest` 503 after ``idle_timeout``.
+        (``None`` for a smaller or unsaid one); :class:`BadRequest` 503 after ``idle_timeout``,
+        once the unread body (from ``reader``) was read and dropped a piece at a time, so that the
+        client, still sending, gets the answer instead of a reset connection.
         """
         try:
             size = int(headers.get("content-length") or 0)
@@ -324,6 +335,9 @@ class HTTPServer:
         try:
             return await _within(self.idle_timeout, self.budget.acquire(size))
         except asyncio.TimeoutError:
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    await _within(self.idle_timeout, _drop(reader, size))
             raise BadRequest(503, f"large requests in flight held this server's budget of {self.budget.limit} "
                                   f"bytes of large bodies for {self.idle_timeout:g} s; retry later",
                              "server_busy") from None

@@ -165,6 +165,35 @@ def test_the_server_admits_large_bodies_by_bytes_and_does_not_copy_them() -> Non
         loop.close()
 
 
+def test_a_large_body_that_waits_too_long_gets_a_503_and_small_ones_still_pass() -> None:
+    loop = asyncio.new_event_loop()
+    kept: list[Any] = []
+
+    async def handler(request: HTTPRequest) -> HTTPResponse:
+        if request.hold is not None:
+            kept.append(request.hold.extend())  # never let go: the budget stays full
+        return json_response(200, {"ok": True})
+
+    server = HTTPServer(handler, large_body_budget=2 * ADMIT_OVER, idle_timeout=0.5)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+        big = b"a" * (2 * ADMIT_OVER)
+        assert b" 200 " in _post(server.port, big)
+        began = time.perf_counter()
+        answer = _post(server.port, b"b" * (ADMIT_OVER + 1))
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"server_busy" in answer and b"server_error" in answer
+        assert 0.4 < time.perf_counter() - began < 10
+        assert b" 200 " in _post(server.port, b'{"small": 1}')
+        assert server.budget.held == len(big) and len(kept) == 1
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 def test_the_proxy_holds_a_large_body_until_its_ledger_write_is_done(proxy, recording) -> None:
     import httpx
 
