@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from agentlab.serve.memory import ByteBudget, Hold
+
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 #: ``asyncio.timeout`` (Python 3.11+), else ``None`` (``asyncio.wait_for`` then).
@@ -31,6 +33,14 @@ _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _BAD_HEADER_VALUE = re.compile(r"[\r\n\x00]")
 #: Default request body cap (``--max-body-bytes``).
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Request bodies over this many bytes are admitted against the server's large-body budget.
+ADMIT_OVER = 1 << 20
+#: Default bytes of large request bodies in flight at once (read, being handled, or held by the
+#: handler until its work on them is done, e.g. the proxy's ledger write): one body of the default
+#: ``--max-body-bytes``. A large request beyond it waits (its body not read yet) until earlier ones
+#: are let go, at most ``--idle-timeout`` seconds (then a 503); one larger than the whole budget
+#: is admitted alone.
+LARGE_BODY_BUDGET = MAX_BODY_BYTES
 #: Default seconds a request's head may take to arrive, from its first byte (``--head-timeout``).
 HEAD_TIMEOUT = 10.0
 #: Default seconds a connection may sit without a request (and a body may take; ``--idle-timeout``).
@@ -51,19 +61,26 @@ class BadRequest(Exception):
 
     def payload(self) -> bytes:
         """The OpenAI-shaped error body."""
-        return json.dumps({"error": {"message": str(self), "type": "invalid_request_error", "param": None,
-                                     "code": self.code}}).encode()
+        kind = "server_error" if self.status >= 500 else "invalid_request_error"
+        return json.dumps({"error": {"message": str(self), "type": kind, "param": None, "code": self.code}}).encode()
 
 
 @dataclass
 class HTTPRequest:
-    """One request: method, path (without the query), lower-case headers, the body and the query string."""
+    """One request: method, path (without the query), lower-case headers, the body and the query string.
+
+    A body over 1 MiB is the ``bytearray`` it was read into (not copied into ``bytes``). ``hold``
+    is its bytes admitted against the server's large-body budget (a body over :data:`ADMIT_OVER`):
+    a handler still using the body's copies after its answer keeps them held with
+    ``hold.extend()``.
+    """
 
     method: str
     path: str
     headers: dict[str, str]
-    body: bytes
+    body: bytes | bytearray
     query: str = ""
+    hold: Hold | None = None
 
 
 @dataclass
@@ -125,9 +142,10 @@ def _too_large(limit: int) -> BadRequest:
                       "request_too_large")
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limit: int) -> bytes:
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limit: int) -> bytes | bytearray:
     if "chunked" in headers.get("transfer-encoding", "").lower():
         parts: list[bytes] = []
+        joined = bytearray()
         total = 0
         while True:
             line = (await _read_line(reader)).split(b";")[0].strip()
@@ -136,11 +154,20 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limi
             size = int(line, 16)
             if size == 0:
                 await reader.readline()
-                return b"".join(parts)
+                return b"".join(parts) if total <= _READ_PIECE else joined
             total += size
             if total > limit:
                 raise _too_large(limit)
-            parts.append(await reader.readexactly(size))
+            while size:  # a large chunk in pieces too
+                piece = await reader.readexactly(min(size, _READ_PIECE))
+                size -= len(piece)
+                if total <= _READ_PIECE:
+                    parts.append(piece)
+                else:  # past a piece, gathered in one bytearray (the body, not joined again at the end)
+                    if parts:
+                        joined += b"".join(parts)
+                        parts.clear()
+                    joined += piece
             await reader.readline()
     try:
         length = int(headers.get("content-length") or 0)
@@ -154,13 +181,24 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limi
         return await reader.readexactly(length) if length else b""
     # A large body in pieces: one readexactly would copy the whole of it several times in one
     # step of the event loop (the stream's buffer grows, then is sliced and copied).
+    # The bytearray itself is the request's body: a bytes() of it was one more copy of tens of
+    # megabytes, made in one call holding the interpreter lock.
     body = bytearray()
     while len(body) < length:
         piece = await reader.read(min(_READ_PIECE, length - len(body)))
         if not piece:
-            raise asyncio.IncompleteReadError(bytes(body), length)
+            raise asyncio.IncompleteReadError(b"", length)
         body += piece
-    return bytes(body)
+    return body
+
+
+async def _drop(reader: asyncio.StreamReader, size: int) -> None:
+    """Read and forget ``size`` bytes, :data:`_READ_PIECE` at a time."""
+    while size > 0:
+        piece = await reader.read(min(_READ_PIECE, size))
+        if not piece:
+            return
+        size -= len(piece)
 
 
 async def _within(seconds: float, work: Coroutine[Any, Any, _T]) -> _T:
@@ -185,17 +223,23 @@ class HTTPServer:
     or when a body takes longer than ``idle_timeout``; all before any route or key check, so
     half-sent requests cannot pile up. A request begun and not finished in time gets a 408 first;
     one that cannot be read (a malformed chunk size, a CR, LF or NUL inside a header value) a 4xx.
+
+    A body over :data:`ADMIT_OVER` bytes is admitted against ``large_body_budget`` bytes of such
+    bodies in flight (a :class:`~agentlab.serve.memory.ByteBudget`; see :data:`LARGE_BODY_BUDGET`)
+    before it is read (a chunked one, whose length is not said, after); smaller ones never wait.
     """
 
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0, *,
                  max_body_bytes: int = MAX_BODY_BYTES, head_timeout: float = HEAD_TIMEOUT,
-                 idle_timeout: float = IDLE_TIMEOUT) -> None:
+                 idle_timeout: float = IDLE_TIMEOUT, large_body_budget: int = LARGE_BODY_BUDGET) -> None:
         self.handler = handler
         self.host = host
         self.port = port
         self.max_body_bytes = max_body_bytes
         self.head_timeout = head_timeout
         self.idle_timeout = idle_timeout
+        #: The large bodies in flight (see the class docstring).
+        self.budget = ByteBudget(large_body_budget)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
 
@@ -227,7 +271,15 @@ class HTTPServer:
                         return
                     started = True
                     method, target, version, headers = await _within(self.head_timeout, _read_head(reader, first))
-                    body = await _within(self.idle_timeout, _read_body(reader, headers, self.max_body_bytes))
+                    hold = await self._admit(reader, headers)
+                    try:
+                        body = await _within(self.idle_timeout, _read_body(reader, headers, self.max_body_bytes))
+                        if hold is None and len(body) > ADMIT_OVER:  # a chunked body: admitted once read
+                            hold = await self._admit(None, {"content-length": str(len(body))})
+                    except BaseException:
+                        if hold is not None:
+                            hold.release()
+                        raise
                 except asyncio.TimeoutError:
                     log.debug("connection closed: a request did not arrive in time")
                     if started:  # a request begun and not finished: say so before closing
@@ -242,15 +294,22 @@ class HTTPServer:
                     await self._refuse(writer, exc)
                     return
                 path, _, query = target.partition("?")
-                request = HTTPRequest(method, path, headers, body, query)
+                request = HTTPRequest(method, path, headers, body, query, hold)
+                del body
                 try:
-                    response = await self.handler(request)
-                except Exception as exc:  # the handler's own bug: answer 500 and keep serving
-                    log.exception("handler failed")
-                    response = json_response(500, {"error": {"message": f"internal error: {exc}",
-                                                             "type": "server_error", "code": "internal_error"}})
-                keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-                await self._write(writer, response, keep_alive)
+                    try:
+                        response = await self.handler(request)
+                    except Exception as exc:  # the handler's own bug: answer 500 and keep serving
+                        log.exception("handler failed")
+                        response = json_response(500, {"error": {"message": f"internal error: {exc}",
+                                                                 "type": "server_error", "code": "internal_error"}})
+                    keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+                    await self._write(writer, response, keep_alive)
+                finally:
+                    del request
+                    if hold is not None:
+                        hold.release()
+                        hold = None
                 if not keep_alive:
                     return
         except (ConnectionError, asyncio.CancelledError):
@@ -260,6 +319,28 @@ class HTTPServer:
                 self._connections.discard(task)
             with contextlib.suppress(Exception):
                 writer.close()
+
+    async def _admit(self, reader: asyncio.StreamReader | None, headers: dict[str, str]) -> Hold | None:
+        """Wait until a body of ``content-length`` over :data:`ADMIT_OVER` bytes fits in the budget
+        (``None`` for a smaller or unsaid one); :class:`BadRequest` 503 after ``idle_timeout``,
+        once the unread body (from ``reader``) was read and dropped a piece at a time, so that the
+        client, still sending, gets the answer instead of a reset connection.
+        """
+        try:
+            size = int(headers.get("content-length") or 0)
+        except ValueError:
+            return None  # _read_body says what is wrong with it
+        if size <= ADMIT_OVER or size > self.max_body_bytes:
+            return None
+        try:
+            return await _within(self.idle_timeout, self.budget.acquire(size))
+        except asyncio.TimeoutError:
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    await _within(self.idle_timeout, _drop(reader, size))
+            raise BadRequest(503, f"large requests in flight held this server's budget of {self.budget.limit} "
+                                  f"bytes of large bodies for {self.idle_timeout:g} s; retry later",
+                             "server_busy") from None
 
     @staticmethod
     async def _refuse(writer: asyncio.StreamWriter, exc: BadRequest) -> None:

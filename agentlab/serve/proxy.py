@@ -30,6 +30,7 @@ import asyncio
 import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -181,7 +182,10 @@ class ProxyBackend(ProxyShared):
         call = ProxyCall(self, request, body, conv, chain, key_source, started, started_at, arm)
         call.body_hash, call.row["retry"] = body_hash, retried or body_hash in conv.answered
         call.canon, call.rewrite_at = canon, rewrite_at
-        call.on_done = functools.partial(self._call_done, conv, len(request.body))
+        # A large body's bytes stay held against the server's budget until this call's ledger
+        # writes (which hold copies of its text) are done: the next large request waits for that.
+        let_go = request.hold.extend() if request.hold is not None else None
+        call.on_done = functools.partial(self._call_done, conv, len(request.body), let_go)
         try:
             return await call.run()
         except BaseException as exc:
@@ -201,13 +205,31 @@ class ProxyBackend(ProxyShared):
                 raise RequestError(f"header {ARM_HEADER}: {exc}", param=ARM_HEADER) from None
         return arm
 
-    def _call_done(self, conv: Conversation, body_bytes: int = 0) -> None:
+    def _call_done(self, conv: Conversation, body_bytes: int = 0, let_go: Callable[[], None] | None = None) -> None:
         self.table.release(conv)
-        if body_bytes > TRIM_BYTES:  # the call's copies of a large body are freed now: give them back
-            self.spawn(asyncio.to_thread(trim))
+        if body_bytes > TRIM_BYTES or let_go is not None:
+            # The conversation's last ledger write (each waits for the one before): the call's own are
+            # done with it, not with the other background work (a summary can take the upstream's time).
+            writes = [conv.last_write] if conv.last_write is not None else []
+            self.spawn(self._after_writes(writes, body_bytes > TRIM_BYTES, let_go))
         self._in_flight -= 1
         if not self._in_flight:
             self._idle.set()
+
+    @staticmethod
+    async def _after_writes(writes: list[asyncio.Future[Any]], trim_heap: bool,
+                            let_go: Callable[[], None] | None) -> None:
+        """Once ``writes`` (the ledger writes of a call that ended) are done, the call's copies of a large body are freed: give the heap's free pages back
+        (``trim_heap``) and the body's bytes back to the server's budget.
+        """
+        try:
+            if writes:
+                await asyncio.wait(writes)
+            if trim_heap:
+                await asyncio.to_thread(trim)
+        finally:
+            if let_go is not None:
+                let_go()
 
     async def settle(self) -> None:
         """Wait until no call is in flight and every ledger write, summary and call row is committed."""

@@ -17,11 +17,12 @@ from agentlab.model.openai_compat import OpenAICompatModel
 from agentlab.serve.budget import SummaryBudgets
 from agentlab.serve.conversations import MAX_CONVERSATION_BYTES, ConversationTable
 from agentlab.serve.counting import MessageCounter
+from agentlab.serve.handoff import parse_to_pieces, rebuild
 from agentlab.serve.http import HTTPRequest
 from agentlab.serve.store import MAX_CONVERSATIONS, ServeStore
 from agentlab.serve.upstream import UpstreamClient, UpstreamError
 from agentlab.serve.windows import FALLBACK_WINDOW, UpstreamWindows
-from agentlab.serve.wire import RequestError, RequestLimits, parse_shared
+from agentlab.serve.wire import RequestError, RequestLimits
 from agentlab.session.duckdb import DuckDBSessionService
 
 __all__ = ["FALLBACK_WINDOW", "MAX_MODELS", "ProxyShared"]
@@ -94,7 +95,7 @@ class ProxyShared:
         """Conversations evicted so far."""
         return self.table.evictions
 
-    async def parse_elsewhere(self, raw: bytes) -> dict[str, Any]:
+    async def parse_elsewhere(self, raw: bytes | bytearray) -> dict[str, Any]:
         """:func:`parse_chat_request` of a large body in a worker process: the JSON decoder holds the
         interpreter lock for the whole parse (about 150 ms for 100,000 messages), which a thread
         would not give back to the event loop. ``RequestError`` as in this process.
@@ -118,15 +119,17 @@ class ProxyShared:
                 buffer[start:start + COPY_PIECE] = view[start:start + COPY_PIECE]
                 await asyncio.sleep(0)  # let other calls run between pieces
             del view, buffer  # SharedMemory.close refuses while a view of its buffer lives
-            body, error = await loop.run_in_executor(self._parser, parse_shared, shared.name, len(raw),
-                                                     self.limits.max_messages)
+            handoff, error = await loop.run_in_executor(self._parser, parse_to_pieces, shared.name, len(raw),
+                                                        self.limits.max_messages)
         finally:
             shared.close()
             shared.unlink()
-        if body is None:
+        if handoff is None:
             message, status, param, code = error
             raise RequestError(message, status=status, param=param, code=code)
-        return body
+        # Rebuilt a piece at a time in a thread: unpickled whole (the pool's way) it was one call of
+        # tens of megabytes holding the interpreter lock (see agentlab.serve.handoff).
+        return await asyncio.to_thread(rebuild, handoff)
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run ``work`` in the background (``settle`` waits for it)."""

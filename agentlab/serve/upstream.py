@@ -34,7 +34,7 @@ _BREAKS_LINE = re.compile(r"[\r\n\x00]")
 WRITE_PIECE = 1 << 20
 
 
-async def _write_in_pieces(writer: asyncio.StreamWriter, data: bytes) -> None:
+async def _write_in_pieces(writer: asyncio.StreamWriter, data: bytes | bytearray) -> None:
     """Write ``data`` at most :data:`WRITE_PIECE` bytes at a time, draining in between.
 
     One ``write`` of tens of megabytes makes the transport copy what the socket did not take into
@@ -192,7 +192,8 @@ class UpstreamClient:
         else:
             conn.close()
 
-    async def request(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> UpstreamResponse:
+    async def request(self, method: str, path: str, headers: dict[str, str],
+                      body: bytes | bytearray = b"") -> UpstreamResponse:
         """Send a request to ``<base path><path>``; the response with its head read."""
         head = [f"{method} {self.prefix}{path} HTTP/1.1", f"host: {self.host_header}",
                 f"content-length: {len(body)}"]

@@ -107,7 +107,7 @@ def _is_type(value: Any, types: tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
-def parse_chat_request(raw: bytes, *, max_messages: int | None = None) -> dict[str, Any]:
+def parse_chat_request(raw: bytes | bytearray, *, max_messages: int | None = None) -> dict[str, Any]:
     """The request body as a dict, or :class:`RequestError` naming what is wrong with it (413 when
     it holds more than ``max_messages`` messages).
     """
