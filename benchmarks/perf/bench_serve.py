@@ -269,11 +269,13 @@ def large_requests(count: int, megabytes: float, proxy_args: list[str], rss_budg
             worsts: list[float] = []
             rsss: list[float] = []
             per_message = 3_900_000
+            sent: list[list[dict[str, str]]] = []
             for i in range(count):
                 words = f"request {i} " + "word " * (per_message // 5)
                 messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"{k} {words}"}
                             for k in range(max(1, round(megabytes * 1e6 / per_message)))]
                 raw = json.dumps({"model": "test-model", "messages": messages}).encode()
+                sent.append([{"role": m["role"]} for m in messages])  # kept small: only how many
                 status, took, worst = asyncio.run(one_large(url, raw))
                 worsts.append(worst)
                 rsss.append(rss_mb(proxy.pid))
@@ -290,6 +292,22 @@ def large_requests(count: int, megabytes: float, proxy_args: list[str], rss_budg
         finally:
             stop(proxy)
             upstream.close()
+        stored_events, stored_chars, outcomes = ledger_stored(str(Path(tmp) / "large.duckdb"))
+        expected = sum(len(m) for m in sent)
+        print(f"ledger: {stored_events} events stored of the {expected} messages sent + {count} answers "
+              f"({stored_chars / 1e6:.0f} M characters of event JSON); call outcomes {outcomes} -> "
+              f"{'complete' if stored_events == expected + count else 'INCOMPLETE'}")
+
+
+def ledger_stored(db: str) -> tuple[int, int, dict[str, int]]:
+    """Events in the ledger, their JSON's characters and the call outcomes of a stopped proxy's file."""
+    import duckdb
+
+    with duckdb.connect(db, read_only=True) as con:
+        row = con.execute("SELECT count(*), coalesce(sum(length(event_json)), 0) FROM events").fetchone()
+        outcomes = dict(con.execute("SELECT outcome, count(*) FROM serve_calls GROUP BY outcome").fetchall())
+    assert row is not None
+    return int(row[0]), int(row[1]), {str(k): int(v) for k, v in outcomes.items()}
 
 
 def main() -> int:
