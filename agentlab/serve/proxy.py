@@ -208,7 +208,7 @@ class ProxyBackend(ProxyShared):
     def _call_done(self, conv: Conversation, body_bytes: int = 0, let_go: Callable[[], None] | None = None) -> None:
         self.table.release(conv)
         if body_bytes > TRIM_BYTES or let_go is not None:
-            # The conversation's last ledger write (each waits for the one before): the call's own are
+            # The conversation's last ledger write (its writes are committed in order): the call's own are
             # done with it, not with the other background work (a summary can take the upstream's time).
             writes = [conv.last_write] if conv.last_write is not None else []
             self.spawn(self._after_writes(writes, body_bytes > TRIM_BYTES, let_go))
@@ -219,8 +219,9 @@ class ProxyBackend(ProxyShared):
     @staticmethod
     async def _after_writes(writes: list[asyncio.Future[Any]], trim_heap: bool,
                             let_go: Callable[[], None] | None) -> None:
-        """Once ``writes`` (the ledger writes of a call that ended) are done, the call's copies of a large body are freed: give the heap's free pages back
-        (``trim_heap``) and the body's bytes back to the server's budget.
+        """Once ``writes`` (the ledger writes of a call that ended) are done, the call's copies of a
+        large body are freed: give the heap's free pages back (``trim_heap``) and the body's bytes
+        back to the server's budget.
         """
         try:
             if writes:
