@@ -213,8 +213,8 @@ def _prefix_key(tenant: str, chain_hash: str) -> str:
 
 
 #: DuckDB worker threads of the proxy's file. Its statements are small inserts and indexed
-#: lookups, which gain nothing from parallel workers; a second worker thread cost about 0.5 ms of
-#: CPU per proxied call (woken at every commit) on a 2-core machine.
+#: lookups, which gain nothing from parallel workers; a second worker thread was woken at every
+#: commit and spent CPU there.
 DUCKDB_THREADS = 1
 
 

@@ -20,8 +20,10 @@ Printed per arm and C:
 * ``in-proxy p50/p99``: per call, the proxy's own latency minus the time it waited on the upstream
   (from ``serve_calls``: ``latency_ms - upstream_ms``), the overhead without client-side noise;
 * ``calls/s``: calls / wall time, direct and through the proxy;
-* ``cpu ms/call``: CPU time the proxy process spent per proxied call (user + system, from
-  ``/proc``); it rises too when the machine's host is busy, so compare trees by alternating them.
+* ``cpu ms/call``: CPU time the proxy process spent per proxied call (all its threads, from
+  ``/proc``); it rises too when the machine's host is busy, so compare trees by alternating them;
+  ``loop``: the part of it on the proxy's main thread, where its event loop runs (the rest is the
+  ledger writer and the worker threads).
 
 The goal lines also give the added p50 of each (direct, proxy) round pair, lowest to highest: how
 far one round moves the figure on this machine, and how many commits stored the ledger's events.
@@ -144,24 +146,27 @@ async def load(url: str, concurrency: int, turns: int, run: str) -> tuple[list[f
     return latencies, wall
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds the threads of a process have run so far (Linux ``/proc``; NaN elsewhere).
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds the threads of a process have run so far, and those of its main thread alone
+    (Linux ``/proc``; NaN elsewhere).
 
     The sum of each thread's ``schedstat`` (nanoseconds), not ``stat``'s user + system time, which
     counts in clock ticks (10 ms): over the 18 calls of one conversation of 6 turns, 3 rounds,
     one tick is 0.56 ms a call. A thread that ends between two readings is left out of the second;
     the proxy's threads (the event loop, the writer, the executors' workers) live as long as it does.
     """
-    total = 0
+    total = main = 0
     try:
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
-                total += int((task / "schedstat").read_text().split()[0])
+                ns = int((task / "schedstat").read_text().split()[0])
             except (OSError, ValueError, IndexError):
                 continue  # the thread ended meanwhile
+            total += ns
+            main += ns if task.name == str(pid) else 0
     except OSError:
-        return float("nan")
-    return total / 1e9
+        return float("nan"), float("nan")
+    return total / 1e9, main / 1e9
 
 
 def ledger_commits(db: str) -> tuple[int, int]:
@@ -348,7 +353,7 @@ def main() -> int:
                                     "--no-tool-calls"], r"serving (\S+/v1)")
     header = (f"{'arm':<12}{'C':>4}{'calls':>7}{'direct p50':>11}{'p99':>8}{'proxy p50':>11}{'p99':>8}"
               f"{'added p50':>11}{'p99':>8}{'in-proxy p50':>14}{'p99':>8}{'direct/s':>10}{'proxy/s':>9}"
-              f"{'cpu ms/call':>13}")
+              f"{'cpu ms/call':>13}{'loop':>6}")
     rows: list[str] = []
     verdict: list[str] = []
     try:
@@ -368,18 +373,19 @@ def main() -> int:
                                              r"serving (\S+/v1)")
                     try:
                         asyncio.run(load(proxy_url, 2, 2, "warm"))  # imports, tokenizer, first DuckDB writes
-                        direct, proxied, direct_wall, proxy_wall, cpu = [], [], 0.0, 0.0, 0.0
+                        direct, proxied, direct_wall, proxy_wall, cpu, loop_cpu = [], [], 0.0, 0.0, 0.0, 0.0
                         pairs: list[float] = []  # added p50 of each (direct, proxy) round pair
                         for r in range(args.rounds):
                             lat, wall = asyncio.run(load(upstream_url, concurrency, args.turns, f"d{r}"))
                             pairs.append(-percentile(lat, 0.5))
                             direct, direct_wall = direct + lat, direct_wall + wall
-                            cpu_before = cpu_seconds(proxy.pid)
+                            cpu_before, loop_before = cpu_seconds(proxy.pid)
                             lat, wall = asyncio.run(load(proxy_url, concurrency, args.turns, f"p{r}"))
                             pairs[-1] += percentile(lat, 0.5)
-                            cpu += cpu_seconds(proxy.pid) - cpu_before
+                            cpu_after, loop_after = cpu_seconds(proxy.pid)
+                            cpu, loop_cpu = cpu + cpu_after - cpu_before, loop_cpu + loop_after - loop_before
                             proxied, proxy_wall = proxied + lat, proxy_wall + wall
-                        cpu_ms = cpu * 1000 / len(proxied)
+                        cpu_ms, loop_ms = cpu * 1000 / len(proxied), loop_cpu * 1000 / len(proxied)
                     finally:
                         stop(proxy)
                     # The warm-up calls left out; a bare relay logs nothing (its own time is not known).
@@ -392,7 +398,7 @@ def main() -> int:
                         f"{percentile(direct, .99):>8.1f}{percentile(proxied, .5):>11.1f}{percentile(proxied, .99):>8.1f}"
                         f"{added50:>11.1f}{added99:>8.1f}{statistics.median(inside):>14.1f}"
                         f"{percentile(inside, .99):>8.1f}{len(direct) / direct_wall:>10.1f}{len(proxied) / proxy_wall:>9.1f}"
-                        f"{cpu_ms:>13.2f}")
+                        f"{cpu_ms:>13.2f}{loop_ms:>6.2f}")
                     print(rows[-1] if len(rows) > 1 else header + "\n" + rows[-1], flush=True)
                     if concurrency == GOAL_CONCURRENCY:
                         met = added50 <= GOAL_P50_MS and added99 <= GOAL_P99_MS
