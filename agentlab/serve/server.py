@@ -42,6 +42,7 @@ from agentlab.serve.store import (
 )
 from agentlab.serve.wire import MAX_MESSAGE_BYTES, MAX_MESSAGES, RequestError, RequestLimits, error_body
 from agentlab.session.duckdb import DuckDBSessionService
+from agentlab.session.duckdb_texts import TEXT_FILE_OVER
 
 _T = TypeVar("_T")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -206,9 +207,11 @@ class ServeApp:
         # The proxy's ledger commits are off the answer's path (unless it waits for them); the agent
         # back end's are on it (its runner awaits each append), so they keep the default executor.
         off_path = config.upstream is not None and not config.wait_for_ledger
+        # Long texts go to files beside the ledger, so DuckDB's checkpoints never rewrite them.
         self.sessions = DuckDBSessionService(config.db, fsync=config.fsync, threads=DUCKDB_THREADS,
                                              linger=config.ledger_linger if off_path else 0.0,
-                                             append_executor=self.writer if off_path else None)
+                                             append_executor=self.writer if off_path else None,
+                                             text_file_over=None if config.db == ":memory:" else TEXT_FILE_OVER)
         self.backend: Any
         if config.upstream is not None:
             from agentlab.serve.proxy import ProxyBackend

@@ -36,6 +36,7 @@ from agentlab.session.base import (
     Summary,
 )
 from agentlab.session.duckdb_tables import KEY_MATCH, DuckConnection, key_params, summary_from_row
+from agentlab.session.duckdb_texts import event_from_row
 from agentlab.session.duckdb_writes import SessionWrites
 from agentlab.session.inmemory import check_window_sizes, describe
 
@@ -61,14 +62,26 @@ class DuckDBSessionService(SessionWrites):
     its commit. ``append_executor`` runs those commits somewhere else than asyncio's default
     executor (the serve proxy's low-priority writer thread); reads stay on the default one.
     ``threads`` sets DuckDB's worker threads (default: DuckDB's, one per core).
+
+    ``text_file_over`` (default ``None``: every text in its row) keeps each string of an event
+    longer than that many characters in a file of its own, in ``<path>.texts/``, written before
+    the event's commit: DuckDB rewrites the whole last row group of the ledger at every
+    checkpoint, so multi-megabyte events in the table make every checkpoint slower and larger
+    (:mod:`agentlab.session.duckdb_texts`). Such events are read back whatever this setting;
+    copy the folder along with the file.
     """
 
     def __init__(self, path: str | Path, token_counter: EventTokenCounter | None = None, *,
                  fsync: bool = True, linger: float = 0.0, append_executor: Executor | None = None,
-                 threads: int | None = None) -> None:
-        super().__init__(path, token_counter, linger=linger, append_executor=append_executor)
+                 threads: int | None = None, text_file_over: int | None = None) -> None:
+        super().__init__(path, token_counter, linger=linger, append_executor=append_executor,
+                         text_file_over=text_file_over, fsync=fsync)
         self.fsync = fsync
         self.threads = threads
+
+    def _event(self, row_text: str) -> Event:
+        """A stored event, its long texts read back from their files (see ``duckdb_texts``)."""
+        return event_from_row(row_text, self.texts_root)
 
     def _config(self) -> dict[str, str | bool | int | float | list[str]]:
         config: dict[str, str | bool | int | float | list[str]] = {"fsync_mode": "STANDARD" if self.fsync else "NONE"}
@@ -99,7 +112,7 @@ class DuckDBSessionService(SessionWrites):
                 app_name=app_name,
                 user_id=user_id,
                 id=session_id,
-                events=[Event.from_json(text) for _, text in events],
+                events=[self._event(text) for _, text in events],
                 state=json.loads(row[0]),
                 summaries={fk: summary_from_row(*rest) for fk, *rest in summaries},
                 created_at=float(row[1]),
@@ -132,7 +145,7 @@ class DuckDBSessionService(SessionWrites):
             ).fetchall():
                 if sid in sessions:
                     session = sessions[sid]
-                    session.events.append(Event.from_json(text))
+                    session.events.append(self._event(text))
                     session.updated_at = max(session.updated_at, appended_at)
             for sid, fk, *rest in con.execute(
                 "SELECT session_id, filter_key, text, updated_at, boundary, topics FROM summaries"
@@ -208,7 +221,7 @@ class DuckDBSessionService(SessionWrites):
                 [*key_params(key), anchor_seq, *role_params, after],
             ).fetchall()
             texts = [t for (t,) in reversed(earlier)] + [anchor_json] + [t for (t,) in later]
-            return [Event.from_json(text) for text in texts]
+            return [self._event(text) for text in texts]
 
         return await self._run(read)
 

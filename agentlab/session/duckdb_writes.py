@@ -38,6 +38,7 @@ from agentlab.session.duckdb_tables import (
     insert_event_rows,
     key_params,
 )
+from agentlab.session.duckdb_texts import LongTexts, remove_session_texts, texts_folder
 from agentlab.session.inmemory import (
     default_token_counter,
     describe,
@@ -62,6 +63,8 @@ class _PendingAppend:
     create: bool = False
     #: The last event of its ``append_events`` call (``done``, shared by the call's events, is set after it).
     last: bool = False
+    #: The files its long texts were written to (removed if it is never committed).
+    files: list[Path] = field(default_factory=list)
 
 
 @dataclass
@@ -81,10 +84,17 @@ class SessionWrites(DuckDBService):
     schema = SESSION_SCHEMA
 
     def __init__(self, path: str | Path, token_counter: EventTokenCounter | None, *, linger: float,
-                 append_executor: Executor | None) -> None:
+                 append_executor: Executor | None, text_file_over: int | None = None, fsync: bool = True) -> None:
         if not linger >= 0:
             raise ValueError(f"linger must be >= 0 seconds, got {linger}")
         super().__init__(path)
+        #: Where the ledger's long texts are (read whenever the file has any; see ``duckdb_texts``).
+        self.texts_root = texts_folder(self.path) if isinstance(self.path, Path) else None
+        if text_file_over is not None and not isinstance(self.path, Path):
+            raise ValueError("text_file_over keeps long texts in files beside the database file;"
+                             " an in-memory session store has none (leave it None)")
+        #: Writes the strings over ``text_file_over`` characters to files (``None``: every text in its row).
+        self.long_texts = None if text_file_over is None else LongTexts(Path(self.path), text_file_over, fsync=fsync)
         self.linger = linger
         #: Where group commits run (default: asyncio's default executor, like every other call).
         self.append_executor = append_executor
@@ -143,8 +153,11 @@ class SessionWrites(DuckDBService):
             with transaction(con):
                 for table in ("events", "summaries", "sessions"):
                     con.execute(f"DELETE FROM {table} WHERE {KEY_MATCH}", params)
-            self._next_seq.pop(SessionKey(app_name, user_id, session_id), None)
+            key = SessionKey(app_name, user_id, session_id)
+            self._next_seq.pop(key, None)
             self._heads.pop((app_name, user_id), None)
+            if self.texts_root is not None and self.texts_root.is_dir():
+                remove_session_texts(self.texts_root, key)
 
         async with self._write_lock():
             await self._run(delete)
@@ -222,6 +235,7 @@ class SessionWrites(DuckDBService):
             for item in batch:
                 key = item.session.key
                 if key in failed:  # an earlier event of this session was not stored: neither is this one
+                    self._discard(item)
                     if not item.done.done():
                         item.done.set_exception(failed[key])
                     continue
@@ -230,6 +244,7 @@ class SessionWrites(DuckDBService):
                                     self.append_executor)
                 except Exception as exc:
                     failed[key] = exc
+                    self._discard(item)
                     if not item.done.done():
                         item.done.set_exception(exc)
                 else:
@@ -240,12 +255,20 @@ class SessionWrites(DuckDBService):
                     error = failed.get(item.session.key)
                     if error is None:
                         kept.append(item)
-                    elif not item.done.done():
-                        item.done.set_exception(error)
+                    else:
+                        self._discard(item)
+                        if not item.done.done():
+                            item.done.set_exception(error)
                 writer.pending[:] = kept
             return
         for item in batch:
             self._apply_to_session(item)
+
+    def _discard(self, item: _PendingAppend) -> None:
+        """An append that will never be committed: remove the files of its long texts."""
+        if item.files and self.long_texts is not None:
+            self.long_texts.discard(item.files)
+            item.files.clear()
 
     @staticmethod
     def _apply_to_session(item: _PendingAppend) -> None:
@@ -276,7 +299,9 @@ class SessionWrites(DuckDBService):
                 next_seq[key] = cached if cached is not None else self._load_next_seq(con, key)
             event = item.event
             if not item.event_json:  # encoded here, in the worker thread: a large event holds up no event loop
-                item.event_json = event_json(event)  # long strings in pieces: the lock is given back between them
+                # Long strings in pieces (the lock is given back between them), or to files of their own.
+                item.event_json = (event_json(event) if self.long_texts is None
+                                   else self.long_texts.stored_json(key, event, item.files))
             rows.append([*key_params(key), next_seq[key], event.id, event.invocation_id, event.author,
                          event.object, event.role, event.filter_key, event.timestamp, event.token_count,
                          now, item.event_json])

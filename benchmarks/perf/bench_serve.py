@@ -298,9 +298,14 @@ def large_requests(count: int, megabytes: float, proxy_args: list[str], rss_budg
             stop(proxy)
             upstream.close()
         stored_events, stored_chars, outcomes = ledger_stored(str(Path(tmp) / "large.duckdb"))
+        # The ledger's text folder (``agentlab.session.duckdb_texts.texts_folder``), named here so that
+        # this script also measures a commit from before it.
+        text_files = list((Path(tmp) / "large.duckdb.texts").glob("*/*.txt"))
         expected = sum(len(m) for m in sent)
         print(f"ledger: {stored_events} events stored of the {expected} messages sent + {count} answers "
-              f"({stored_chars / 1e6:.0f} M characters of event JSON); call outcomes {outcomes} -> "
+              f"({stored_chars / 1e6:.1f} M characters of event JSON in the table, "
+              f"{sum(f.stat().st_size for f in text_files) / 1e6:.0f} MB in {len(text_files)} text files beside it); "
+              f"call outcomes {outcomes} -> "
               f"{'complete' if stored_events == expected + count else 'INCOMPLETE'}")
 
 
