@@ -160,6 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    from agentlab.model import tokens
+
+    # Loaded now, not by the first request's counting: loading holds the interpreter lock for a
+    # few tenths of a second, which every call then in flight would wait out.
+    tokens.get_encoding()
 
     def ready(app: ServeApp) -> None:
         back_end = f"proxy to {config.upstream} (arm {config.arm})" if config.upstream else f"agent {config.agent}"

@@ -5,12 +5,14 @@ conversations held in memory within a byte budget (the rest reloaded from the du
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 import agentlab.serve.conversations as conversations_module
 from agentlab.model import tokens
+from agentlab.session.duckdb_texts import TEXT_FILE_OVER, texts_folder
 
 BIG = "word " * 120_000  # 600 KB: over the 256 KiB a body is parsed and counted off the loop from
 
@@ -58,3 +60,10 @@ def test_idle_conversations_are_evicted_beyond_the_byte_budget_and_come_back_who
     assert response.status_code == 200
     assert [e.role for e in server.ledger("conv-0")] == ["user", "assistant", "user", "assistant"]
     assert conversations_module.event_size(server.ledger("conv-0")[0]) > len(BIG)
+    # The long texts are files beside the ledger (DuckDB's checkpoints would rewrite them as rows).
+    texts = texts_folder(Path(server.app.config.db))
+    assert len(list(texts.glob("*/*.txt"))) == 5
+    sessions = server.app.sessions
+    (longest,) = server.run(sessions._run(lambda con: con.execute(
+        "SELECT max(length(event_json)) FROM events").fetchone()))
+    assert longest < TEXT_FILE_OVER
