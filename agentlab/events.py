@@ -376,10 +376,22 @@ def _encode(value: Any, out: list[str], sort_keys: bool, separators: tuple[str, 
 
 
 def _has_long_string(value: Any) -> bool:
-    if isinstance(value, str):
-        return len(value) > JSON_PIECE
-    if isinstance(value, dict):
-        return any(_has_long_string(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_long_string(v) for v in value)
+    return has_string_over(value, JSON_PIECE)
+
+
+def has_string_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` (JSON-like: dicts, lists, tuples) holds a string of more than ``limit``
+    characters. A loop over a stack, not a recursion of generators: it runs for every event a
+    ledger stores, and an event of the serve proxy has a few dozen values.
+    """
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if len(node) > limit:
+                return True
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
     return False

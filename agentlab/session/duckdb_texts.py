@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agentlab.events import JSON_PIECE, Event, dumps_in_pieces
+from agentlab.events import JSON_PIECE, Event, dumps_in_pieces, has_string_over
 from agentlab.session.base import SessionKey
 
 #: Characters beyond which a string of an event is kept in a file (the serve proxy's ledger).
@@ -67,7 +67,9 @@ class LongTexts:
         file first (their paths appended to ``written``) and a marker in its place.
         """
         data = event.to_dict()
-        if not _longer_than(data, self.over):
+        if not has_string_over(data, self.over):
+            if self.over <= JSON_PIECE:  # no string long enough to be encoded in pieces: one call
+                return json.dumps(data, ensure_ascii=False, sort_keys=True)
             return dumps_in_pieces(data, sort_keys=True)
         refs: list[dict[str, Any]] = []
         data = self._offload(data, (), key, refs, written)
@@ -163,17 +165,6 @@ def event_from_row(row_text: str, root: Path | None) -> Event:
 def _json_key(name: Any) -> str:
     """A dict key as JSON writes it (``3`` -> ``"3"``, ``True`` -> ``"true"``), so the path finds it again."""
     return name if isinstance(name, str) else str(json.loads(json.dumps({name: 0})).popitem()[0])
-
-
-def _longer_than(node: Any, over: int) -> bool:
-    """Whether ``node`` holds a string of more than ``over`` characters."""
-    if isinstance(node, str):
-        return len(node) > over
-    if isinstance(node, dict):
-        return any(_longer_than(value, over) for value in node.values())
-    if isinstance(node, (list, tuple)):
-        return any(_longer_than(value, over) for value in node)
-    return False
 
 
 def remove_session_texts(root: Path, key: SessionKey) -> None:
