@@ -14,7 +14,8 @@ parsing.
 Layout: ``<database>.texts/<session>/<random>.txt``, UTF-8 (lone surrogates kept, as
 ``surrogatepass``); ``<session>`` is a hash of the session key, so deleting a session removes one
 folder. A file whose commit never happened (a refused append) is removed; one written just before
-a crash is left behind, unreferenced. Copy the folder along with the database file: a read of an
+a crash is left behind, unreferenced (one half written, ``*.partial``, is removed when the file is
+next opened for writing). Copy the folder along with the database file: a read of an
 event whose file is missing fails and names the folder.
 """
 
@@ -122,6 +123,11 @@ class LongTexts:
                 _fsync_folder(self.root)
                 _fsync_folder(self.root.parent)
         return name, size
+
+    def remove_partial_files(self) -> None:
+        """Remove the files a killed process left half written (never referenced by a row)."""
+        for partial in self.root.glob("*/*.partial"):
+            self.discard([partial])
 
     def discard(self, files: list[Path]) -> None:
         """Remove the files of events that were never committed."""

@@ -115,6 +115,13 @@ class SessionWrites(DuckDBService):
         self._next_seq.clear()
         self._heads.clear()
 
+    def _open(self) -> DuckConnection:
+        opening = self._connection is None
+        con = super()._open()
+        if opening and self.long_texts is not None:  # this process holds the file now: no write is under way
+            self.long_texts.remove_partial_files()
+        return con
+
     # -- sessions ------------------------------------------------------------------------------
 
     async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,

@@ -144,3 +144,20 @@ async def test_a_failed_file_write_fails_the_append_alone(tmp_path: Path, monkey
         assert isinstance(outcomes[0], OSError) and isinstance(outcomes[1], Event)
     assert [p.read_text() for p in _files(path)] == ["fine" * 15]
     assert not list(texts_folder(path).glob("*/*.partial"))
+
+
+async def test_a_half_written_text_file_of_a_killed_writer_is_removed_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    async with DuckDBSessionService(path, token_counter=lambda e: 1, text_file_over=40) as service:
+        session = await service.create_session(APP, "u", "s")
+        await service.append_event(session, user_event("k" * 60))
+    (kept,) = _files(path)
+    partial = kept.with_name("0" * 32 + ".partial")
+    partial.write_bytes(b"cut sh")
+    async with DuckDBSessionService(path) as service:  # a reader leaves it alone
+        await service.get_session(APP, "u", "s")
+    assert partial.exists()
+    async with DuckDBSessionService(path, text_file_over=40) as service:
+        back = await service.get_session(APP, "u", "s")
+        assert back is not None and back.events[0].choices[0].content == "k" * 60
+    assert _files(path) == [kept]
