@@ -21,6 +21,15 @@ def _files(path: Path) -> list[Path]:
     return sorted(texts_folder(path).glob("*/*"))
 
 
+async def _one_long_text(path: Path, text: str) -> Path:
+    """A ledger at ``path`` whose one event holds ``text`` (over 40 characters): its text file."""
+    async with DuckDBSessionService(path, token_counter=lambda e: 1, text_file_over=40) as service:
+        session = await service.create_session(APP, "u", "s")
+        await service.append_event(session, user_event(text))
+    (file,) = _files(path)
+    return file
+
+
 def _rows(path: Path) -> list[str]:
     with duckdb.connect(str(path), read_only=True) as con:
         return [text for (text,) in con.execute("SELECT event_json FROM events ORDER BY session_id, seq").fetchall()]
@@ -60,10 +69,7 @@ async def test_long_strings_go_to_files_and_read_back_exactly(tmp_path: Path) ->
 
 async def test_a_missing_or_cut_text_file_is_an_error_that_names_the_folder(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
-    async with DuckDBSessionService(path, token_counter=lambda e: 1, text_file_over=40) as service:
-        session = await service.create_session(APP, "u", "s")
-        await service.append_event(session, user_event("x" * 60))
-    (file,) = _files(path)
+    file = await _one_long_text(path, "x" * 60)
     file.write_bytes(b"x" * 59)
     async with DuckDBSessionService(path) as service:
         with pytest.raises(LedgerTextMissing, match="holds 59 bytes, its row says 60"):
@@ -148,10 +154,7 @@ async def test_a_failed_file_write_fails_the_append_alone(tmp_path: Path, monkey
 
 async def test_a_half_written_text_file_of_a_killed_writer_is_removed_at_open(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
-    async with DuckDBSessionService(path, token_counter=lambda e: 1, text_file_over=40) as service:
-        session = await service.create_session(APP, "u", "s")
-        await service.append_event(session, user_event("k" * 60))
-    (kept,) = _files(path)
+    kept = await _one_long_text(path, "k" * 60)
     partial = kept.with_name("0" * 32 + ".partial")
     partial.write_bytes(b"cut sh")
     async with DuckDBSessionService(path) as service:  # a reader leaves it alone
