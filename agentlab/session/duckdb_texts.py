@@ -160,11 +160,15 @@ def event_from_row(row_text: str, root: Path | None) -> Event:
         if len(raw) != ref["bytes"]:
             raise LedgerTextMissing(f"the ledger text {root / file} holds {len(raw)} bytes, its row says"
                                     f" {ref['bytes']}: the file was cut short or replaced")
-        *parents, last = ref["path"]
-        node = data
-        for step in parents:
-            node = node[step]
-        node[last] = raw.decode("utf-8", "surrogatepass")
+        try:
+            *parents, last = ref["path"]
+            node = data
+            for step in parents:
+                node = node[step]
+            node[last] = raw.decode("utf-8", "surrogatepass")
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise LedgerTextMissing(f"a ledger row's reference to {root / file} does not fit its event"
+                                    f" ({type(exc).__name__}: {exc}): the row was changed by hand") from None
     return Event.from_dict(data)
 
 

@@ -31,7 +31,8 @@ far one round moves the figure on this machine, and how many commits stored the 
 Python proxy costs here (its in-proxy columns are NaN: it logs nothing).
 
 ``--large N`` measures something else: N accepted requests of 60 MB (each a new conversation, 4 MB
-messages) to a stub upstream that answers at once, with ``/health`` polled every 10 ms meanwhile:
+messages) to a stub upstream that answers at once, with ``/health`` polled every 10 ms meanwhile
+by a process of its own:
 the worst ``/health`` latency per request (how long the large one held up other calls) and the
 proxy's RSS after each (the idle conversations' ledger text is bounded by ``--max-conversation-bytes``;
 the RSS is what the whole process holds, the database's buffers and the allocator's free lists included).
@@ -236,26 +237,28 @@ def rss_mb(pid: int) -> float:
 _HEALTH_POLLER = r"""
 import http.client, os, sys, threading, time
 host, port = sys.argv[1], int(sys.argv[2])
-state = {"worst": 0.0, "active": False}
+state = {"worst": 0.0, "active": False, "began": None}
 lock = threading.Lock()
 def control():
     for line in sys.stdin:
         with lock:
             if line.strip() == "start":
                 state["worst"], state["active"] = 0.0, True
-            else:
+            else:  # a poll still waiting counts for as long as it has waited
+                waited = 0.0 if state["began"] is None else time.perf_counter() - state["began"]
                 state["active"] = False
-                print(f"{state['worst'] * 1000:.3f}", flush=True)
+                print(f"{max(state['worst'], waited) * 1000:.3f}", flush=True)
     os._exit(0)
 con = http.client.HTTPConnection(host, port, timeout=600)
 con.request("GET", "/health"); con.getresponse().read()
 print("ready", flush=True)
 threading.Thread(target=control, daemon=True).start()
 while True:
-    began = time.perf_counter()
+    began = state["began"] = time.perf_counter()
     con.request("GET", "/health"); con.getresponse().read()
     took = time.perf_counter() - began
     with lock:
+        state["began"] = None
         if state["active"]:
             state["worst"] = max(state["worst"], took)
     time.sleep(0.01)
@@ -284,7 +287,10 @@ class HealthPoller:
     def worst_ms(self) -> float:
         self.stdin.write("stop\n")
         self.stdin.flush()
-        return float(self.stdout.readline())
+        line = self.stdout.readline()
+        if not line:
+            raise RuntimeError("the /health poller stopped (did the proxy stop answering?)")
+        return float(line)
 
     def close(self) -> None:
         self.stdin.close()

@@ -95,6 +95,19 @@ async def test_a_row_cannot_name_a_file_outside_its_folder(tmp_path: Path) -> No
             await service.get_session(APP, "u", "s")
 
 
+async def test_a_reference_that_does_not_fit_its_event_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    file = await _one_long_text(path, "q" * 60)
+    with duckdb.connect(str(path)) as con:
+        (row,) = con.execute("SELECT event_json FROM events").fetchone()
+        data = json.loads(row)
+        data["$texts"][0]["path"] = ["choices", 7, "content"]
+        con.execute("UPDATE events SET event_json = ?", [json.dumps(data, sort_keys=True)])
+    async with DuckDBSessionService(path) as service:
+        with pytest.raises(LedgerTextMissing, match=f"reference to {file}.*does not fit its event"):
+            await service.get_session(APP, "u", "s")
+
+
 async def test_a_refused_append_leaves_no_text_file(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     async with DuckDBSessionService(path, token_counter=lambda e: 1, text_file_over=40) as service:
