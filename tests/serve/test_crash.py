@@ -10,7 +10,6 @@ answer must already be on disk.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import duckdb
 import httpx
 import pytest
 
+from agentlab.session.duckdb_texts import event_from_row, texts_folder
 from agentlab.testing.openai_server import OpenAITestServer
 
 
@@ -72,14 +72,16 @@ def _ledger(db: Path) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]
     finally:
         con.close()
     messages = []
-    for (raw,) in events:
-        choice = json.loads(raw)["choices"][0]
-        messages.append((choice["role"], choice.get("content") or ""))
+    for (raw,) in events:  # a long text is a file beside the ledger: read the event back whole
+        choice = event_from_row(raw, texts_folder(db)).choices[0]
+        messages.append((choice.role, choice.content or ""))
     return [tuple(r) for r in rows], messages
 
 
 U1 = {"role": "user", "content": "Where is the Lisbon office?"}
 U2 = {"role": "user", "content": "And how many people work there?"}
+#: A first message over the ledger's 64 Ki characters: its text is a file, written before its commit.
+U1_LONG = {"role": "user", "content": "Where is the Lisbon office? " + "Lisbon " * 10_000}
 
 STEPS = {
     # step: (proxy options, what happens to turn 1 before the kill)
@@ -91,12 +93,15 @@ STEPS = {
 }
 
 
-@pytest.mark.parametrize("explicit", [True, False], ids=["explicit-id", "found-by-prefix"])
+@pytest.mark.parametrize(("explicit", "long"), [(True, False), (False, False), (True, True)],
+                         ids=["explicit-id", "found-by-prefix", "explicit-id-long-text"])
 @pytest.mark.parametrize("step", list(STEPS))
-def test_a_kill_9_at_any_step_of_a_turn_loses_and_doubles_nothing(upstream, tmp_path, step, explicit) -> None:
+def test_a_kill_9_at_any_step_of_a_turn_loses_and_doubles_nothing(upstream, tmp_path, step, explicit,
+                                                                  long) -> None:
     if step == "upstream" and not explicit:
         pytest.skip("a first turn without an id cannot be found by prefix: its retry starts a new conversation")
     options, before_kill = STEPS[step]
+    u1 = U1_LONG if long else U1
     db = tmp_path / "serve.duckdb"
     sent_id = "conv-crash" if explicit else None  # what the client names its conversation (if it does)
     conversation = sent_id
@@ -105,10 +110,10 @@ def test_a_kill_9_at_any_step_of_a_turn_loses_and_doubles_nothing(upstream, tmp_
     try:
         if before_kill == "in_flight":
             upstream.latency = 5.0
-            threading.Thread(target=lambda: _swallow(served.chat, [U1], sent_id), daemon=True).start()
+            threading.Thread(target=lambda: _swallow(served.chat, [u1], sent_id), daemon=True).start()
             time.sleep(1.5)  # the client's turn is committed, the upstream has not answered
         else:
-            first = served.chat([U1], sent_id)
+            first = served.chat([u1], sent_id)
             assert first.status_code == 200, first.text
             answer1 = first.json()["choices"][0]["message"]["content"]
             conversation = conversation or first.headers["x-agentlab-conversation-id"]
@@ -125,10 +130,10 @@ def test_a_kill_9_at_any_step_of_a_turn_loses_and_doubles_nothing(upstream, tmp_
     served = Served(upstream.base_url, db, *options)
     try:
         if answer1 is None:  # the client never had its answer: it retries the same request
-            retried = served.chat([U1], sent_id)
+            retried = served.chat([u1], sent_id)
             assert retried.status_code == 200, retried.text
             answer1 = retried.json()["choices"][0]["message"]["content"]
-        second = served.chat([U1, {"role": "assistant", "content": answer1}, U2], sent_id)
+        second = served.chat([u1, {"role": "assistant", "content": answer1}, U2], sent_id)
         assert second.status_code == 200, second.text
         # Without an id, the conversation is found by its prefix, unless nothing of it reached the disk.
         nothing_stored = step == "answered-ledger-lingering"
@@ -141,8 +146,11 @@ def test_a_kill_9_at_any_step_of_a_turn_loses_and_doubles_nothing(upstream, tmp_
         served.stop()
     rows, messages = _ledger(db)
     assert len(rows) == 1, rows  # one conversation
-    assert messages == [("user", U1["content"]), ("assistant", answer1), ("user", U2["content"]),
+    assert messages == [("user", u1["content"]), ("assistant", answer1), ("user", U2["content"]),
                         ("assistant", answer2)]
+    if long:  # the long text is a file beside the ledger (read back above); none is left half written
+        assert len(list(texts_folder(db).glob("*/*.txt"))) >= 1
+        assert not list(texts_folder(db).glob("*/*.partial"))
 
 
 def _swallow(chat: Any, *args: Any) -> None:
