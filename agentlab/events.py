@@ -351,7 +351,7 @@ def dumps_in_pieces(value: Any, *, sort_keys: bool = False, separators: tuple[st
 
 def _encode(value: Any, out: list[str], sort_keys: bool, separators: tuple[str, str]) -> None:
     item_sep, key_sep = separators
-    if not _has_long_string(value):
+    if not has_string_over(value, JSON_PIECE):
         out.append(json.dumps(value, ensure_ascii=False, sort_keys=sort_keys, separators=separators))
     elif isinstance(value, str):
         out.append('"')
@@ -375,10 +375,6 @@ def _encode(value: Any, out: list[str], sort_keys: bool, separators: tuple[str, 
         out.append(json.dumps(value, ensure_ascii=False, sort_keys=sort_keys, separators=separators))
 
 
-def _has_long_string(value: Any) -> bool:
-    return has_string_over(value, JSON_PIECE)
-
-
 def has_string_over(value: Any, limit: int) -> bool:
     """Whether ``value`` (JSON-like: dicts, lists, tuples) holds a string of more than ``limit``
     characters. A loop over a stack, not a recursion of generators: it runs for every event a
@@ -395,3 +391,36 @@ def has_string_over(value: Any, limit: int) -> bool:
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
     return False
+
+
+#: A place in a JSON-like value: the keys and list indices from its top.
+JSONPath = tuple[Any, ...]
+
+
+def take_long_strings(value: Any, limit: int, out: list[tuple[JSONPath, str]], path: JSONPath = ()) -> Any:
+    """``value`` with each string of more than ``limit`` characters replaced by ``None`` and appended
+    to ``out`` with its path (from ``path``). Containers on the way to a taken string are new ones
+    (a tuple becomes a list); the rest, ``value``'s own, are returned as they are, never changed.
+    """
+    if isinstance(value, str):
+        if len(value) > limit:
+            out.append((path, value))
+            return None
+        return value
+    if isinstance(value, dict):
+        taken = len(out)
+        items = {k: take_long_strings(v, limit, out, (*path, k)) for k, v in value.items()}
+        return items if len(out) > taken else value
+    if isinstance(value, (list, tuple)):
+        taken = len(out)
+        elements = [take_long_strings(v, limit, out, (*path, i)) for i, v in enumerate(value)]
+        return elements if len(out) > taken else value
+    return value
+
+
+def put_at(root: Any, path: JSONPath, value: Any) -> None:
+    """Set the place ``path`` of ``root`` (a non-empty path of keys and indices) to ``value``."""
+    target = root
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value

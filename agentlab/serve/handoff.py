@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
+from agentlab.events import JSONPath, put_at, take_long_strings
 from agentlab.serve.wire import parse_shared
 
 __all__ = ["DECODE_PIECE", "LARGE_STRING", "PICKLE_PIECE", "Handoff", "discard", "pack", "parse_to_pieces",
@@ -37,10 +38,6 @@ LARGE_STRING = 64 * 1024
 PICKLE_PIECE = 1 << 20
 #: Bytes of one large string's UTF-8 decoded at once.
 DECODE_PIECE = 1 << 20
-
-#: A place in the body: the keys and list indices from its top.
-Path = tuple[str | int, ...]
-
 
 @dataclass(frozen=True)
 class Handoff:
@@ -54,27 +51,7 @@ class Handoff:
     name: str
     top: tuple[int, int]
     groups: tuple[tuple[int, int], ...]
-    strings: tuple[tuple[Path, int, int], ...]
-
-
-def _take_large(value: Any, path: Path, out: list[tuple[Path, str]]) -> Any:
-    """``value`` with each string of :data:`LARGE_STRING` characters or more replaced by ``None``
-    (appended to ``out`` with its path); containers holding none are returned as they are.
-    """
-    if isinstance(value, str):
-        if len(value) >= LARGE_STRING:
-            out.append((path, value))
-            return None
-        return value
-    if isinstance(value, dict):
-        taken = len(out)
-        items = {k: _take_large(v, (*path, k), out) for k, v in value.items()}
-        return items if len(out) > taken else value
-    if isinstance(value, list):
-        taken = len(out)
-        elements = [_take_large(v, (*path, i), out) for i, v in enumerate(value)]
-        return elements if len(out) > taken else value
-    return value
+    strings: tuple[tuple[JSONPath, int, int], ...]
 
 
 def pack(body: dict[str, Any]) -> tuple[list[bytes], Handoff]:
@@ -82,9 +59,10 @@ def pack(body: dict[str, Any]) -> tuple[list[bytes], Handoff]:
     and a :class:`Handoff` naming no block yet (``name`` empty; offsets into the pieces joined end
     to end).
     """
-    large: list[tuple[Path, str]] = []
+    large: list[tuple[JSONPath, str]] = []
     # ``messages`` keeps its place (None until rebuilt): the keys' order is the client's.
-    rest = {k: None if k == "messages" else _take_large(v, (k,), large) for k, v in body.items()}
+    rest = {k: None if k == "messages" else take_long_strings(v, LARGE_STRING - 1, large, (k,))
+            for k, v in body.items()}
     pieces: list[bytes] = []
     offset = 0
 
@@ -99,7 +77,7 @@ def pack(body: dict[str, Any]) -> tuple[list[bytes], Handoff]:
     group: list[Any] = []
     size = 0
     for i, m in enumerate(body["messages"]):
-        m = _take_large(m, ("messages", i), large)
+        m = take_long_strings(m, LARGE_STRING - 1, large, ("messages", i))
         one = len(pickle.dumps(m, protocol=pickle.HIGHEST_PROTOCOL))
         if group and size + one > PICKLE_PIECE:
             groups.append(add(pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)))
@@ -149,13 +127,6 @@ def _decode(view: memoryview) -> Iterator[str]:
         start = stop
 
 
-def _place(body: dict[str, Any], path: Path, value: str) -> None:
-    target: Any = body
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
-
-
 def rebuild(handoff: Handoff) -> dict[str, Any]:
     """The body ``handoff`` describes (equal to ``json.loads`` of the request), built one piece at a
     time; the block is unlinked. Meant for a worker thread of the proxy.
@@ -173,7 +144,7 @@ def rebuild(handoff: Handoff) -> dict[str, Any]:
             body["messages"] = messages
             for path, start, length in handoff.strings:
                 parts = list(_decode(view[start:start + length]))
-                _place(body, path, parts[0] if len(parts) == 1 else "".join(parts))
+                put_at(body, path, parts[0] if len(parts) == 1 else "".join(parts))
                 del parts
         finally:
             del view  # SharedMemory.close refuses while a view of its buffer lives

@@ -31,7 +31,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agentlab.events import JSON_PIECE, Event, dumps_in_pieces, has_string_over
+from agentlab.events import (
+    JSON_PIECE,
+    Event,
+    JSONPath,
+    dumps_in_pieces,
+    has_string_over,
+    put_at,
+    take_long_strings,
+)
 from agentlab.session.base import SessionKey
 
 #: Characters beyond which a string of an event is kept in a file (the serve proxy's ledger).
@@ -72,31 +80,16 @@ class LongTexts:
             if self.over <= JSON_PIECE:  # no string long enough to be encoded in pieces: one call
                 return json.dumps(data, ensure_ascii=False, sort_keys=True)
             return dumps_in_pieces(data, sort_keys=True)
+        taken: list[tuple[JSONPath, str]] = []
+        data = take_long_strings(data, self.over, taken)  # new containers where a string was: the event's stay
         refs: list[dict[str, Any]] = []
-        data = self._offload(data, (), key, refs, written)
+        for path, text in taken:
+            file, size = self._write(key, text)
+            written.append(self.root / file)
+            refs.append({"path": _json_path(data, path), "file": file, "bytes": size})
+            put_at(data, path, f"[{len(text)} characters kept in the ledger's text file {file}]")
         data[_TEXTS_KEY] = refs
         return dumps_in_pieces(data, sort_keys=True)
-
-    def _offload(self, node: Any, path: tuple[Any, ...], key: SessionKey, refs: list[dict[str, Any]],
-                 written: list[Path]) -> Any:
-        """``node`` with its long strings replaced by markers: a new container wherever one changed (the
-        event's own dicts and lists, which ``to_dict`` shares, stay as they were).
-        """
-        if isinstance(node, str):
-            if len(node) <= self.over:
-                return node
-            file, size = self._write(key, node)
-            written.append(self.root / file)
-            refs.append({"path": list(path), "file": file, "bytes": size})
-            return f"[{len(node)} characters kept in the ledger's text file {file}]"
-        if isinstance(node, dict):
-            changed = {name: new for name, value in node.items()
-                       if (new := self._offload(value, (*path, _json_key(name)), key, refs, written)) is not value}
-            return {**node, **changed} if changed else node
-        if isinstance(node, (list, tuple)):
-            items = [self._offload(value, (*path, i), key, refs, written) for i, value in enumerate(node)]
-            return items if any(new is not old for new, old in zip(items, node, strict=True)) else node
-        return node
 
     def _write(self, key: SessionKey, text: str) -> tuple[str, int]:
         folder = self.root / session_folder(key)
@@ -161,20 +154,26 @@ def event_from_row(row_text: str, root: Path | None) -> Event:
             raise LedgerTextMissing(f"the ledger text {root / file} holds {len(raw)} bytes, its row says"
                                     f" {ref['bytes']}: the file was cut short or replaced")
         try:
-            *parents, last = ref["path"]
-            node = data
-            for step in parents:
-                node = node[step]
-            node[last] = raw.decode("utf-8", "surrogatepass")
+            put_at(data, tuple(ref["path"]), raw.decode("utf-8", "surrogatepass"))
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise LedgerTextMissing(f"a ledger row's reference to {root / file} does not fit its event"
                                     f" ({type(exc).__name__}: {exc}): the row was changed by hand") from None
     return Event.from_dict(data)
 
 
-def _json_key(name: Any) -> str:
-    """A dict key as JSON writes it (``3`` -> ``"3"``, ``True`` -> ``"true"``), so the path finds it again."""
-    return name if isinstance(name, str) else str(json.loads(json.dumps({name: 0})).popitem()[0])
+def _json_path(root: Any, path: JSONPath) -> list[Any]:
+    """``path`` in ``root`` as the JSON row's value has it: a list index as it is, a dict key as JSON
+    writes it (``3`` -> ``"3"``, ``True`` -> ``"true"``), so the path finds its place again.
+    """
+    steps: list[Any] = []
+    node = root
+    for step in path:
+        if isinstance(node, dict) and not isinstance(step, str):
+            steps.append(str(json.loads(json.dumps({step: 0})).popitem()[0]))
+        else:
+            steps.append(step)
+        node = node[step]
+    return steps
 
 
 def remove_session_texts(root: Path, key: SessionKey) -> None:

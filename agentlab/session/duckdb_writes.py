@@ -163,7 +163,7 @@ class SessionWrites(DuckDBService):
             key = SessionKey(app_name, user_id, session_id)
             self._next_seq.pop(key, None)
             self._heads.pop((app_name, user_id), None)
-            if self.texts_root is not None and self.texts_root.is_dir():
+            if self.texts_root is not None:
                 remove_session_texts(self.texts_root, key)
 
         async with self._write_lock():
