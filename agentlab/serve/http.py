@@ -184,21 +184,35 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], limi
     # The bytearray itself is the request's body: a bytes() of it was one more copy of tens of
     # megabytes, made in one call holding the interpreter lock.
     body = bytearray()
-    while len(body) < length:
-        piece = await reader.read(min(_READ_PIECE, length - len(body)))
-        if not piece:
-            raise asyncio.IncompleteReadError(b"", length)
+    async for piece in _pieces(reader, length):
         body += piece
+    if len(body) < length:
+        raise asyncio.IncompleteReadError(b"", length)
     return body
 
 
-async def _drop(reader: asyncio.StreamReader, size: int) -> None:
-    """Read and forget ``size`` bytes, :data:`_READ_PIECE` at a time."""
+async def _pieces(reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:
+    """The next ``size`` bytes of ``reader``, at most :data:`_READ_PIECE` at a time (fewer if it ends)."""
     while size > 0:
         piece = await reader.read(min(_READ_PIECE, size))
         if not piece:
             return
         size -= len(piece)
+        yield piece
+
+
+async def _drop(reader: asyncio.StreamReader, size: int) -> None:
+    """Read and forget ``size`` bytes, a piece at a time."""
+    async for _ in _pieces(reader, size):
+        pass
+
+
+def _declared_length(headers: dict[str, str]) -> int:
+    """The body's ``Content-Length`` when it is a number, else 0 (:func:`_read_body` says what is wrong)."""
+    try:
+        return int(headers.get("content-length") or 0)
+    except ValueError:
+        return 0
 
 
 async def _within(seconds: float, work: Coroutine[Any, Any, _T]) -> _T:
@@ -271,11 +285,11 @@ class HTTPServer:
                         return
                     started = True
                     method, target, version, headers = await _within(self.head_timeout, _read_head(reader, first))
-                    hold = await self._admit(reader, headers)
+                    hold = await self._admit(reader, _declared_length(headers))
                     try:
                         body = await _within(self.idle_timeout, _read_body(reader, headers, self.max_body_bytes))
                         if hold is None and len(body) > ADMIT_OVER:  # a chunked body: admitted once read
-                            hold = await self._admit(None, {"content-length": str(len(body))})
+                            hold = await self._admit(None, len(body))
                     except BaseException:
                         if hold is not None:
                             hold.release()
@@ -320,16 +334,12 @@ class HTTPServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _admit(self, reader: asyncio.StreamReader | None, headers: dict[str, str]) -> Hold | None:
-        """Wait until a body of ``content-length`` over :data:`ADMIT_OVER` bytes fits in the budget
-        (``None`` for a smaller or unsaid one); :class:`BadRequest` 503 after ``idle_timeout``,
+    async def _admit(self, reader: asyncio.StreamReader | None, size: int) -> Hold | None:
+        """Wait until a body of ``size`` bytes, if over :data:`ADMIT_OVER` and within the body cap,
+        fits in the budget (``None`` for any other); :class:`BadRequest` 503 after ``idle_timeout``,
         once the unread body (from ``reader``) was read and dropped a piece at a time, so that the
         client, still sending, gets the answer instead of a reset connection.
         """
-        try:
-            size = int(headers.get("content-length") or 0)
-        except ValueError:
-            return None  # _read_body says what is wrong with it
         if size <= ADMIT_OVER or size > self.max_body_bytes:
             return None
         try:
