@@ -316,11 +316,22 @@ async def one_large(url: str, raw: bytes) -> tuple[int, float, float]:
     return response.status_code, took, worst
 
 
+def large_body(index: int, megabytes: float = 60.0) -> tuple[bytes, int]:
+    """The body of large request ``index`` (a new conversation of 3.9 MB messages, about
+    ``megabytes`` MB in all) and how many messages it has.
+    """
+    import json
+
+    per_message = 3_900_000
+    words = f"request {index} " + "word " * (per_message // 5)
+    messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"{k} {words}"}
+                for k in range(max(1, round(megabytes * 1e6 / per_message)))]
+    return json.dumps({"model": "test-model", "messages": messages}).encode(), len(messages)
+
+
 def large_requests(count: int, megabytes: float, proxy_args: list[str], rss_budget: float = 1024.0) -> None:
     """``count`` accepted requests of ``megabytes`` MB each (new conversations, 4 MB messages), each
     with ``/health`` polled meanwhile; the proxy's RSS after each. Prints one line per request."""
-    import json
-
     upstream = StubUpstream()
     with tempfile.TemporaryDirectory() as tmp:
         proxy, url = start(["-m", "agentlab.serve", "--upstream", upstream.base_url, "--arm", "passthrough",
@@ -332,14 +343,10 @@ def large_requests(count: int, megabytes: float, proxy_args: list[str], rss_budg
             print(f"{'#':>3}{'status':>8}{'seconds':>9}{'worst /health ms':>18}{'RSS MB':>9}")
             worsts: list[float] = []
             rsss: list[float] = []
-            per_message = 3_900_000
-            sent: list[list[dict[str, str]]] = []
+            sent = 0  # messages sent
             for i in range(count):
-                words = f"request {i} " + "word " * (per_message // 5)
-                messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"{k} {words}"}
-                            for k in range(max(1, round(megabytes * 1e6 / per_message)))]
-                raw = json.dumps({"model": "test-model", "messages": messages}).encode()
-                sent.append([{"role": m["role"]} for m in messages])  # kept small: only how many
+                raw, messages = large_body(i, megabytes)
+                sent += messages
                 status, took, worst = asyncio.run(one_large(url, raw))
                 worsts.append(worst)
                 rsss.append(rss_mb(proxy.pid))
@@ -360,12 +367,11 @@ def large_requests(count: int, megabytes: float, proxy_args: list[str], rss_budg
         # The ledger's text folder (``agentlab.session.duckdb_texts.texts_folder``), named here so that
         # this script also measures a commit from before it.
         text_files = list((Path(tmp) / "large.duckdb.texts").glob("*/*.txt"))
-        expected = sum(len(m) for m in sent)
-        print(f"ledger: {stored_events} events stored of the {expected} messages sent + {count} answers "
+        print(f"ledger: {stored_events} events stored of the {sent} messages sent + {count} answers "
               f"({stored_chars / 1e6:.1f} M characters of event JSON in the table, "
               f"{sum(f.stat().st_size for f in text_files) / 1e6:.0f} MB in {len(text_files)} text files beside it); "
               f"call outcomes {outcomes} -> "
-              f"{'complete' if stored_events == expected + count else 'INCOMPLETE'}")
+              f"{'complete' if stored_events == sent + count else 'INCOMPLETE'}")
 
 
 def ledger_stored(db: str) -> tuple[int, int, dict[str, int]]:

@@ -12,7 +12,6 @@ and the number of stalls is printed at the end.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import tempfile
 import threading
@@ -47,10 +46,7 @@ def main(argv: list[str]) -> int:
         try:
             print(f"{'#':>3}{'seconds':>9}{'worst /health ms':>18}{'peak MB':>9}{'+1 s MB':>9}{'+3 s MB':>9}")
             for i in range(count):
-                words = f"request {i} " + "word " * (3_900_000 // 5)
-                messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"{k} {words}"}
-                            for k in range(15)]
-                raw = json.dumps({"model": "test-model", "messages": messages}).encode()
+                raw, _ = bench.large_body(i)
                 start = time.perf_counter() - began
                 _, took, worst = asyncio.run(bench.one_large(url, raw))  # ends 1 s after the answer
                 one = bench.rss_mb(proxy.pid)
